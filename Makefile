@@ -1,0 +1,48 @@
+# flashgate — `make test` is what CI runs (see .ci/run).
+GO       ?= go
+PKGS     ?= ./...
+FUZZTIME ?= 10s
+
+.PHONY: test redis-server vet race fuzz bench build fmt
+
+## test: vet, then the whole suite under the race detector (Redis tests included), then short fuzz runs.
+test: redis-server vet race fuzz
+
+## redis-server: make sure the tests can start their own redis-server.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "redis-server not found: installing Debian's redis-server"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) || \
+	      { echo "could not install redis-server: run 'apt-get install redis-server' (or put redis-server on PATH)"; exit 1; }; \
+	  else \
+	    echo "redis-server not found: install it (Debian: 'sudo apt-get install redis-server') and put it on PATH"; exit 1; \
+	  fi; }
+	@command -v redis-cli >/dev/null 2>&1 || { echo "redis-cli not found: install Debian's redis-tools"; exit 1; }
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet $(PKGS)
+
+race:
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+## fuzz: a short run of each fuzz target (longer: make fuzz FUZZTIME=5m).
+fuzz:
+	@for spec in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
+	  dir=$$(dirname $$spec); \
+	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$spec | sed 's/^func //'); do \
+	    echo "fuzz $$dir $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$dir || exit 1; \
+	  done; \
+	done
+
+## bench: the micro-benchmarks of BENCHMARKS.md.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./window/ ./extauthz/
+
+build:
+	$(GO) build -o bin/flashgate ./cmd/flashgate
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')

@@ -1,0 +1,113 @@
+package window
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strings"
+)
+
+// MaxVerbatim is the longest value kept verbatim in a key; longer values are
+// hashed.
+const MaxVerbatim = 64
+
+// MaxPrefix is the longest key prefix [NewKeys] accepts.
+const MaxPrefix = 32
+
+// MaxKeyLen bounds the length of every key [Keys.Key] returns, whatever the
+// rule and value.
+const MaxKeyLen = MaxPrefix + len(":{xxxxxx}:") + MaxVerbatim + 1 + MaxVerbatim
+
+// Keys builds limit keys of the form
+//
+//	<prefix>:{<tag>}:<rule>:<value>
+//
+// The tag is six hex digits of a hash of rule and value, generated here, so
+// that keys spread over Redis Cluster slots and no request value can form a
+// hash tag. Rule and value are kept verbatim when they are at most
+// MaxVerbatim bytes of [A-Za-z0-9._-]; otherwise they are replaced by "#"
+// and 22 base64url characters of their SHA-256 (132 bits), which no verbatim
+// segment can equal. So keys are bounded (MaxKeyLen) and two different
+// (rule, value) pairs never share a key, short of a SHA-256 collision.
+//
+// The zero Keys uses the prefix "fg". Keys is a value; it is safe for
+// concurrent use.
+type Keys struct {
+	prefix string
+}
+
+// NewKeys returns a key builder for prefix, which must be 1 to MaxPrefix
+// characters of [A-Za-z0-9._-].
+func NewKeys(prefix string) (Keys, error) {
+	if prefix == "" {
+		return Keys{}, fmt.Errorf("key prefix is empty")
+	}
+	if len(prefix) > MaxPrefix || !verbatim(prefix) {
+		return Keys{}, fmt.Errorf("key prefix %q: must be 1 to %d characters of A-Z a-z 0-9 . _ -", prefix, MaxPrefix)
+	}
+	return Keys{prefix: prefix}, nil
+}
+
+// Prefix returns the key prefix.
+func (k Keys) Prefix() string {
+	if k.prefix == "" {
+		return "fg"
+	}
+	return k.prefix
+}
+
+// Key returns the key of value under rule. It never fails; see [Keys].
+func (k Keys) Key(rule, value string) string {
+	const hexdigits = "0123456789abcdef"
+	h := fnv32(rule, value)
+	var b strings.Builder
+	p := k.Prefix()
+	b.Grow(len(p) + 10 + min(len(rule), MaxVerbatim) + 1 + min(len(value), MaxVerbatim))
+	b.WriteString(p)
+	b.WriteString(":{")
+	for shift := 20; shift >= 0; shift -= 4 {
+		b.WriteByte(hexdigits[(h>>shift)&0xf])
+	}
+	b.WriteString("}:")
+	writeSegment(&b, rule)
+	b.WriteByte(':')
+	writeSegment(&b, value)
+	return b.String()
+}
+
+func writeSegment(b *strings.Builder, s string) {
+	if len(s) <= MaxVerbatim && verbatim(s) {
+		b.WriteString(s)
+		return
+	}
+	sum := sha256.Sum256([]byte(s))
+	var enc [44]byte
+	base64.RawURLEncoding.Encode(enc[:], sum[:])
+	b.WriteByte('#')
+	b.Write(enc[:22])
+}
+
+// verbatim reports whether s uses only [A-Za-z0-9._-].
+func verbatim(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// fnv32 is FNV-1a over rule, a zero byte and value.
+func fnv32(rule, value string) uint32 {
+	const offset, prime = 2166136261, 16777619
+	h := uint32(offset)
+	for i := 0; i < len(rule); i++ {
+		h = (h ^ uint32(rule[i])) * prime
+	}
+	h *= prime // the zero separator
+	for i := 0; i < len(value); i++ {
+		h = (h ^ uint32(value[i])) * prime
+	}
+	return h
+}

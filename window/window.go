@@ -1,0 +1,198 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MinWindow is the shortest window a [Limit] may have.
+const MinWindow = time.Millisecond
+
+// MaxRequests is the largest number of requests a [Limit] may allow per
+// window. It bounds the size of one key's log (a sorted set in Redis).
+const MaxRequests = 1_000_000
+
+// MaxWindow is the longest window a [Limit] may have.
+const MaxWindow = 7 * 24 * time.Hour
+
+// Limit allows at most Requests admissions in any span of length Window.
+// The zero Limit is invalid; see [Limit.Validate].
+type Limit struct {
+	Requests int
+	Window   time.Duration
+}
+
+// Validate reports whether l can be enforced: 1 ≤ Requests ≤ MaxRequests and
+// MinWindow ≤ Window ≤ MaxWindow, with Window a whole number of microseconds
+// (the resolution of the Redis clock).
+func (l Limit) Validate() error {
+	switch {
+	case l.Requests < 1:
+		return fmt.Errorf("limit of %d requests: must be at least 1", l.Requests)
+	case l.Requests > MaxRequests:
+		return fmt.Errorf("limit of %d requests: must be at most %d", l.Requests, MaxRequests)
+	case l.Window < MinWindow:
+		return fmt.Errorf("window %s: must be at least %s", l.Window, MinWindow)
+	case l.Window > MaxWindow:
+		return fmt.Errorf("window %s: must be at most %s", l.Window, MaxWindow)
+	case l.Window%time.Microsecond != 0:
+		return fmt.Errorf("window %s: must be a whole number of microseconds", l.Window)
+	}
+	return nil
+}
+
+// String formats l as "5/1s".
+func (l Limit) String() string { return fmt.Sprintf("%d/%s", l.Requests, l.Window) }
+
+// Ban is a penalty-box policy: a key denied more than Threshold times within
+// Window is refused locally for Duration. A zero Duration disables the box.
+type Ban struct {
+	Threshold int
+	Window    time.Duration
+	Duration  time.Duration
+}
+
+// Enabled reports whether b refuses anything.
+func (b Ban) Enabled() bool { return b.Duration > 0 && b.Threshold > 0 && b.Window > 0 }
+
+// DefaultBan is the penalty box of DESIGN.md: 5 denials in 10s → refused 5m.
+var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.Minute}
+
+// Hit is one limit applied to one key for one request.
+//
+// Key must come from [Keys.Key] (or be otherwise bounded and safe): it is used
+// verbatim as a Redis key. Rule is the operator-given rule name, used for
+// reporting only. A Shadow hit is counted and reported but never denies: when
+// it is over its limit the request is still admitted (and not recorded in
+// that full window). Ban, when non-nil, overrides the [Guard]'s default
+// penalty box for this hit.
+type Hit struct {
+	Key    string
+	Rule   string
+	Limit  Limit
+	Shadow bool
+	Ban    *Ban
+}
+
+// Source tells what produced a [Decision].
+type Source uint8
+
+const (
+	// SourceBackend: the limiter's store (Memory or Redis) decided.
+	SourceBackend Source = iota
+	// SourceLocalFull: the Guard knew the window was full until a later instant.
+	SourceLocalFull
+	// SourceLocalBanned: the Guard's penalty box refused a repeat offender.
+	SourceLocalBanned
+)
+
+// String returns "backend", "full" or "banned".
+func (s Source) String() string {
+	switch s {
+	case SourceLocalFull:
+		return "full"
+	case SourceLocalBanned:
+		return "banned"
+	default:
+		return "backend"
+	}
+}
+
+// Decision is the outcome for one request. It describes one hit, the binding
+// one: for a denial, the first enforcing hit that was over its limit; for an
+// admission, the hit with the fewest requests remaining. It is a plain value:
+// returning it allocates nothing.
+//
+// The zero Decision (no hits) is Allowed with Index -1.
+type Decision struct {
+	// Allowed: the request was admitted and recorded in every window under
+	// its limit.
+	Allowed bool
+	// Index of the binding hit in the hits passed to Decide, -1 for none.
+	Index int
+	// Limit of the binding hit.
+	Limit Limit
+	// Count: entries in the binding hit's window after the decision.
+	Count int
+	// Remaining admissions in the binding hit's window (0 when denied).
+	Remaining int
+	// RetryAfter: for a denial, how long until the binding window admits
+	// again (its oldest needed entry ages out); 0 for an admission.
+	RetryAfter time.Duration
+	// Shadowed: some shadow hit was over its limit (a would-be denial).
+	// ShadowIndex is its index, -1 if none.
+	Shadowed    bool
+	ShadowIndex int
+	// Source tells whether the backend or the local Guard decided.
+	Source Source
+}
+
+// Limiter decides a request's hits together, all or nothing.
+//
+// Decide returns an error only when the decision could not be made (backend
+// unreachable, deadline exceeded, invalid hit); the Decision is then
+// meaningless. With no hits the request is admitted. Implementations are safe
+// for concurrent use.
+type Limiter interface {
+	Decide(ctx context.Context, hits []Hit) (Decision, error)
+}
+
+// ErrInvalidHit is wrapped by errors for hits with an empty key or invalid limit.
+var ErrInvalidHit = errors.New("invalid hit")
+
+// validateHits checks every hit; it allocates only on error.
+func validateHits(hits []Hit) error {
+	for i := range hits {
+		h := &hits[i]
+		if h.Key == "" {
+			return fmt.Errorf("hit %d: empty key: %w", i, ErrInvalidHit)
+		}
+		if err := h.Limit.Validate(); err != nil {
+			return fmt.Errorf("hit %d (%s): %w: %w", i, h.Rule, ErrInvalidHit, err)
+		}
+	}
+	return nil
+}
+
+// hitState is what a store knows of one hit after counting: used to build a
+// Decision the same way in every implementation.
+type hitState struct {
+	count      int           // entries in the window after the decision
+	over       bool          // the window was full before this request
+	retryAfter time.Duration // when over: until the window admits again
+}
+
+// decide turns per-hit states into a Decision. admitted must be true iff no
+// enforcing hit is over.
+func decide(hits []Hit, st []hitState) Decision {
+	d := Decision{Allowed: true, Index: -1, ShadowIndex: -1}
+	for i := range hits {
+		if !st[i].over {
+			continue
+		}
+		if hits[i].Shadow {
+			if !d.Shadowed {
+				d.Shadowed, d.ShadowIndex = true, i
+			}
+			continue
+		}
+		if d.Allowed {
+			d.Allowed = false
+			d.Index = i
+		}
+	}
+	if !d.Allowed {
+		i := d.Index
+		d.Limit, d.Count, d.Remaining, d.RetryAfter = hits[i].Limit, st[i].count, 0, st[i].retryAfter
+		return d
+	}
+	for i := range hits {
+		rem := max(hits[i].Limit.Requests-st[i].count, 0)
+		if d.Index < 0 || rem < d.Remaining {
+			d.Index, d.Limit, d.Count, d.Remaining = i, hits[i].Limit, st[i].count, rem
+		}
+	}
+	return d
+}
