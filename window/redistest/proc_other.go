@@ -1,0 +1,9 @@
+//go:build !linux
+
+package redistest
+
+import "syscall"
+
+const sigterm = syscall.SIGTERM
+
+func sysProcAttr() *syscall.SysProcAttr { return nil }
