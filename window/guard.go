@@ -1,0 +1,199 @@
+package window
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+)
+
+// DefaultGuardBudget is the default memory budget of a [Guard], in bytes.
+const DefaultGuardBudget = 32 << 20
+
+// guardEntryCost approximates the bytes one cached key costs besides the key
+// itself: the entry, ristretto's item and its policy counters.
+const guardEntryCost = 160
+
+// GuardOptions configures a [Guard]. The zero value is usable.
+type GuardOptions struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Budget is the memory budget in bytes for the over-limit cache and the
+	// penalty box together; 0 means DefaultGuardBudget. Minimum 64 KiB.
+	Budget int64
+	// Ban is the penalty box for hits that carry none. The zero Ban
+	// disables it; use DefaultBan for DESIGN.md's default.
+	Ban Ban
+}
+
+// Guard is the local over-limit cache and penalty box in front of a
+// [Limiter]. Requests it can refuse from memory never reach the backend:
+//
+//  1. Full until: when the backend denies a key with retry-after R, the key
+//     is refused locally until send time + R. That is exact, not a guess: a
+//     full window reopens only when its oldest entry ages out, and the
+//     backend measured R from a clock no earlier than the send time.
+//  2. Penalty box: a key denied more than Ban.Threshold times within
+//     Ban.Window (local refusals included) is refused for Ban.Duration.
+//
+// Only enforcing hits are refused locally; shadow hits always go to the
+// backend. A changed limit (a reload) invalidates a key's "full until".
+// The cache is a hint, never the source of truth: it lives in a fixed
+// budget (ristretto, which may drop or reject entries), and a key it forgot
+// is simply decided by the backend again.
+//
+// Guard is safe for concurrent use; Close releases the cache's goroutines.
+type Guard struct {
+	next  Limiter
+	now   func() time.Time
+	ban   Ban
+	cache *ristretto.Cache[string, *guardEntry]
+}
+
+// guardEntry is what the Guard knows of one key; fields are updated in
+// place with atomics, so concurrent requests share one entry.
+type guardEntry struct {
+	requests    int64 // the limit the entry was made for
+	window      int64
+	fullUntil   atomic.Int64 // UnixNano; refuse before this
+	bannedUntil atomic.Int64 // UnixNano; refuse before this
+	denyStart   atomic.Int64 // UnixNano start of the current denial count
+	denials     atomic.Int64
+}
+
+// NewGuard returns a Guard in front of next.
+func NewGuard(next Limiter, opts GuardOptions) (*Guard, error) {
+	if next == nil {
+		return nil, fmt.Errorf("guard: the limiter behind it is nil")
+	}
+	if opts.Budget == 0 {
+		opts.Budget = DefaultGuardBudget
+	}
+	if opts.Budget < 64<<10 {
+		return nil, fmt.Errorf("guard: budget of %d bytes is below the minimum of 64 KiB", opts.Budget)
+	}
+	if opts.Ban.Duration < 0 || opts.Ban.Window < 0 || opts.Ban.Threshold < 0 {
+		return nil, fmt.Errorf("guard: penalty box %+v has a negative field", opts.Ban)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	items := opts.Budget / (guardEntryCost + 64)
+	cache, err := ristretto.NewCache(&ristretto.Config[string, *guardEntry]{
+		NumCounters: max(items*10, 1000),
+		MaxCost:     opts.Budget,
+		BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("guard: local cache: %w", err)
+	}
+	return &Guard{next: next, now: opts.Now, ban: opts.Ban, cache: cache}, nil
+}
+
+// Close stops the cache's background work. Decide after Close passes every
+// request to the backend.
+func (g *Guard) Close() { g.cache.Close() }
+
+// Wait blocks until pending cache writes are applied (for tests).
+func (g *Guard) Wait() { g.cache.Wait() }
+
+// Decide implements [Limiter]: a local refusal if any enforcing hit is known
+// full or banned, else the backend's decision, remembered when it denies.
+func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	sent := g.now()
+	now := sent.UnixNano()
+	for i := range hits {
+		h := &hits[i]
+		if h.Shadow {
+			continue
+		}
+		e, ok := g.cache.Get(h.Key)
+		if !ok || e == nil {
+			continue
+		}
+		if until := e.bannedUntil.Load(); now < until {
+			g.denied(h, e, now)
+			return localDecision(i, h, until-now, SourceLocalBanned), nil
+		}
+		if e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) {
+			continue
+		}
+		if until := e.fullUntil.Load(); now < until {
+			g.denied(h, e, now)
+			return localDecision(i, h, until-now, SourceLocalFull), nil
+		}
+	}
+	d, err := g.next.Decide(ctx, hits)
+	if err != nil || d.Allowed || d.Index < 0 || d.Index >= len(hits) {
+		return d, err
+	}
+	h := &hits[d.Index]
+	e, ok := g.cache.Get(h.Key)
+	if !ok || e == nil || e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) {
+		e = &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window)}
+		e.denyStart.Store(now)
+	}
+	until := now + int64(d.RetryAfter)
+	for cur := e.fullUntil.Load(); cur < until && !e.fullUntil.CompareAndSwap(cur, until); cur = e.fullUntil.Load() {
+	}
+	g.denied(h, e, now)
+	g.store(h, e, now)
+	return d, nil
+}
+
+// denied counts a denial of h's key for the penalty box, banning the key
+// when it crosses the threshold.
+func (g *Guard) denied(h *Hit, e *guardEntry, now int64) {
+	ban := g.banOf(h)
+	if !ban.Enabled() {
+		return
+	}
+	if start := e.denyStart.Load(); now-start > int64(ban.Window) {
+		if e.denyStart.CompareAndSwap(start, now) {
+			e.denials.Store(0)
+		}
+	}
+	if e.denials.Add(1) > int64(ban.Threshold) {
+		until := now + int64(ban.Duration)
+		if cur := e.bannedUntil.Load(); cur < until-int64(time.Second) || cur <= now {
+			// (Re)ban; refreshing at most once a second keeps the cache quiet.
+			e.bannedUntil.Store(until)
+			e.denials.Store(0)
+			e.denyStart.Store(now)
+			g.store(h, e, now)
+		}
+	}
+}
+
+// banOf returns the penalty box that applies to h.
+func (g *Guard) banOf(h *Hit) Ban {
+	if h.Ban != nil {
+		return *h.Ban
+	}
+	return g.ban
+}
+
+// store (re)inserts h's entry e with a TTL covering everything it remembers.
+func (g *Guard) store(h *Hit, e *guardEntry, now int64) {
+	end := max(e.fullUntil.Load(), e.bannedUntil.Load())
+	if ban := g.banOf(h); ban.Enabled() {
+		end = max(end, e.denyStart.Load()+int64(ban.Window))
+	}
+	ttl := time.Duration(end-now) + time.Second
+	g.cache.SetWithTTL(h.Key, e, int64(len(h.Key))+guardEntryCost, ttl)
+}
+
+func localDecision(i int, h *Hit, retry int64, src Source) Decision {
+	return Decision{
+		Allowed:     false,
+		Index:       i,
+		Limit:       h.Limit,
+		Count:       h.Limit.Requests,
+		Remaining:   0,
+		RetryAfter:  time.Duration(retry),
+		ShadowIndex: -1,
+		Source:      src,
+	}
+}

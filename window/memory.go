@@ -1,0 +1,268 @@
+package window
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultMemoryMaxKeys is the default bound on keys a [Memory] tracks.
+const DefaultMemoryMaxKeys = 1 << 21
+
+// memoryShards is the number of independently locked shards of a Memory.
+const memoryShards = 64
+
+// MemoryOptions configures a [Memory]. The zero value is usable.
+type MemoryOptions struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// MaxKeys bounds the keys tracked at once; 0 means DefaultMemoryMaxKeys.
+	// See [Memory] for what happens when it is reached.
+	MaxKeys int
+}
+
+// Memory is an exact sliding-window log per key, in process. It is the
+// embedded backend of `flashgate serve`, the fallback of failure mode
+// "local", and the reference the Redis implementation is tested against.
+//
+// Every key holds the admission times still inside its window (at most
+// Limit.Requests of them), so a decision is exact. The hits of one request
+// are decided under the locks of all their shards, taken in shard order, so
+// a request is admitted and recorded in all its windows, or in none.
+//
+// Memory is bounded: a key whose newest admission has left its window holds
+// no state and is dropped by a sweep amortised over inserts. When MaxKeys
+// keys are still live, a new key evicts one arbitrary live key of its shard
+// (counted by [Memory.Evictions]); that key forgets its history and may admit
+// up to its limit again early. Size MaxKeys above the number of keys live in
+// your longest window (about 100–250 bytes each, plus 8 bytes per entry).
+//
+// Memory is safe for concurrent use. Its zero value is not usable; call
+// [NewMemory].
+type Memory struct {
+	now       func() time.Time
+	shardKeys int // per-shard key bound
+	evictions atomic.Uint64
+	shards    [memoryShards]memShard
+}
+
+type memShard struct {
+	// mu guards the fields below.
+	mu sync.Mutex
+	// logs maps a key to its admissions inside the window.
+	logs map[string]*memLog
+	// inserts counts keys added since the last sweep.
+	inserts int
+	_       [40]byte // keep shards on separate cache lines
+}
+
+// memLog is a queue of admission times (UnixNano), oldest first.
+type memLog struct {
+	ts     []int64
+	start  int   // ts[start:] are live
+	window int64 // the window of the last decision, for idleness
+}
+
+func (l *memLog) len() int { return len(l.ts) - l.start }
+
+// trim drops the entries at or before now-window, as ZREMRANGEBYSCORE
+// -inf (now-window) does in Redis.
+func (l *memLog) trim(now, window int64) {
+	cut := now - window
+	i := l.start
+	for i < len(l.ts) && l.ts[i] <= cut {
+		i++
+	}
+	l.start = i
+	if l.start == len(l.ts) {
+		l.ts, l.start = l.ts[:0], 0
+	} else if l.start > 32 && l.start > len(l.ts)/2 {
+		n := copy(l.ts, l.ts[l.start:])
+		l.ts, l.start = l.ts[:n], 0
+	}
+}
+
+// idle reports whether every entry has left the window by now.
+func (l *memLog) idle(now int64) bool {
+	return l.len() == 0 || l.ts[len(l.ts)-1] <= now-l.window
+}
+
+// NewMemory returns an empty in-process limiter.
+func NewMemory(opts MemoryOptions) (*Memory, error) {
+	if opts.MaxKeys < 0 {
+		return nil, fmt.Errorf("memory limiter: max keys %d is negative", opts.MaxKeys)
+	}
+	if opts.MaxKeys == 0 {
+		opts.MaxKeys = DefaultMemoryMaxKeys
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	m := &Memory{now: opts.Now, shardKeys: max(opts.MaxKeys/memoryShards, 1)}
+	for i := range m.shards {
+		m.shards[i].logs = make(map[string]*memLog)
+	}
+	return m, nil
+}
+
+// Evictions returns how many live keys were evicted because MaxKeys was
+// reached.
+func (m *Memory) Evictions() uint64 { return m.evictions.Load() }
+
+// Len returns the number of keys currently held (live or not yet swept).
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		n += len(s.logs)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// maxStackHits is how many hits Decide handles without allocating.
+const maxStackHits = 8
+
+// Decide implements [Limiter]. It fails only for invalid hits or a done ctx.
+func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	if err := validateHits(hits); err != nil {
+		return Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("memory limiter: %w", err)
+	}
+	if len(hits) == 0 {
+		return decide(nil, nil), nil
+	}
+
+	var stIdx [maxStackHits]uint8
+	var stState [maxStackHits]hitState
+	var stLogs [maxStackHits]*memLog
+	idx := stIdx[:0]
+	var st []hitState
+	var logs []*memLog
+	if len(hits) <= maxStackHits {
+		st, logs = stState[:len(hits)], stLogs[:len(hits)]
+	} else {
+		st, logs = make([]hitState, len(hits)), make([]*memLog, len(hits))
+	}
+	// The distinct shards of this request, sorted: lock order.
+	var used [memoryShards]bool
+	for i := range hits {
+		used[shardOf(hits[i].Key)] = true
+	}
+	for s := range used {
+		if used[s] {
+			idx = append(idx, uint8(s))
+		}
+	}
+	for _, s := range idx {
+		m.shards[s].mu.Lock()
+	}
+	defer func() {
+		for _, s := range idx {
+			m.shards[s].mu.Unlock()
+		}
+	}()
+
+	now := m.now().UnixNano()
+	for i := range hits {
+		h := &hits[i]
+		w := int64(h.Limit.Window)
+		sh := &m.shards[shardOf(h.Key)]
+		l := sh.logs[h.Key]
+		if l == nil {
+			l = m.insertLocked(sh, h.Key, now)
+		}
+		l.window = w
+		l.trim(now, w)
+		logs[i] = l
+		n := l.len()
+		st[i] = hitState{count: n}
+		if n >= h.Limit.Requests {
+			// The entry that must leave before one more fits.
+			oldest := l.ts[l.start+n-h.Limit.Requests]
+			st[i].over = true
+			st[i].retryAfter = time.Duration(max(oldest+w-now, 1))
+		}
+	}
+	admit := true
+	for i := range hits {
+		if st[i].over && !hits[i].Shadow {
+			admit = false
+			break
+		}
+	}
+	if admit {
+		for i := range hits {
+			if st[i].over {
+				continue // a full shadow window is reported, not grown
+			}
+			if dup(hits[:i], hits[i].Key) {
+				continue // the same key twice in one request counts once
+			}
+			logs[i].ts = append(logs[i].ts, now)
+		}
+		for i := range hits {
+			if !st[i].over {
+				st[i].count = logs[i].len()
+			}
+		}
+	}
+	return decide(hits, st), nil
+}
+
+// dup reports whether key is the key of one of hits.
+func dup(hits []Hit, key string) bool {
+	for i := range hits {
+		if hits[i].Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// insertLocked adds an empty log for key to sh. Idle keys are swept once
+// every len/2 inserts (amortised O(1)); at the bound, an idle key found among
+// a few probes is dropped, else an arbitrary live key is evicted.
+func (m *Memory) insertLocked(sh *memShard, key string, now int64) *memLog {
+	sh.inserts++
+	if sh.inserts >= max(len(sh.logs)/2, 1024) {
+		sh.inserts = 0
+		for k, l := range sh.logs {
+			if l.idle(now) {
+				delete(sh.logs, k)
+			}
+		}
+	}
+	if len(sh.logs) >= m.shardKeys {
+		victim, probes := "", 0
+		for k, l := range sh.logs { // map order is randomised
+			if victim == "" || l.idle(now) {
+				victim = k
+			}
+			if probes++; probes == 8 || l.idle(now) {
+				break
+			}
+		}
+		if !sh.logs[victim].idle(now) {
+			m.evictions.Add(1)
+		}
+		delete(sh.logs, victim)
+	}
+	l := &memLog{}
+	sh.logs[key] = l
+	return l
+}
+
+// shardOf picks a key's shard with FNV-1a.
+func shardOf(key string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return int(h % memoryShards)
+}
