@@ -139,7 +139,7 @@ func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	for cur := e.fullUntil.Load(); cur < until && !e.fullUntil.CompareAndSwap(cur, until); cur = e.fullUntil.Load() {
 	}
 	g.denied(h, e, now)
-	g.store(h, e, now)
+	g.store(h, e)
 	return d, nil
 }
 
@@ -162,7 +162,7 @@ func (g *Guard) denied(h *Hit, e *guardEntry, now int64) {
 			e.bannedUntil.Store(until)
 			e.denials.Store(0)
 			e.denyStart.Store(now)
-			g.store(h, e, now)
+			g.store(h, e)
 		}
 	}
 }
@@ -175,14 +175,11 @@ func (g *Guard) banOf(h *Hit) Ban {
 	return g.ban
 }
 
-// store (re)inserts h's entry e with a TTL covering everything it remembers.
-func (g *Guard) store(h *Hit, e *guardEntry, now int64) {
-	end := max(e.fullUntil.Load(), e.bannedUntil.Load())
-	if ban := g.banOf(h); ban.Enabled() {
-		end = max(end, e.denyStart.Load()+int64(ban.Window))
-	}
-	ttl := time.Duration(end-now) + time.Second
-	g.cache.SetWithTTL(h.Key, e, int64(len(h.Key))+guardEntryCost, ttl)
+// store (re)inserts h's entry e. Entries carry no TTL: an expired entry
+// refuses nothing (its instants are past) and the fixed budget evicts it in
+// time; a TTL would cost a clock read on every lookup of the deny path.
+func (g *Guard) store(h *Hit, e *guardEntry) {
+	g.cache.Set(h.Key, e, int64(len(h.Key))+guardEntryCost)
 }
 
 func localDecision(i int, h *Hit, retry int64, src Source) Decision {
