@@ -151,8 +151,15 @@ func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	}
 	// The distinct shards of this request, sorted: lock order.
 	var used [memoryShards]bool
+	var stShard [maxStackHits]uint8
+	shardIdx := stShard[:0]
+	if len(hits) > maxStackHits {
+		shardIdx = make([]uint8, 0, len(hits))
+	}
 	for i := range hits {
-		used[shardOf(hits[i].Key)] = true
+		s := shardOf(hits[i].Key)
+		used[s] = true
+		shardIdx = append(shardIdx, uint8(s))
 	}
 	for s := range used {
 		if used[s] {
@@ -172,7 +179,7 @@ func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	for i := range hits {
 		h := &hits[i]
 		w := int64(h.Limit.Window)
-		sh := &m.shards[shardOf(h.Key)]
+		sh := &m.shards[shardIdx[i]]
 		l := sh.logs[h.Key]
 		if l == nil {
 			l = m.insertLocked(sh, h.Key, now)
