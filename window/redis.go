@@ -1,0 +1,329 @@
+package window
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed redis.lua
+var slidingLua string
+
+// Clock chooses where a [Redis] limiter takes the time of a decision.
+type Clock uint8
+
+const (
+	// ClockRedis takes the time from Redis TIME inside the script, so that
+	// sidecars' clocks cannot skew the window. The default.
+	ClockRedis Clock = iota
+	// ClockLocal takes the time from RedisOptions.Now and passes it to the
+	// script, for a Redis that forbids TIME in scripts. Limiters sharing a
+	// Redis must then have synchronised clocks: a skewed clock can over-admit.
+	ClockLocal
+)
+
+// String returns "redis" or "local".
+func (c Clock) String() string {
+	if c == ClockLocal {
+		return "local"
+	}
+	return "redis"
+}
+
+// compensateTimeout bounds the ZREM that undoes a partial admission on a
+// Redis Cluster; it runs even when the request's context is done.
+const compensateTimeout = time.Second
+
+// RedisOptions configures [NewRedis]. The zero value is valid: Redis clock,
+// per-slot mode only for a *redis.ClusterClient or *redis.Ring, random member
+// ids.
+type RedisOptions struct {
+	// Cluster decides each key on its own (per-slot check-and-add,
+	// pipelined, with ZREM compensation) instead of all keys in one script.
+	// It is implied when the client is a *redis.ClusterClient or *redis.Ring;
+	// set it for any other client whose keys may live on different nodes.
+	Cluster bool
+	// Clock: ClockRedis (default) or ClockLocal.
+	Clock Clock
+	// Now is the local clock for ClockLocal; nil means time.Now. It is
+	// ignored on ClockRedis.
+	Now func() time.Time
+	// Member returns a new member id for each request. Ids must be unique
+	// among all limiters sharing a Redis for at least the longest window.
+	// nil means 8 random bytes drawn once per limiter followed by a varint
+	// counter (9 to 17 bytes per entry). It must be safe for concurrent use.
+	Member func() string
+}
+
+// rediser is what Redis needs of a go-redis client: *redis.Client,
+// *redis.ClusterClient, *redis.Ring and every redis.UniversalClient fit.
+type rediser interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// Redis is a [Limiter] on Redis sorted sets: one per key, one entry per
+// admitted request scored by its admission time in microseconds.
+//
+// On a standalone Redis or Sentinel every decision is one script over all
+// keys, one round trip (EVALSHA; EVAL once more after NOSCRIPT), exact and
+// all or nothing. In per-slot mode (Redis Cluster) each key is checked and
+// added by the same script on its own node, all keys pipelined; when some
+// enforcing key denies, the request's member is removed (ZREM) from the keys
+// that admitted it. Between the add and the removal other requests may see
+// those entries, so a key may deny up to one request too many per request in
+// flight that was denied elsewhere, and a failed removal leaves an entry that
+// ages out with its window. Admissions are never over the limit.
+//
+// Each request gets a fresh member id; a script retried by the client (after
+// a timeout, say) finds its member already present and does not count it
+// twice. Keys expire one window after the last admission (PEXPIRE).
+//
+// Redis is safe for concurrent use.
+type Redis struct {
+	client  rediser
+	script  *redis.Script
+	perKey  bool
+	local   bool
+	now     func() time.Time
+	member  func() string
+	idStart [8]byte
+	idNext  atomic.Uint64
+}
+
+var _ Limiter = (*Redis)(nil)
+
+// NewRedis returns a limiter on client. It does not contact Redis; see
+// [Redis.Ping].
+func NewRedis(client rediser, opts RedisOptions) (*Redis, error) {
+	if client == nil {
+		return nil, errors.New("redis limiter: the client is nil")
+	}
+	switch opts.Clock {
+	case ClockRedis, ClockLocal:
+	default:
+		return nil, fmt.Errorf("redis limiter: unknown clock %d", opts.Clock)
+	}
+	r := &Redis{
+		client: client,
+		script: redis.NewScript(slidingLua),
+		perKey: opts.Cluster,
+		local:  opts.Clock == ClockLocal,
+		now:    opts.Now,
+		member: opts.Member,
+	}
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		r.perKey = true
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.member == nil {
+		if _, err := rand.Read(r.idStart[:]); err != nil {
+			return nil, fmt.Errorf("redis limiter: draw a member id prefix: %w", err)
+		}
+		r.member = r.nextMember
+	}
+	return r, nil
+}
+
+// nextMember returns the limiter's random prefix followed by a uvarint
+// counter.
+func (r *Redis) nextMember() string {
+	var b [8 + binary.MaxVarintLen64]byte
+	copy(b[:], r.idStart[:])
+	n := binary.PutUvarint(b[8:], r.idNext.Add(1))
+	return string(b[:8+n])
+}
+
+// Ping checks that Redis answers.
+func (r *Redis) Ping(ctx context.Context) error {
+	if err := r.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
+}
+
+// Decide implements [Limiter]: all hits of one request together, all or
+// nothing, with a fresh member id. See [Redis] for Cluster's guarantees.
+func (r *Redis) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	d, _, err := r.decideMember(ctx, hits, r.member())
+	return d, err
+}
+
+// decideMember decides hits as request member and also returns the Redis
+// time of the decision in µs (on per-slot mode: of the last key's node).
+func (r *Redis) decideMember(ctx context.Context, hits []Hit, member string) (Decision, int64, error) {
+	if err := validateHits(hits); err != nil {
+		return Decision{}, 0, err
+	}
+	if len(hits) == 0 {
+		return decide(nil, nil), 0, nil
+	}
+	now := ""
+	if r.local {
+		now = strconv.FormatInt(r.now().UnixMicro(), 10)
+	}
+	var buf [8]hitState
+	st := buf[:0]
+	if len(hits) > len(buf) {
+		st = make([]hitState, 0, len(hits))
+	}
+	st = st[:len(hits)]
+	var (
+		at  int64
+		err error
+	)
+	if r.perKey && len(hits) > 1 {
+		at, err = r.decidePerKey(ctx, hits, member, now, st)
+	} else {
+		at, err = r.decideOnce(ctx, hits, member, now, st)
+	}
+	if err != nil {
+		return Decision{}, 0, err
+	}
+	return decide(hits, st), at, nil
+}
+
+// decideOnce runs the script once over every key: one round trip.
+func (r *Redis) decideOnce(ctx context.Context, hits []Hit, member, now string, st []hitState) (int64, error) {
+	keys := make([]string, len(hits))
+	args := make([]any, 2, 2+3*len(hits))
+	args[0], args[1] = member, now
+	for i := range hits {
+		keys[i] = hits[i].Key
+		args = appendHitArgs(args, &hits[i])
+	}
+	res, err := r.script.Run(ctx, r.client, keys, args...).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("redis decide: %w", err)
+	}
+	return parseReply(res, st)
+}
+
+// decidePerKey runs the script once per key, pipelined, and undoes partial
+// admissions.
+func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string, st []hitState) (int64, error) {
+	cmds := make([]*redis.Cmd, len(hits))
+	argv := make([][]any, len(hits))
+	pipe := r.client.Pipeline()
+	hash := r.script.Hash()
+	for i := range hits {
+		argv[i] = appendHitArgs([]any{member, now}, &hits[i])
+		cmds[i] = pipe.EvalSha(ctx, hash, []string{hits[i].Key}, argv[i]...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+
+	// Keys whose node had no script cached: again with EVAL (which caches it).
+	var retry redis.Pipeliner
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			if retry == nil {
+				retry = r.client.Pipeline()
+			}
+			cmds[i] = r.script.Eval(ctx, retry, []string{hits[i].Key}, argv[i]...)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+
+	var (
+		at      int64
+		firstEr error
+		deny    bool
+	)
+	decided := make([]bool, len(hits))
+	for i, c := range cmds {
+		res, err := c.Slice()
+		if err == nil {
+			at, err = parseReply(res, st[i:i+1])
+		}
+		if err != nil {
+			if firstEr == nil {
+				firstEr = fmt.Errorf("redis decide key %d: %w", i, err)
+			}
+			continue
+		}
+		decided[i] = true
+		if st[i].over && !hits[i].Shadow {
+			deny = true
+		}
+	}
+	if firstEr == nil && !deny {
+		return at, nil
+	}
+	// Undo: remove the member wherever it may have been added (every key
+	// not known to be over, failed ones included: they may have run).
+	undo := r.client.Pipeline()
+	n := 0
+	for i := range hits {
+		if decided[i] && st[i].over {
+			continue
+		}
+		undo.ZRem(ctx, hits[i].Key, member)
+		n++
+		if decided[i] && st[i].count > 0 {
+			st[i].count--
+		}
+	}
+	if n > 0 {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+		_, err := undo.Exec(cctx)
+		cancel()
+		if err != nil && firstEr == nil {
+			firstEr = fmt.Errorf("redis decide: undo a partial admission: %w", err)
+		}
+	}
+	return at, firstEr
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// appendHitArgs appends a hit's limit, window (µs) and shadow flag.
+func appendHitArgs(args []any, h *Hit) []any {
+	shadow := "0"
+	if h.Shadow {
+		shadow = "1"
+	}
+	return append(args, h.Limit.Requests, h.Limit.Window.Microseconds(), shadow)
+}
+
+// parseReply reads the script's reply into st and returns Redis's time.
+func parseReply(res []any, st []hitState) (int64, error) {
+	if len(res) != 1+3*len(st) {
+		return 0, fmt.Errorf("redis decide: script replied %d values for %d keys", len(res), len(st))
+	}
+	nowS, ok := res[0].(string)
+	if !ok {
+		return 0, fmt.Errorf("redis decide: script replied time %T, want a string", res[0])
+	}
+	at, err := strconv.ParseInt(nowS, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("redis decide: script replied time %q: %w", nowS, err)
+	}
+	for i := range st {
+		var v [3]int64
+		for j := range v {
+			x, ok := res[1+3*i+j].(int64)
+			if !ok {
+				return 0, fmt.Errorf("redis decide: script replied %T for key %d, want an integer", res[1+3*i+j], i)
+			}
+			v[j] = x
+		}
+		st[i] = hitState{count: int(v[0]), over: v[1] == 1, retryAfter: time.Duration(v[2]) * time.Microsecond}
+	}
+	return at, nil
+}

@@ -1,0 +1,463 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window/redistest"
+)
+
+// prefixSeq numbers the key prefixes of the Redis tests: each test (and
+// conformance case) gets its own.
+var prefixSeq atomic.Uint64
+
+// testKeys returns a key builder with a prefix no other test uses.
+func testKeys(t testing.TB) Keys {
+	t.Helper()
+	k, err := NewKeys(fmt.Sprintf("t%d", prefixSeq.Add(1)))
+	if err != nil {
+		t.Fatalf("NewKeys: %v", err)
+	}
+	return k
+}
+
+// startRedis starts a redis-server and returns it with a client built by
+// NewClient (the production configuration, with a test-friendly budget).
+func startRedis(t testing.TB) (*redistest.Server, redis.UniversalClient) {
+	t.Helper()
+	s := redistest.Start(t)
+	return s, newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}})
+}
+
+// newTestClient builds a client with NewClient and closes it in cleanup. A
+// budget of 2 s keeps -race runs on small machines from timing out.
+func newTestClient(t testing.TB, cfg ClientConfig) redis.UniversalClient {
+	t.Helper()
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	c, err := NewClient(cfg)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newTestRedis(t testing.TB, c rediser, opts RedisOptions) *Redis {
+	t.Helper()
+	r, err := NewRedis(c, opts)
+	if err != nil {
+		t.Fatalf("NewRedis: %v", err)
+	}
+	return r
+}
+
+func rhit(key string, n int, w time.Duration) Hit {
+	return Hit{Key: key, Rule: "r", Limit: Limit{Requests: n, Window: w}}
+}
+
+func decideOK(t testing.TB, l Limiter, hits ...Hit) Decision {
+	t.Helper()
+	d, err := l.Decide(context.Background(), hits)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	return d
+}
+
+// checkSliding fails if some span (t-window, t] of the sorted timestamps ts
+// holds more than limit of them, and reports whether some span holds
+// exactly limit.
+func checkSliding(t *testing.T, ts []int64, limit int, window int64) (reached bool) {
+	t.Helper()
+	for i := range ts {
+		if j := i + limit; j < len(ts) && ts[j]-ts[i] < window {
+			t.Fatalf("admissions %d..%d are %dµs apart: %d inside one window of %dµs", i, j, ts[j]-ts[i], limit+1, window)
+		}
+		if j := i + limit - 1; j < len(ts) && ts[j]-ts[i] < window {
+			reached = true
+		}
+	}
+	return reached
+}
+
+func TestNewRedisValidates(t *testing.T) {
+	if _, err := NewRedis(nil, RedisOptions{}); err == nil {
+		t.Error("NewRedis(nil) succeeded")
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if _, err := NewRedis(c, RedisOptions{Clock: 7}); err == nil {
+		t.Error("NewRedis with clock 7 succeeded")
+	}
+	r := newTestRedis(t, c, RedisOptions{})
+	if r.perKey {
+		t.Error("a *redis.Client got per-key mode")
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	if r := newTestRedis(t, cc, RedisOptions{}); !r.perKey {
+		t.Error("a *redis.ClusterClient did not get per-key mode")
+	}
+	// Invalid hits fail before any round trip (the address is unreachable).
+	if _, err := r.Decide(context.Background(), []Hit{{Key: "k", Limit: Limit{}}}); !errors.Is(err, ErrInvalidHit) {
+		t.Errorf("Decide(invalid hit) = %v, want ErrInvalidHit", err)
+	}
+	if d, err := r.Decide(context.Background(), nil); err != nil || !d.Allowed || d.Index != -1 {
+		t.Errorf("Decide(no hits) = %+v, %v; want allowed, index -1", d, err)
+	}
+}
+
+func TestRedisMemberIDs(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	a, b := newTestRedis(t, c, RedisOptions{}), newTestRedis(t, c, RedisOptions{})
+	seen := map[string]bool{}
+	for range 1000 {
+		for _, r := range []*Redis{a, b} {
+			m := r.member()
+			if seen[m] {
+				t.Fatalf("member id %x repeated", m)
+			}
+			if len(m) > 17 {
+				t.Fatalf("member id %x is %d bytes, want ≤ 17", m, len(m))
+			}
+			seen[m] = true
+		}
+	}
+}
+
+func TestNewClientValidates(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cfg  ClientConfig
+		want string
+	}{
+		"no address":            {ClientConfig{}, "no address"},
+		"empty address":         {ClientConfig{Addrs: []string{" "}}, "empty"},
+		"unknown mode":          {ClientConfig{Addrs: []string{"a:1"}, Mode: "ring"}, "unknown mode"},
+		"standalone two addrs":  {ClientConfig{Addrs: []string{"a:1", "b:1"}, Mode: ModeStandalone}, "one address"},
+		"sentinel without name": {ClientConfig{Addrs: []string{"a:1"}, Mode: ModeSentinel}, "master name"},
+		"name outside sentinel": {ClientConfig{Addrs: []string{"a:1"}, Mode: ModeCluster, MasterName: "m"}, "only for sentinel"},
+		"cluster db":            {ClientConfig{Addrs: []string{"a:1"}, Mode: ModeCluster, DB: 2}, "database 0"},
+		"negative db":           {ClientConfig{Addrs: []string{"a:1"}, DB: -1}, "negative"},
+		"negative pool":         {ClientConfig{Addrs: []string{"a:1"}, PoolSize: -1}, "negative"},
+		"negative timeout":      {ClientConfig{Addrs: []string{"a:1"}, Timeout: -time.Second}, "negative"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := NewClient(tc.cfg)
+			if err == nil {
+				_ = c.Close()
+				t.Fatalf("NewClient(%+v) succeeded", tc.cfg)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewClient error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+	for name, tc := range map[string]struct {
+		cfg  ClientConfig
+		want string
+	}{
+		"one address":  {ClientConfig{Addrs: []string{"a:1"}}, "*redis.Client"},
+		"two":          {ClientConfig{Addrs: []string{"a:1", "b:1"}}, "*redis.ClusterClient"},
+		"sentinel":     {ClientConfig{Addrs: []string{"a:1", "b:1"}, MasterName: "m"}, "*redis.Client"},
+		"cluster seed": {ClientConfig{Addrs: []string{"a:1"}, Mode: ModeCluster}, "*redis.ClusterClient"},
+		"tls":          {ClientConfig{Addrs: []string{"a:1"}, TLS: true, Username: "u", Password: "p", DB: 3, PoolSize: 4}, "*redis.Client"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := NewClient(tc.cfg)
+			if err != nil {
+				t.Fatalf("NewClient(%+v): %v", tc.cfg, err)
+			}
+			defer c.Close()
+			if got := fmt.Sprintf("%T", c); got != tc.want {
+				t.Fatalf("NewClient(%+v) = %s, want %s", tc.cfg, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRedisOneRoundTrip: a decision over several keys is one EVALSHA.
+func TestRedisOneRoundTrip(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{})
+	k := testKeys(t)
+	hits := []Hit{rhit(k.Key("a", "1"), 5, time.Second), rhit(k.Key("b", "1"), 5, time.Second), rhit(k.Key("c", "1"), 5, time.Second)}
+	decideOK(t, r, hits...) // loads the script (EVALSHA, NOSCRIPT, EVAL)
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer admin.Close()
+	before := commandCalls(t, admin)
+	const n = 3
+	for range n {
+		decideOK(t, r, hits...)
+	}
+	after := commandCalls(t, admin)
+	if got := after["evalsha"] - before["evalsha"]; got != n {
+		t.Errorf("%d decisions made %d EVALSHA calls, want %d", n, got, n)
+	}
+	for cmd, calls := range after {
+		if calls != before[cmd] && !slices.Contains([]string{"evalsha", "zremrangebyscore", "zcard", "zscore", "zadd", "pexpire", "time", "info"}, cmd) {
+			t.Errorf("unexpected command %s (%d calls)", cmd, calls-before[cmd])
+		}
+	}
+}
+
+// commandCalls reads INFO commandstats: calls per lower-case command name.
+func commandCalls(t testing.TB, c *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		var calls int64
+		if _, err := fmt.Sscanf(rest, "%d", &calls); err == nil {
+			out[name] = calls
+		}
+	}
+	return out
+}
+
+// TestRedisRestart: after a restart the script cache is empty; the next
+// decision still succeeds (NOSCRIPT → EVAL), on one key and on several.
+func TestRedisRestart(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{})
+	k := testKeys(t)
+	hits := []Hit{rhit(k.Key("a", "1"), 2, time.Minute), rhit(k.Key("b", "1"), 2, time.Minute)}
+	decideOK(t, r, hits...)
+	for _, restart := range []func(){s.Restart, func() { s.Stop(); s.Restart() }} {
+		restart()
+		d, err := r.Decide(context.Background(), hits)
+		if err != nil {
+			t.Fatalf("first decision after restart: %v", err)
+		}
+		if !d.Allowed || d.Count != 1 {
+			t.Fatalf("first decision after restart = %+v, want allowed with count 1 (empty dataset)", d)
+		}
+	}
+}
+
+// TestRedisIdempotent: the same member decided twice is recorded once, and
+// a member left over from an attempt is removed when the request is denied.
+func TestRedisIdempotent(t *testing.T) {
+	_, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{})
+	k := testKeys(t)
+	a, b := k.Key("a", "1"), k.Key("b", "1")
+	ctx := context.Background()
+	hits := []Hit{rhit(a, 3, time.Minute), rhit(b, 3, time.Minute)}
+	for i := range 3 {
+		d, _, err := r.decideMember(ctx, hits, "m1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed || d.Count != 1 {
+			t.Fatalf("attempt %d of member m1 = %+v, want allowed with count 1", i, d)
+		}
+	}
+	if n := c.ZCard(ctx, a).Val(); n != 1 {
+		t.Fatalf("ZCARD after 3 attempts of one member = %d, want 1", n)
+	}
+	// Fill a; an earlier attempt of m9 left its member in b only (as a
+	// partial per-slot admission would). Denied: b must not keep it.
+	decideOK(t, r, rhit(a, 3, time.Minute))
+	decideOK(t, r, rhit(a, 3, time.Minute))
+	if _, _, err := r.decideMember(ctx, []Hit{rhit(b, 3, time.Minute)}, "m9"); err != nil {
+		t.Fatal(err)
+	}
+	d, _, err := r.decideMember(ctx, hits, "m9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || d.Index != 0 {
+		t.Fatalf("m9 with a full = %+v, want denied on hit 0", d)
+	}
+	if _, err := c.ZScore(ctx, b, "m9").Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("denied member m9 still in b (ZSCORE err %v)", err)
+	}
+}
+
+// TestRedisDeadline: a context deadline cuts a command that Redis is too
+// busy to answer.
+func TestRedisDeadline(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{})
+	k := testKeys(t)
+	decideOK(t, r, rhit(k.Key("a", "1"), 5, time.Second))
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
+	defer admin.Close()
+	var wg sync.WaitGroup
+	// A script busy for 1s (DEBUG SLEEP is disabled by default in Redis 7).
+	const busy = `local t0 = redis.call('TIME')
+repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 1000000`
+	wg.Go(func() { admin.Eval(context.Background(), busy, nil) })
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := r.Decide(ctx, []Hit{rhit(k.Key("a", "1"), 5, time.Second)})
+	took := time.Since(start)
+	wg.Wait()
+	if err == nil {
+		t.Fatal("Decide succeeded while Redis slept 1s past a 30ms deadline")
+	}
+	if took > 700*time.Millisecond {
+		t.Fatalf("Decide with a 30ms deadline returned after %s: the deadline did not cut the command", took)
+	}
+}
+
+// TestRedisConcurrentExact: independent clients (separate sidecars) × 32
+// goroutines on one key for several windows. The Redis-side admission times
+// never hold more than the limit in one window, and the limit is reached.
+func TestRedisConcurrentExact(t *testing.T) {
+	s := redistest.Start(t)
+	const (
+		sidecars   = 3
+		goroutines = 32
+		limit      = 20
+		window     = 100 * time.Millisecond
+		run        = 5 * window
+	)
+	key := testKeys(t).Key("ip", "10.0.0.1")
+	var (
+		mu  sync.Mutex
+		ts  []int64
+		wg  sync.WaitGroup
+		bad atomic.Value
+	)
+	stop := time.Now().Add(run)
+	for range sidecars {
+		c := newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}, PoolSize: goroutines})
+		r := newTestRedis(t, c, RedisOptions{})
+		for range goroutines {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					d, at, err := r.decideMember(context.Background(), []Hit{rhit(key, limit, window)}, r.member())
+					if err != nil {
+						bad.Store(err)
+						return
+					}
+					if d.Allowed {
+						mu.Lock()
+						ts = append(ts, at)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if err, _ := bad.Load().(error); err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	slices.Sort(ts)
+	if !checkSliding(t, ts, limit, window.Microseconds()) {
+		t.Fatalf("%d admissions in %s, but no window held the limit %d", len(ts), run, limit)
+	}
+	if min := int(run/window) * limit; len(ts) < min {
+		t.Fatalf("%d admissions in %s, want at least %d", len(ts), run, min)
+	}
+	t.Logf("%d admissions in %s at %d/%s", len(ts), run, limit, window)
+}
+
+// TestRedisBoundaryBurst: a fixed-window counter admits twice its limit
+// across a window edge; the sliding log admits the limit.
+func TestRedisBoundaryBurst(t *testing.T) {
+	_, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{})
+	ctx := context.Background()
+	const (
+		limit  = 10
+		window = 200 * time.Millisecond
+	)
+	for attempt := range 5 {
+		k := testKeys(t)
+		key := k.Key("uid", "u1")
+		// Start 40ms before the next fixed-window edge.
+		edge := time.Now().Truncate(window).Add(window)
+		if time.Until(edge) < 40*time.Millisecond {
+			edge = edge.Add(window)
+		}
+		time.Sleep(time.Until(edge.Add(-40 * time.Millisecond)))
+		fixed, sliding := 0, 0
+		burst := func() {
+			for range limit {
+				bucket := fmt.Sprintf("%s:fixed:%d", key, time.Now().UnixMilli()/window.Milliseconds())
+				n, err := c.Incr(ctx, bucket).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.PExpire(ctx, bucket, window)
+				if n <= limit {
+					fixed++
+				}
+				if decideOK(t, r, rhit(key, limit, window)).Allowed {
+					sliding++
+				}
+			}
+		}
+		burst()
+		if !time.Now().Before(edge) {
+			t.Logf("attempt %d: the first burst crossed the edge; again", attempt)
+			continue
+		}
+		time.Sleep(time.Until(edge.Add(5 * time.Millisecond)))
+		burst()
+		span := time.Since(edge.Add(-40 * time.Millisecond))
+		if span >= window {
+			t.Logf("attempt %d: bursts took %s; again", attempt, span)
+			continue
+		}
+		if fixed != 2*limit {
+			t.Fatalf("fixed window admitted %d of %d across the edge, want %d", fixed, 2*limit, 2*limit)
+		}
+		if sliding != limit {
+			t.Fatalf("sliding log admitted %d of %d within %s, want %d", sliding, 2*limit, span, limit)
+		}
+		return
+	}
+	t.Fatal("no attempt fit both bursts into one window")
+}
+
+// TestRedisClockSkew: on the local clock, two sidecars whose clocks are a
+// window apart over-admit; on the Redis clock, they cannot.
+func TestRedisClockSkew(t *testing.T) {
+	s := redistest.Start(t)
+	const window = 2 * time.Second
+	skewed := func() time.Time { return time.Now().Add(window + 100*time.Millisecond) }
+	for _, tc := range []struct {
+		clock Clock
+		want  int
+	}{{ClockLocal, 4}, {ClockRedis, 2}} {
+		t.Run(tc.clock.String(), func(t *testing.T) {
+			key := testKeys(t).Key("uid", "u1")
+			a := newTestRedis(t, newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}}), RedisOptions{Clock: tc.clock, Now: time.Now})
+			b := newTestRedis(t, newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}}), RedisOptions{Clock: tc.clock, Now: skewed})
+			admitted := 0
+			for _, r := range []*Redis{a, a, a, b, b, b} {
+				if decideOK(t, r, rhit(key, 2, window)).Allowed {
+					admitted++
+				}
+			}
+			if admitted != tc.want {
+				t.Fatalf("clock %s: %d admitted within %s at 2/%s, want %d", tc.clock, admitted, window/10, window, tc.want)
+			}
+		})
+	}
+}
