@@ -1,0 +1,123 @@
+package extauthz
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// TestConfigErrors loads every fixture of testdata/config and checks the
+// exact position and sentence of its error.
+func TestConfigErrors(t *testing.T) {
+	tests := map[string]string{
+		"anchor":               "4:17: anchors and aliases are not supported in a descriptors file",
+		"bad_ban":              "5:22: ban threshold must be at least 1, not 0",
+		"bad_duration":         `4:39: window "1 sec" is not a duration such as 1s or 500ms`,
+		"bad_failure_mode":     `4:19: failure_mode "open" must be local, allow or deny`,
+		"bad_header_name":      `3:40: header_name "x uid" is not a valid HTTP header name`,
+		"bad_on_missing":       `4:17: on_missing "allow" must be skip or deny`,
+		"bad_rule_name":        `4:11: rule name "per ip" must be 1 to 64 characters of A-Z a-z 0-9 . _ -`,
+		"bad_shadow_mode":      "4:18: shadow_mode must be true or false, not a string",
+		"bad_trusted_hops":     "2:27: trusted_hops -1 must be between 0 and 16",
+		"bad_unit":             `4:24: unit "fortnight" must be second, minute, hour or day`,
+		"bad_value_pattern":    `4:12: value "/api/*/coupon" has a * that is not at the end; only a trailing * (prefix match) is supported`,
+		"bad_yaml":             "4:17: invalid YAML: could not find flow mapping end token '}'",
+		"descriptors_not_list": "3:3: descriptors must be a list, not a mapping",
+		"duplicate_key":        `5:5: duplicate key "rate_limit" (first set on line 4)`,
+		"duplicate_rule_name":  `9:11: rule name "limit" is already used by the rule on line 5`,
+		"empty_domain":         "1:9: domain is empty",
+		"empty_file":           "1:1: the file is empty: it needs at least domain and descriptors",
+		"empty_value":          "4:12: value is empty: omit value to limit per request value",
+		"key_reused_in_path":   `6:14: descriptor key "path" is already used by an enclosing descriptor`,
+		"missing_domain":       "1:1: domain is missing: name the rules' domain, such as domain: flashsale",
+		"mixed_rate_limit":     "4:17: rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form",
+		"negative_limit":       "4:28: the limit must allow at least 1 request, not -3",
+		"no_rate_limit":        `3:5: descriptor "remote_address" has neither rate_limit nor nested descriptors`,
+		"requests_not_number":  "4:28: requests must be a whole number, not a string",
+		"short_window":         "4:39: window 100µs: must be at least 1ms",
+		"too_many_requests":    "4:28: the limit allows at most 1000000 requests per window, not 2000000",
+		"two_documents":        "6:1: the file holds more than one YAML document; keep one",
+		"undeclared_key":       `3:10: descriptor key "uid" has no source: declare it under sources (for example uid: {request_headers: {header_name: x-uid}})`,
+		"unknown_key":          `4:5: unknown key "rate_limt" in a descriptor; known keys: key, value, name, rate_limit, shadow_mode, failure_mode, ban, on_missing, descriptors`,
+		"unknown_source":       `3:9: unknown source "cookie"; known sources: request_headers, remote_address, request_path, request_method, authority, context_extension`,
+		"unknown_top_key":      `2:1: unknown key "descriptor" in the descriptors file; known keys: domain, sources, client_ip, descriptors`,
+		"unused_source":        `4:3: source "devcie" is not used by any descriptor`,
+		"window_without_unit":  "4:39: window 60 has no unit: write a duration such as 1s or 500ms",
+		"zero_limit":           "4:28: the limit must allow at least 1 request, not 0",
+	}
+	files, err := filepath.Glob("testdata/config/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(tests) {
+		var names []string
+		for _, f := range files {
+			names = append(names, strings.TrimSuffix(filepath.Base(f), ".yaml"))
+		}
+		sort.Strings(names)
+		t.Errorf("%d fixtures, %d table entries: %v", len(files), len(tests), names)
+	}
+	for name, want := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join("testdata", "config", name+".yaml")
+			_, err := LoadFile(path)
+			if err == nil {
+				t.Fatalf("LoadFile(%s) succeeded", path)
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %v is %T, not *ConfigError", err, err)
+			}
+			if got := err.Error(); got != path+":"+want {
+				t.Errorf("got  %s\nwant %s:%s", got, path, want)
+			}
+		})
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	c, err := ExampleConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := os.ReadFile("flashsale.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(shipped, ExampleYAML()) {
+		t.Error("ExampleYAML differs from flashsale.yaml")
+	}
+	if c.Domain != "flashsale" || c.ClientIP.TrustedHops != 0 {
+		t.Errorf("domain %q, hops %d", c.Domain, c.ClientIP.TrustedHops)
+	}
+	want := map[string]window.Limit{
+		"coupon_per_uid":    {Requests: 5, Window: time.Second},
+		"coupon_per_device": {Requests: 10, Window: time.Second},
+		"per_ip":            {Requests: 100, Window: time.Second},
+	}
+	if len(c.Rules) != len(want) {
+		t.Fatalf("%d rules, want %d", len(c.Rules), len(want))
+	}
+	for _, r := range c.Rules {
+		if r.Limit != want[r.Name] {
+			t.Errorf("rule %s: limit %v, want %v", r.Name, r.Limit, want[r.Name])
+		}
+	}
+	var b bytes.Buffer
+	if err := c.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"coupon_per_uid", `path starting "/api/coupon/"`, "header x-uid", "5/1s", "client IP", "100/1s"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, b.String())
+		}
+	}
+	t.Logf("\n%s", b.String())
+}

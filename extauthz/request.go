@@ -1,0 +1,230 @@
+package extauthz
+
+import (
+	"net/netip"
+	"strings"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// MaxValueLen is the longest request value (header, path, ...) that becomes
+// part of a limit key; a longer one is treated as missing. Matching a
+// descriptor's value pattern uses the whole request value.
+const MaxValueLen = 1024
+
+// Mapping is the outcome of [Config.Map] for one request. Reuse one across
+// requests to spare allocations; it is not safe for concurrent use.
+type Mapping struct {
+	// Hits are the limits the request falls under, one per matching rule,
+	// in file order.
+	Hits []window.Hit
+	// Rules[i] is the rule that produced Hits[i].
+	Rules []*Rule
+	// Missing is a matching rule with on_missing: deny whose value the
+	// request lacks (an enforcing one if any, else a shadow one); nil if none.
+	Missing *Rule
+}
+
+// Reset empties m, keeping its storage.
+func (m *Mapping) Reset() {
+	clear(m.Hits)
+	clear(m.Rules)
+	m.Hits, m.Rules, m.Missing = m.Hits[:0], m.Rules[:0], nil
+}
+
+// Map computes the hits of req under c's rules, into m (reset first). It is
+// a pure function of its arguments: it never fails and never panics,
+// whatever req holds (nil included), and reads no clock.
+//
+// A rule matches when every descriptor with a value finds its pattern in the
+// request (exact, or prefix for a trailing *). A matching rule whose other
+// descriptors all find a value (present, non-empty, at most MaxValueLen
+// bytes) yields a hit keyed by keys.Key(rule name, joined parts), the parts
+// being each descriptor's pattern or the request's value; otherwise the rule
+// is skipped, or recorded in m.Missing under on_missing: deny.
+//
+// Map is safe for concurrent use on one Config with distinct Mappings.
+func (c *Config) Map(req *authv3.CheckRequest, keys window.Keys, m *Mapping) {
+	m.Reset()
+	if c == nil {
+		return
+	}
+	v := view{cfg: c, attrs: req.GetAttributes()}
+	v.http = v.attrs.GetRequest().GetHttp()
+	var parts [MaxDepth]string
+	for _, r := range c.Rules {
+		applies, missing := true, false
+		np := 0
+		var single string
+		for i := range r.Match {
+			mt := &r.Match[i]
+			val, ok := v.value(mt.src)
+			if mt.HasValue {
+				if !ok || (mt.Prefix && !strings.HasPrefix(val, mt.Value)) || (!mt.Prefix && val != mt.Value) {
+					applies = false
+					break
+				}
+				parts[np] = mt.Pattern()
+			} else {
+				if !ok || len(val) > MaxValueLen {
+					missing = true
+				}
+				parts[np], single = val, val
+			}
+			np++
+		}
+		if !applies {
+			continue
+		}
+		if missing {
+			if r.OnMissing == MissingDeny && (m.Missing == nil || m.Missing.Shadow && !r.Shadow) {
+				m.Missing = r
+			}
+			continue
+		}
+		var value string
+		switch {
+		case r.nvar == 0:
+			value = r.constKey
+		case np == 1:
+			value = single
+		default:
+			value = joinParts(parts[:np])
+		}
+		m.Hits = append(m.Hits, window.Hit{
+			Key: keys.Key(r.Name, value), Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow, Ban: r.Ban,
+		})
+		m.Rules = append(m.Rules, r)
+	}
+}
+
+// view reads values out of one CheckRequest, memoising them per source.
+type view struct {
+	cfg   *Config
+	attrs *authv3.AttributeContext
+	http  *authv3.AttributeContext_HttpRequest
+	state [MaxSources]uint8 // 0 unknown, 1 present, 2 missing
+	vals  [MaxSources]string
+}
+
+func (v *view) value(i int) (string, bool) {
+	switch v.state[i] {
+	case 1:
+		return v.vals[i], true
+	case 2:
+		return "", false
+	}
+	s, ok := v.compute(v.cfg.sources[i])
+	if ok && s != "" {
+		v.state[i], v.vals[i] = 1, s
+		return s, true
+	}
+	v.state[i] = 2
+	return "", false
+}
+
+func (v *view) compute(src Source) (string, bool) {
+	switch src.Kind {
+	case SourceHeader:
+		return v.header(src.Name)
+	case SourcePath:
+		p := v.http.GetPath()
+		if i := strings.IndexAny(p, "?#"); i >= 0 {
+			p = p[:i]
+		}
+		return p, p != ""
+	case SourceMethod:
+		m := v.http.GetMethod()
+		if m == "" {
+			m, _ = v.header(":method")
+		}
+		return m, m != ""
+	case SourceAuthority:
+		h := v.http.GetHost()
+		if h == "" {
+			h, _ = v.header(":authority")
+		}
+		return h, h != ""
+	case SourceContextExtension:
+		s, ok := v.attrs.GetContextExtensions()[src.Name]
+		return s, ok
+	case SourceRemoteAddress:
+		return v.clientIP()
+	}
+	return "", false
+}
+
+// header returns a request header by lower-case name: from the headers map
+// Envoy fills by default, else from header_map (encode_raw_headers), where
+// repeated headers are joined with "," as Envoy does in the map.
+func (v *view) header(name string) (string, bool) {
+	if s, ok := v.http.GetHeaders()[name]; ok {
+		return s, true
+	}
+	var out string
+	found := false
+	for _, h := range v.http.GetHeaderMap().GetHeaders() {
+		if !strings.EqualFold(h.GetKey(), name) {
+			continue
+		}
+		s := h.GetValue()
+		if s == "" && len(h.GetRawValue()) > 0 {
+			s = string(h.GetRawValue())
+		}
+		if found {
+			out += "," + s
+		} else {
+			out, found = s, true
+		}
+	}
+	return out, found
+}
+
+// clientIP returns Envoy's source address, or with trusted hops the Nth
+// entry from the right of x-forwarded-for (source address if it has fewer).
+func (v *view) clientIP() (string, bool) {
+	peer := v.attrs.GetSource().GetAddress().GetSocketAddress().GetAddress()
+	n := v.cfg.ClientIP.TrustedHops
+	if n == 0 {
+		return peer, peer != ""
+	}
+	xff, ok := v.header("x-forwarded-for")
+	if !ok {
+		return peer, peer != ""
+	}
+	ip, ok := nthFromRight(xff, n)
+	if !ok {
+		return peer, peer != ""
+	}
+	return ip, ip != ""
+}
+
+// nthFromRight returns the nth (1-based) comma-separated entry from the right
+// of list as a valid IP address; ok is false if list has fewer entries. An
+// entry that is not an IP (or IP:port) yields "", true: a trusted position
+// holding garbage makes the value missing rather than falling back.
+func nthFromRight(list string, n int) (string, bool) {
+	for i := 1; ; i++ {
+		j := strings.LastIndexByte(list, ',')
+		if i == n {
+			entry := strings.TrimSpace(list[j+1:])
+			return normalizeIP(entry), true
+		}
+		if j < 0 {
+			return "", false
+		}
+		list = list[:j]
+	}
+}
+
+func normalizeIP(s string) string {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return s
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().String()
+	}
+	return ""
+}

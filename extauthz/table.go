@@ -1,0 +1,68 @@
+package extauthz
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable prints c's rules for people (`flashgate validate`):
+//
+//	domain flashsale (built-in:flashsale.yaml), client IP: source address
+//	RULE               REQUESTS                        LIMIT KEY       LIMIT    OPTIONS
+//	coupon_per_uid     path starting "/api/coupon/"    header x-uid    5/1s     -
+//
+// It returns the first write error.
+func (c *Config) WriteTable(w io.Writer) error {
+	ip := "source address"
+	if c.ClientIP.TrustedHops > 0 {
+		ip = fmt.Sprintf("x-forwarded-for, %d trusted hop(s)", c.ClientIP.TrustedHops)
+	}
+	if _, err := fmt.Fprintf(w, "domain %s (%s), client IP: %s\n", c.Domain, c.Name, ip); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tREQUESTS\tLIMIT KEY\tLIMIT\tOPTIONS")
+	for _, r := range c.Rules {
+		var when, per, opts []string
+		for _, m := range r.Match {
+			switch {
+			case m.HasValue && m.Prefix:
+				when = append(when, fmt.Sprintf("%s starting %q", m.Source, m.Value))
+			case m.HasValue:
+				when = append(when, fmt.Sprintf("%s = %q", m.Source, m.Value))
+			default:
+				per = append(per, m.Source.String())
+			}
+		}
+		if len(when) == 0 {
+			when = []string{"every request"}
+		}
+		if len(per) == 0 {
+			per = []string{"(one shared bucket)"}
+		}
+		if r.Shadow {
+			opts = append(opts, "shadow")
+		}
+		if r.FailureMode != FailureDefault {
+			opts = append(opts, "failure_mode="+r.FailureMode.String())
+		}
+		if r.OnMissing == MissingDeny {
+			opts = append(opts, "on_missing=deny")
+		}
+		if r.Ban != nil {
+			if r.Ban.Enabled() {
+				opts = append(opts, fmt.Sprintf("ban=%d in %s → %s", r.Ban.Threshold, r.Ban.Window, r.Ban.Duration))
+			} else {
+				opts = append(opts, "ban=off")
+			}
+		}
+		if len(opts) == 0 {
+			opts = []string{"-"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%s\t%s\n", r.Name, strings.Join(when, " and "),
+			strings.Join(per, " + "), r.Limit.Requests, r.Limit.Window, strings.Join(opts, " "))
+	}
+	return tw.Flush()
+}
