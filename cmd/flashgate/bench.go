@@ -1,0 +1,515 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+type benchOptions struct {
+	addr        string
+	duration    time.Duration
+	concurrency int
+	connections int
+	users       int
+	hot         float64
+	path        string
+	method      string
+	ip          string
+	rate        float64
+	timeout     time.Duration
+	json        bool
+	quiet       bool
+}
+
+// prebuildMax is the largest --users for which every user's CheckRequest is
+// encoded once up front (about 250 bytes each); above it, workers encode each
+// request into a reused buffer.
+const prebuildMax = 200_000
+
+func newBenchCmd(e env) *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench --addr A --duration D --concurrency N --users N --hot F [--path P] [--json]",
+		Short: "Load-test a running ext_authz server",
+		Long: `bench sends ext_authz Check requests to a running server from --concurrency
+workers for --duration, and reports throughput, allowed/denied/errors and the
+latency distribution (p50/p90/p99/p99.9/max, measured in log buckets to
+within 1.6%).
+
+Each request carries the x-uid and x-device-fp headers of one of --users
+distinct users, drawn uniformly, except that a fraction --hot of all requests
+comes from one abusive user (uid u0000000). Each user has its own client IP
+(10.0.0.0/8) unless --ip sets one for all. With --rate, workers pace
+themselves to that total rate, and a late request's latency counts from when
+it should have been sent.
+
+Progress goes to stderr: a redrawn line on a terminal, a line per second
+otherwise (--quiet: none). The result goes to stdout: a table, or one JSON
+object with --json.`,
+		Example: `  flashgate bench --addr 127.0.0.1:9191 --duration 10s --concurrency 32 --users 100000 --hot 0.9 --json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd.Context(), e, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "ext_authz gRPC server address (host:port or unix:///path)")
+	f.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send requests")
+	f.IntVar(&o.concurrency, "concurrency", 16, "number of workers, each with one call in flight")
+	f.IntVar(&o.connections, "connections", 2, "number of HTTP/2 connections the workers share")
+	f.IntVar(&o.users, "users", 1000, "number of distinct users (x-uid, x-device-fp)")
+	f.Float64Var(&o.hot, "hot", 0, "fraction of requests from one abusive user, 0 to 1")
+	f.StringVar(&o.path, "path", "/api/coupon/1", "request path")
+	f.StringVar(&o.method, "method", "POST", "request method")
+	f.StringVar(&o.ip, "ip", "", "client IP of every request (default: one per user)")
+	f.Float64Var(&o.rate, "rate", 0, "total requests per second to pace to (0: as fast as possible)")
+	f.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
+	f.BoolVar(&o.json, "json", false, "print the result as one JSON object")
+	f.BoolVar(&o.quiet, "quiet", false, "no progress display")
+	return cmd
+}
+
+func (o benchOptions) validate() error {
+	switch {
+	case o.duration <= 0:
+		return fmt.Errorf("--duration %s: must be positive", o.duration)
+	case o.concurrency < 1:
+		return fmt.Errorf("--concurrency %d: must be at least 1", o.concurrency)
+	case o.connections < 1:
+		return fmt.Errorf("--connections %d: must be at least 1", o.connections)
+	case o.users < 1 || o.users > 1<<24-2:
+		return fmt.Errorf("--users %d: must be 1 to %d", o.users, 1<<24-2)
+	case !(o.hot >= 0 && o.hot <= 1):
+		return fmt.Errorf("--hot %g: must be a fraction from 0 to 1", o.hot)
+	case !(o.rate >= 0):
+		return fmt.Errorf("--rate %g: must not be negative", o.rate)
+	case o.timeout <= 0:
+		return fmt.Errorf("--timeout %s: must be positive", o.timeout)
+	case !strings.HasPrefix(o.path, "/"):
+		return fmt.Errorf("--path %q: must start with /", o.path)
+	}
+	return nil
+}
+
+// benchResult is the outcome of a run, as printed by bench --json.
+type benchResult struct {
+	Addr         string            `json:"addr"`
+	Path         string            `json:"path"`
+	Concurrency  int               `json:"concurrency"`
+	Connections  int               `json:"connections"`
+	Users        int               `json:"users"`
+	Hot          float64           `json:"hot"`
+	Rate         float64           `json:"rate,omitempty"`
+	DurationS    float64           `json:"duration_s"` // measured
+	Requests     uint64            `json:"requests"`   // allowed + denied + errors
+	Throughput   float64           `json:"throughput"` // requests per second
+	Allowed      uint64            `json:"allowed"`
+	Denied       uint64            `json:"denied"`
+	Errors       uint64            `json:"errors"`
+	ErrorsByCode map[string]uint64 `json:"errors_by_code,omitempty"`
+	FirstError   string            `json:"first_error,omitempty"`
+	// LatencyMS of the answered calls (allowed and denied), in milliseconds.
+	LatencyMS benchLatency `json:"latency_ms"`
+}
+
+type benchLatency struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99_9"`
+	Max  float64 `json:"max"`
+}
+
+// benchWorker is one worker's tallies. The counters are read live by the
+// progress display; the rest only after the worker has finished.
+type benchWorker struct {
+	allowed, denied, errors atomic.Uint64
+	_                       [40]byte // keep workers' counters on separate cache lines
+
+	hist     histogram
+	byCode   map[codes.Code]uint64
+	firstErr error
+}
+
+// userRequests encodes the CheckRequest of each user.
+type userRequests struct {
+	o      benchOptions
+	fixed  netip.Addr // --ip, or invalid for one IP per user
+	tmpl   *authv3.CheckRequest
+	marsh  proto.MarshalOptions
+	encBuf []byte
+}
+
+func newUserRequests(o benchOptions) (*userRequests, error) {
+	u := &userRequests{o: o, marsh: proto.MarshalOptions{Deterministic: false}}
+	if o.ip != "" {
+		ip, err := parseIP(o.ip)
+		if err != nil {
+			return nil, err
+		}
+		u.fixed = ip
+	}
+	u.tmpl = buildCheckRequest(requestSpec{
+		method: strings.ToUpper(o.method), path: o.path, host: "localhost", scheme: "http",
+		headers: map[string]string{"x-uid": "", "x-device-fp": "", "user-agent": "flashgate-bench"},
+		ip:      netip.IPv4Unspecified(),
+	})
+	return u, nil
+}
+
+// clone returns an encoder with its own template, for one worker.
+func (u *userRequests) clone() *userRequests {
+	return &userRequests{o: u.o, fixed: u.fixed, tmpl: proto.Clone(u.tmpl).(*authv3.CheckRequest), marsh: u.marsh}
+}
+
+// encode returns user i's request in wire form, in a buffer reused by the
+// next call.
+func (u *userRequests) encode(i int) ([]byte, error) {
+	h := u.tmpl.Attributes.Request.Http.Headers
+	h["x-uid"] = fmt.Sprintf("u%07d", i)
+	h["x-device-fp"] = fmt.Sprintf("fp%07d", i)
+	ip := u.fixed
+	if !ip.IsValid() {
+		n := i + 1
+		ip = netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
+	}
+	u.tmpl.Attributes.Source.Address.GetSocketAddress().Address = ip.String()
+	b, err := u.marsh.MarshalAppend(u.encBuf[:0], u.tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("encode request of user %d: %w", i, err)
+	}
+	u.encBuf = b
+	return b, nil
+}
+
+func runBench(ctx context.Context, e env, o benchOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	enc, err := newUserRequests(o)
+	if err != nil {
+		return err
+	}
+	var prebuilt []rawMessage
+	if o.users <= prebuildMax {
+		prebuilt = make([]rawMessage, o.users)
+		for i := range prebuilt {
+			b, err := enc.encode(i)
+			if err != nil {
+				return err
+			}
+			prebuilt[i] = rawMessage(append([]byte(nil), b...))
+		}
+	}
+
+	conns := make([]*grpc.ClientConn, o.connections)
+	for i := range conns {
+		c, err := dial(o.addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	if err := warmUp(ctx, conns, o.timeout); err != nil {
+		return err
+	}
+
+	workers := make([]*benchWorker, o.concurrency)
+	for i := range workers {
+		workers[i] = &benchWorker{byCode: map[codes.Code]uint64{}}
+	}
+	progressDone := make(chan struct{})
+	var progressWG sync.WaitGroup
+	if !o.quiet {
+		progressWG.Add(1)
+		go func() {
+			defer progressWG.Done()
+			showProgress(e.stderr, o.duration, workers, progressDone)
+		}()
+	}
+
+	start := time.Now()
+	end := start.Add(o.duration)
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wk := benchWorkerRun{
+				o: o, w: w, conn: conns[i%len(conns)], prebuilt: prebuilt,
+				enc: enc.clone(), rng: rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(i))),
+			}
+			if o.rate > 0 {
+				wk.interval = time.Duration(float64(o.concurrency) / o.rate * float64(time.Second))
+				// Spread the workers' first sends over one interval.
+				wk.next = start.Add(wk.interval * time.Duration(i) / time.Duration(o.concurrency))
+			}
+			wk.run(ctx, end)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(progressDone)
+	progressWG.Wait()
+
+	res := summarize(o, workers, elapsed)
+	if o.json {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return fmt.Errorf("encode result: %w", err)
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+		if err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		return nil
+	}
+	return writeBenchTable(e.stdout, res)
+}
+
+// warmUp connects every connection (with a health check, which no rate
+// limit counts) so that connection set-up is not measured and an unreachable
+// server is reported at once rather than as a run full of errors.
+func warmUp(ctx context.Context, conns []*grpc.ClientConn, timeout time.Duration) error {
+	for _, c := range conns {
+		cctx, cancel := context.WithTimeout(ctx, max(timeout, time.Second))
+		_, err := healthpb.NewHealthClient(c).Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err != nil && status.Code(err) != codes.Unimplemented && status.Code(err) != codes.NotFound {
+			return fmt.Errorf("cannot reach %s: %w", c.Target(), err)
+		}
+	}
+	return nil
+}
+
+// benchWorkerRun is one worker's loop state.
+type benchWorkerRun struct {
+	o        benchOptions
+	w        *benchWorker
+	conn     *grpc.ClientConn
+	prebuilt []rawMessage
+	enc      *userRequests
+	rng      *rand.Rand
+	interval time.Duration // between sends with --rate; 0 for none
+	next     time.Time     // when the next send is due with --rate
+}
+
+func (wk *benchWorkerRun) run(ctx context.Context, end time.Time) {
+	callOpts := []grpc.CallOption{grpc.ForceCodecV2(rawCodec{})}
+	var answer checkAnswer
+	var req rawMessage
+	behind := false // with --rate: the previous call ended after this one was due
+	for ctx.Err() == nil {
+		sent := time.Now()
+		if wk.interval > 0 {
+			if wk.next.After(sent) {
+				if !sleepUntil(ctx, wk.next) {
+					return
+				}
+				sent = time.Now()
+			}
+			if behind {
+				sent = wk.next // count the wait a paced client would have seen
+			}
+		}
+		if !sent.Before(end) {
+			return
+		}
+		user := wk.pickUser()
+		if wk.prebuilt != nil {
+			req = wk.prebuilt[user]
+		} else {
+			b, err := wk.enc.encode(user)
+			if err != nil {
+				wk.fail(err)
+				continue
+			}
+			req = b
+		}
+		cctx, cancel := context.WithTimeout(ctx, wk.o.timeout)
+		err := wk.conn.Invoke(cctx, "/envoy.service.auth.v3.Authorization/Check", &req, &answer, callOpts...)
+		cancel()
+		done := time.Now()
+		if wk.interval > 0 {
+			wk.next = wk.next.Add(wk.interval)
+			behind = done.After(wk.next)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return // interrupted: not the server's fault
+			}
+			wk.fail(err)
+			continue
+		}
+		wk.w.hist.record(done.Sub(sent))
+		if answer.code == int32(codes.OK) {
+			wk.w.allowed.Add(1)
+		} else {
+			wk.w.denied.Add(1)
+		}
+	}
+}
+
+func (wk *benchWorkerRun) fail(err error) {
+	wk.w.errors.Add(1)
+	wk.w.byCode[status.Code(err)]++
+	if wk.w.firstErr == nil {
+		wk.w.firstErr = err
+	}
+}
+
+// pickUser draws the user of the next request: user 0 with probability
+// --hot, else any of the --users uniformly.
+func (wk *benchWorkerRun) pickUser() int {
+	if wk.o.hot > 0 && wk.rng.Float64() < wk.o.hot {
+		return 0
+	}
+	return wk.rng.IntN(wk.o.users)
+}
+
+// sleepUntil sleeps until t; it reports false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return true
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func summarize(o benchOptions, workers []*benchWorker, elapsed time.Duration) benchResult {
+	res := benchResult{
+		Addr: o.addr, Path: o.path, Concurrency: o.concurrency, Connections: o.connections,
+		Users: o.users, Hot: o.hot, Rate: o.rate, DurationS: elapsed.Seconds(),
+	}
+	var h histogram
+	for _, w := range workers {
+		res.Allowed += w.allowed.Load()
+		res.Denied += w.denied.Load()
+		res.Errors += w.errors.Load()
+		h.merge(&w.hist)
+		for c, n := range w.byCode {
+			if res.ErrorsByCode == nil {
+				res.ErrorsByCode = map[string]uint64{}
+			}
+			res.ErrorsByCode[c.String()] += n
+		}
+		if w.firstErr != nil && res.FirstError == "" {
+			res.FirstError = w.firstErr.Error()
+		}
+	}
+	res.Requests = res.Allowed + res.Denied + res.Errors
+	if elapsed > 0 {
+		res.Throughput = float64(res.Requests) / elapsed.Seconds()
+	}
+	res.LatencyMS = benchLatency{
+		P50: ms(h.quantile(0.50)), P90: ms(h.quantile(0.90)), P99: ms(h.quantile(0.99)),
+		P999: ms(h.quantile(0.999)), Max: ms(h.max),
+	}
+	return res
+}
+
+func writeBenchTable(w io.Writer, r benchResult) error {
+	pct := func(n uint64) string {
+		if r.Requests == 0 {
+			return ""
+		}
+		return fmt.Sprintf("(%.1f%%)", 100*float64(n)/float64(r.Requests))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "target\t%s %s\n", r.Addr, r.Path)
+	fmt.Fprintf(tw, "load\t%d workers on %d connections, %d users, hot %.2f", r.Concurrency, r.Connections, r.Users, r.Hot)
+	if r.Rate > 0 {
+		fmt.Fprintf(tw, ", paced to %.0f/s", r.Rate)
+	}
+	fmt.Fprintf(tw, "\n")
+	fmt.Fprintf(tw, "duration\t%.2fs\n", r.DurationS)
+	fmt.Fprintf(tw, "requests\t%d\n", r.Requests)
+	fmt.Fprintf(tw, "throughput\t%.1f/s\n", r.Throughput)
+	fmt.Fprintf(tw, "allowed\t%d\t%s\n", r.Allowed, pct(r.Allowed))
+	fmt.Fprintf(tw, "denied\t%d\t%s\n", r.Denied, pct(r.Denied))
+	fmt.Fprintf(tw, "errors\t%d\t%s\n", r.Errors, pct(r.Errors))
+	l := r.LatencyMS
+	fmt.Fprintf(tw, "latency\tp50 %.3fms  p90 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms\n", l.P50, l.P90, l.P99, l.P999, l.Max)
+	if r.FirstError != "" {
+		fmt.Fprintf(tw, "first error\t%s\n", r.FirstError)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
+}
+
+// showProgress reports the workers' tallies on w until done is closed: a
+// line redrawn in place five times a second on a terminal, else a line per
+// second.
+func showProgress(w io.Writer, total time.Duration, workers []*benchWorker, done <-chan struct{}) {
+	tty := isTerminal(w)
+	every := time.Second
+	if tty {
+		every = 200 * time.Millisecond
+	}
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	start := time.Now()
+	var lastN uint64
+	lastT := start
+	for {
+		select {
+		case <-done:
+			if tty {
+				fmt.Fprint(w, "\r\x1b[K")
+			}
+			return
+		case now := <-ticker.C:
+			var a, d, errs uint64
+			for _, wk := range workers {
+				a += wk.allowed.Load()
+				d += wk.denied.Load()
+				errs += wk.errors.Load()
+			}
+			n := a + d + errs
+			rate := float64(n-lastN) / now.Sub(lastT).Seconds()
+			lastN, lastT = n, now
+			line := fmt.Sprintf("bench %4.1fs/%s  %d requests  %.0f/s  allowed %d  denied %d  errors %d",
+				now.Sub(start).Seconds(), total, n, rate, a, d, errs)
+			if tty {
+				fmt.Fprintf(w, "\r\x1b[K%s", line)
+			} else {
+				fmt.Fprintln(w, line)
+			}
+		}
+	}
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

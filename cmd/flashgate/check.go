@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+)
+
+type checkOptions struct {
+	addr       string
+	path       string
+	method     string
+	host       string
+	scheme     string
+	headers    []string
+	ip         string
+	extensions []string
+	count      int
+	json       bool
+	timeout    time.Duration
+}
+
+func newCheckCmd(e env) *cobra.Command {
+	var o checkOptions
+	cmd := &cobra.Command{
+		Use:   "check --addr A --path P [--method M] [-H 'name: value']... [--ip IP] [-n N] [--json]",
+		Short: "Send ext_authz Check requests to a server and print the answers",
+		Long: `check is an ext_authz client: it builds the CheckRequest Envoy would send for
+one HTTP request and sends it N times, printing one line per answer: allowed
+or denied, the HTTP status (200, or the denied status), the response headers
+and the latency; or one JSON object per line with --json.
+
+A denial (429) is a valid answer: check exits non-zero only when a call fails
+(connection refused, timeout, gRPC error).`,
+		Example: `  flashgate check --addr 127.0.0.1:9191 --path /api/coupon/1 -H 'x-uid: alice' -n 6`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runCheck(cmd.Context(), e.stdout, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "ext_authz gRPC server address (host:port or unix:///path)")
+	f.StringVar(&o.path, "path", "", "request path, query string included (required)")
+	f.StringVar(&o.method, "method", "GET", "request method")
+	f.StringVar(&o.host, "host", "localhost", "request host (:authority)")
+	f.StringVar(&o.scheme, "scheme", "http", "request scheme")
+	f.StringArrayVarP(&o.headers, "header", "H", nil, "request header 'name: value' (repeatable)")
+	f.StringVar(&o.ip, "ip", "127.0.0.1", "client IP address (source.address)")
+	f.StringArrayVar(&o.extensions, "context-extension", nil, "per-route context_extensions entry key=value (repeatable)")
+	f.IntVarP(&o.count, "count", "n", 1, "number of requests to send")
+	f.BoolVar(&o.json, "json", false, "print one JSON object per answer")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Second, "deadline of each call")
+	_ = cmd.MarkFlagRequired("path")
+	return cmd
+}
+
+// checkResult is one answer, as printed by check --json.
+type checkResult struct {
+	N         int     `json:"n"`
+	Allowed   bool    `json:"allowed"`
+	Code      string  `json:"code,omitempty"`   // gRPC status code of the CheckResponse
+	Status    int     `json:"status,omitempty"` // HTTP status Envoy would answer with
+	LatencyMS float64 `json:"latency_ms"`
+	// Headers: the headers added to the response to the client.
+	Headers map[string]string `json:"headers,omitempty"`
+	// UpstreamHeaders: for an allowed request, headers added to the request
+	// sent upstream.
+	UpstreamHeaders map[string]string `json:"upstream_headers,omitempty"`
+	Body            string            `json:"body,omitempty"`
+	Error           string            `json:"error,omitempty"`
+}
+
+func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
+	if o.count < 1 {
+		return fmt.Errorf("-n %d: must be at least 1", o.count)
+	}
+	if o.timeout <= 0 {
+		return fmt.Errorf("--timeout %s: must be positive", o.timeout)
+	}
+	if !strings.HasPrefix(o.path, "/") {
+		return fmt.Errorf("--path %q: must start with /", o.path)
+	}
+	ip, err := parseIP(o.ip)
+	if err != nil {
+		return err
+	}
+	headers, err := parseHeaders(o.headers)
+	if err != nil {
+		return err
+	}
+	ext, err := parsePairs("context-extension", o.extensions)
+	if err != nil {
+		return err
+	}
+	conn, err := dial(o.addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := authv3.NewAuthorizationClient(conn)
+
+	spec := requestSpec{
+		method: strings.ToUpper(o.method), path: o.path, host: o.host, scheme: o.scheme,
+		headers: headers, ip: ip, contextExtensions: ext,
+	}
+	enc := json.NewEncoder(stdout)
+	var failed int
+	var lastErr error
+	for i := 1; i <= o.count; i++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		spec.id = newRequestID()
+		req := buildCheckRequest(spec)
+		callCtx, cancel := context.WithTimeout(ctx, o.timeout)
+		start := time.Now()
+		resp, err := client.Check(callCtx, req)
+		latency := time.Since(start)
+		cancel()
+		var res checkResult
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			failed++
+			lastErr = err
+			res = checkResult{N: i, LatencyMS: ms(latency), Error: err.Error()}
+		} else {
+			res = describeResponse(i, resp, latency)
+		}
+		if o.json {
+			if err := enc.Encode(res); err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+		} else if _, err := io.WriteString(stdout, res.line()); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d checks failed: %w", failed, o.count, lastErr)
+	}
+	return nil
+}
+
+// describeResponse reads a CheckResponse as Envoy's ext_authz filter would.
+func describeResponse(n int, resp *authv3.CheckResponse, latency time.Duration) checkResult {
+	code := codes.Code(resp.GetStatus().GetCode())
+	res := checkResult{N: n, Code: code.String(), LatencyMS: ms(latency)}
+	if code == codes.OK {
+		res.Allowed = true
+		res.Status = 200
+		ok := resp.GetOkResponse()
+		res.Headers = headerMap(ok.GetResponseHeadersToAdd())
+		res.UpstreamHeaders = headerMap(ok.GetHeaders())
+		return res
+	}
+	denied := resp.GetDeniedResponse()
+	res.Status = int(denied.GetStatus().GetCode())
+	if res.Status == 0 {
+		res.Status = 403 // Envoy's default for a denial without a status
+	}
+	res.Headers = headerMap(denied.GetHeaders())
+	res.Body = denied.GetBody()
+	return res
+}
+
+func headerMap(opts []*corev3.HeaderValueOption) map[string]string {
+	if len(opts) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(opts))
+	for _, o := range opts {
+		k, v := strings.ToLower(o.GetHeader().GetKey()), o.GetHeader().GetValue()
+		if v == "" && len(o.GetHeader().GetRawValue()) > 0 {
+			v = string(o.GetHeader().GetRawValue())
+		}
+		if old, ok := m[k]; ok {
+			v = old + ", " + v
+		}
+		m[k] = v
+	}
+	return m
+}
+
+// line formats r for people:
+//
+//	#1 allowed 200 0.412ms x-ratelimit-limit: 5; x-ratelimit-remaining: 4
+func (r checkResult) line() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "#%d ", r.N)
+	if r.Error != "" {
+		fmt.Fprintf(&b, "error %.3fms %s\n", r.LatencyMS, r.Error)
+		return b.String()
+	}
+	verdict := "denied"
+	if r.Allowed {
+		verdict = "allowed"
+	}
+	fmt.Fprintf(&b, "%s %d %.3fms", verdict, r.Status, r.LatencyMS)
+	writeHeaders(&b, " ", r.Headers)
+	if len(r.UpstreamHeaders) > 0 {
+		writeHeaders(&b, " upstream: ", r.UpstreamHeaders)
+	}
+	if r.Body != "" {
+		fmt.Fprintf(&b, " body: %s", r.Body)
+	}
+	if !r.Allowed && r.Code != "" && r.Code != codes.ResourceExhausted.String() {
+		fmt.Fprintf(&b, " (code %s)", r.Code)
+	}
+	b.WriteByte('\n')
+	return b.String()
+}
+
+func writeHeaders(b *strings.Builder, lead string, h map[string]string) {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		if i == 0 {
+			b.WriteString(lead)
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(k)
+		b.WriteString(": ")
+		b.WriteString(h[k])
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
