@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/flashgate/flashgate/extauthz"
 
 	"github.com/spf13/cobra"
 )
@@ -52,8 +55,20 @@ probe, validate and load-test it.`,
 	root.AddCommand(
 		newCheckCmd(e),
 		newBenchCmd(e),
+		newValidateCmd(e),
 		newNoopServerCmd(e),
 		newVersionCmd(e),
 	)
 	return root
+}
+
+// errorLine formats the error that ends the process, for stderr: a
+// descriptors-file error as it is ("FILE:LINE:COL: message"), anything else
+// after "flashgate: ".
+func errorLine(err error) string {
+	var ce *extauthz.ConfigError
+	if errors.As(err, &ce) && err == error(ce) {
+		return ce.Error()
+	}
+	return "flashgate: " + err.Error()
 }

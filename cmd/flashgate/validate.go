@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/flashgate/flashgate/extauthz"
+	"github.com/spf13/cobra"
+)
+
+func newValidateCmd(e env) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "validate [--config FILE]",
+		Short: "Check a descriptors file and print its rules",
+		Long: `validate loads a descriptors file the way serve does (strictly: unknown keys
+are errors) and prints its rules as a table. Without --config (or
+FLASHGATE_CONFIG) it shows the built-in example.
+
+An invalid file is reported as FILE:LINE:COL: message, with exit status 1.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(file)
+			if err != nil {
+				return err
+			}
+			if err := cfg.WriteTable(e.stdout); err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&file, "config", "", "descriptors file (default: the built-in example)")
+	withEnv(cmd, e)
+	return cmd
+}
+
+// loadConfig loads the descriptors file, or the built-in example for "".
+// Errors in the file are *extauthz.ConfigError, unwrapped, so that they
+// print as FILE:LINE:COL: message.
+func loadConfig(file string) (*extauthz.Config, error) {
+	if file == "" {
+		cfg, err := extauthz.ExampleConfig()
+		if err != nil {
+			return nil, fmt.Errorf("built-in example: %w", err)
+		}
+		return cfg, nil
+	}
+	return extauthz.LoadFile(file)
+}
