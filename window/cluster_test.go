@@ -1,0 +1,161 @@
+package window
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window/redistest"
+)
+
+// TestRedisCluster runs the per-slot mode against a 3-master cluster: keys
+// spread over slots and nodes, hostile values stay bounded and distinct,
+// partial admissions are undone, and an empty script cache is survived.
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	c := newTestClient(t, ClientConfig{Addrs: cluster.Addrs()})
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("NewClient with 3 addresses = %T, want *redis.ClusterClient", c)
+	}
+	ctx := context.Background()
+	r := newTestRedis(t, c, RedisOptions{})
+	if !r.perKey {
+		t.Fatal("a cluster client did not get per-key mode")
+	}
+	if err := r.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+
+	t.Run("hostile keys", func(t *testing.T) {
+		k := testKeys(t)
+		huge := strings.Repeat("a", 1<<20)
+		values := []string{
+			"", "a", "b", "a:b", "a::b", ":", "{", "}", "{}", "{x}", "{x}y", "x{y}", "}{", "{{x}}",
+			"a\x00b", "a\x00", "\x00", "\xff\xfe", "\xc3\x28", "日本", "a b", "a/b", "a%00b",
+			huge, huge + "b", huge[1:], strings.Repeat("x", MaxVerbatim), strings.Repeat("x", MaxVerbatim+1),
+		}
+		rules := []string{"uid", "uid:a", "u{id}", "", "a", "a:b", "\x00", strings.Repeat("r", 1000)}
+		seen := map[string]string{}
+		var keys []string
+		for _, rule := range rules {
+			for _, v := range values {
+				key := k.Key(rule, v)
+				if len(key) > MaxKeyLen {
+					t.Fatalf("key of (%.20q, %.20q) is %d bytes, want ≤ %d", rule, v, len(key), MaxKeyLen)
+				}
+				id := fmt.Sprintf("(%.20q, %.20q len %d)", rule, v, len(v))
+				if prev, dup := seen[key]; dup {
+					t.Fatalf("%s and %s share the key %q", prev, id, key)
+				}
+				seen[key] = id
+				// The only hash tag is the server's: "{" right after the
+				// prefix, six hex digits, "}".
+				if i := strings.IndexByte(key, '{'); i != len(k.Prefix())+1 || key[i+7] != '}' {
+					t.Fatalf("key %q: the first '{' is not the server's hash tag", key)
+				}
+				keys = append(keys, key)
+			}
+		}
+		// Every one of them works through the cluster (no CROSSSLOT,
+		// MOVED handled), as a single request of many hits.
+		var hits []Hit
+		for _, key := range keys[:40] {
+			hits = append(hits, rhit(key, 1, time.Minute))
+		}
+		mustAllow(t, r, "40 hostile hits", hits...)
+		d := mustDeny(t, r, "40 hostile hits again", hits...)
+		if d.Index != 0 {
+			t.Fatalf("second request = %+v, want denied on hit 0", d)
+		}
+	})
+
+	t.Run("keys spread over slots", func(t *testing.T) {
+		k := testKeys(t)
+		const n = 2000
+		pipe := cc.Pipeline()
+		cmds := make([]*redis.IntCmd, n)
+		for i := range n {
+			// A value trying to pin every key to one slot.
+			cmds[i] = pipe.ClusterKeySlot(ctx, k.Key("uid", fmt.Sprintf("{pinned}%d", i)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		slots := map[int64]bool{}
+		var perNode [3]int
+		for _, c := range cmds {
+			s := c.Val()
+			slots[s] = true
+			perNode[min(int(s)/(16384/3), 2)]++
+		}
+		if len(slots) < n*8/10 {
+			t.Fatalf("%d keys fell in %d slots, want at least %d", n, len(slots), n*8/10)
+		}
+		for i, m := range perNode {
+			if m < n/5 {
+				t.Fatalf("node %d holds %d of %d keys (%v), want at least %d", i, m, n, perNode, n/5)
+			}
+		}
+	})
+
+	t.Run("a later denial undoes earlier admissions", func(t *testing.T) {
+		k := testKeys(t)
+		// Find two keys on different nodes.
+		a := k.Key("uid", "a")
+		var b string
+		for i := 0; b == ""; i++ {
+			cand := k.Key("ip", fmt.Sprint(i))
+			if nodeOf(t, cc, cand) != nodeOf(t, cc, a) {
+				b = cand
+			}
+		}
+		ha, hb := rhit(a, 5, time.Minute), rhit(b, 1, time.Minute)
+		sh := rhit(k.Key("fp", "f"), 5, time.Minute)
+		sh.Shadow = true
+		mustAllow(t, r, "fill b", hb)
+		for range 3 {
+			mustDeny(t, r, "a, shadow, then full b", ha, sh, hb)
+		}
+		for _, key := range []string{a, sh.Key} {
+			if n := cc.ZCard(ctx, key).Val(); n != 0 {
+				t.Fatalf("%s holds %d entries after denied requests, want 0", key, n)
+			}
+		}
+		if d := mustAllow(t, r, "a alone", ha); d.Count != 1 {
+			t.Fatalf("a alone = %+v, want count 1", d)
+		}
+	})
+
+	t.Run("empty script cache", func(t *testing.T) {
+		k := testKeys(t)
+		hits := []Hit{rhit(k.Key("uid", "u"), 5, time.Minute), rhit(k.Key("ip", "i"), 5, time.Minute), rhit(k.Key("fp", "f"), 5, time.Minute)}
+		mustAllow(t, r, "before the flush", hits...)
+		if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.ScriptFlush(ctx).Err()
+		}); err != nil {
+			t.Fatalf("SCRIPT FLUSH: %v", err)
+		}
+		if d := mustAllow(t, r, "after the flush", hits...); d.Count != 2 {
+			t.Fatalf("after the flush = %+v, want count 2", d)
+		}
+		if d := mustAllow(t, r, "one key after the flush", hits[0]); d.Count != 3 {
+			t.Fatalf("one key = %+v, want count 3", d)
+		}
+	})
+}
+
+// nodeOf returns the address of the master serving key.
+func nodeOf(t *testing.T, cc *redis.ClusterClient, key string) string {
+	t.Helper()
+	m, err := cc.MasterForKey(context.Background(), key)
+	if err != nil {
+		t.Fatalf("MasterForKey: %v", err)
+	}
+	return m.Options().Addr
+}
