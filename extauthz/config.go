@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -232,6 +233,7 @@ type Rule struct {
 	// Line and Column locate the descriptor in the file.
 	Line, Column int
 
+	idx      int    // index in Config.Rules
 	constKey string // the joined constant parts, when the rule has no variable part
 	nvar     int    // number of variable parts
 }
@@ -259,6 +261,8 @@ type Config struct {
 
 	sources    []Source
 	sourceKeys []string // descriptor key of each source, for reports
+	path       string   // the file LoadFile read, for Server.Reload
+	sum        [32]byte // SHA-256 of the content
 }
 
 // Sources returns the descriptor keys in use and where their values come
@@ -291,7 +295,12 @@ func LoadFile(path string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ParseConfig(path, data)
+	c, err := ParseConfig(path, data)
+	if err != nil {
+		return nil, err
+	}
+	c.path = path
+	return c, nil
 }
 
 func readFile(path string) ([]byte, error) {
@@ -391,6 +400,7 @@ func (p *cfgParser) parse(data []byte) (*Config, error) {
 	if err := p.top(body); err != nil {
 		return nil, err
 	}
+	p.cfg.sum = sha256.Sum256(data)
 	return p.cfg, nil
 }
 
@@ -928,6 +938,7 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 		}
 		p.names[r.Name] = r
 		r.finish()
+		r.idx = len(p.cfg.Rules)
 		p.cfg.Rules = append(p.cfg.Rules, r)
 	}
 	if nested != nil {

@@ -1,0 +1,97 @@
+package extauthz
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// BreakerOptions configures the circuit breaker in front of the backend.
+//
+// After Failures consecutive backend errors or timeouts the breaker opens:
+// for Cooldown every check goes straight to its failure mode without calling
+// the backend, so calls do not pile onto a failing or slow Redis. Then one
+// check is let through as a probe: success closes the breaker, failure opens
+// it for another Cooldown. While the probe is in flight, other checks still
+// take the failure mode.
+type BreakerOptions struct {
+	// Failures is the number of consecutive errors that opens the breaker;
+	// 0 means 5, a negative value disables the breaker.
+	Failures int
+	// Cooldown is how long the breaker stays open; 0 means 1s.
+	Cooldown time.Duration
+}
+
+// breaker is the circuit breaker of [BreakerOptions]. Its fast path (closed,
+// healthy) touches only atomics.
+type breaker struct {
+	threshold int32
+	cooldown  time.Duration
+	now       func() time.Time
+
+	failures atomic.Int32 // consecutive failures
+	open     atomic.Bool  // openUntil is set
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	openUntil time.Time
+	probing   bool
+}
+
+func newBreaker(o BreakerOptions, now func() time.Time) *breaker {
+	b := &breaker{threshold: int32(o.Failures), cooldown: o.Cooldown, now: now}
+	if o.Failures == 0 {
+		b.threshold = 5
+	}
+	if b.cooldown <= 0 {
+		b.cooldown = time.Second
+	}
+	return b
+}
+
+// allow reports whether a call may go to the backend now.
+func (b *breaker) allow() bool {
+	if b.threshold < 0 || !b.open.Load() {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open.Load() {
+		return true
+	}
+	if b.probing || b.now().Before(b.openUntil) {
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+// record reports the outcome of a call allow let through.
+func (b *breaker) record(ok bool) {
+	if b.threshold < 0 {
+		return
+	}
+	if ok {
+		if b.failures.Load() == 0 && !b.open.Load() {
+			return
+		}
+		b.mu.Lock()
+		b.failures.Store(0)
+		b.open.Store(false)
+		b.probing = false
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.failures.Add(1)
+	if b.probing || n >= b.threshold {
+		b.openUntil = b.now().Add(b.cooldown)
+		b.open.Store(true)
+		b.probing = false
+	}
+}
+
+// isOpen reports whether the breaker currently refuses calls (for metrics
+// and tests).
+func (b *breaker) isOpen() bool { return b.open.Load() }

@@ -1,0 +1,228 @@
+package extauthz
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc/codes"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// env is a Server on a Memory limiter with an injected clock.
+type env struct {
+	t     *testing.T
+	srv   *Server
+	clock *clock
+	reg   *prometheus.Registry
+}
+
+func parse(t testing.TB, yaml string) *Config {
+	t.Helper()
+	c, err := ParseConfig("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newEnv(t *testing.T, cfg *Config, mod func(*Options)) *env {
+	t.Helper()
+	clk := newClock()
+	mem, err := window.NewMemory(window.MemoryOptions{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg == nil {
+		if cfg, err = ExampleConfig(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	opts := Options{Limiter: mem, Fallback: mem, Registerer: reg, Now: clk.Now}
+	if mod != nil {
+		mod(&opts)
+	}
+	s, err := NewServer(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, srv: s, clock: clk, reg: reg}
+}
+
+// req describes a test request.
+type req struct {
+	path    string
+	method  string
+	host    string
+	ip      string
+	headers map[string]string
+	ext     map[string]string
+}
+
+func (r req) proto() *authv3.CheckRequest {
+	method := r.method
+	if method == "" {
+		method = "GET"
+	}
+	ip := r.ip
+	if ip == "" {
+		ip = "10.0.0.1"
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+			SocketAddress: &corev3.SocketAddress{Address: ip, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 40000}},
+		}}},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: method, Path: r.path, Host: r.host, Headers: r.headers, Scheme: "http", Protocol: "HTTP/1.1",
+		}},
+		ContextExtensions: r.ext,
+	}}
+}
+
+// answer is a CheckResponse made readable.
+type answer struct {
+	allowed bool
+	code    codes.Code
+	status  int // HTTP status of a denial
+	headers map[string]string
+	body    string
+}
+
+func read(t testing.TB, resp *authv3.CheckResponse, err error) answer {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("Check returned an error: %v", err)
+	}
+	a := answer{code: codes.Code(resp.GetStatus().GetCode()), headers: map[string]string{}}
+	var hs []*corev3.HeaderValueOption
+	switch h := resp.GetHttpResponse().(type) {
+	case *authv3.CheckResponse_OkResponse:
+		a.allowed = true
+		hs = h.OkResponse.GetResponseHeadersToAdd()
+		if len(h.OkResponse.GetHeaders()) > 0 {
+			t.Errorf("OK response sets upstream headers: %v", h.OkResponse.GetHeaders())
+		}
+	case *authv3.CheckResponse_DeniedResponse:
+		hs = h.DeniedResponse.GetHeaders()
+		a.status = int(h.DeniedResponse.GetStatus().GetCode())
+		a.body = h.DeniedResponse.GetBody()
+	default:
+		t.Fatalf("response has no http_response: %v", resp)
+	}
+	for _, h := range hs {
+		if _, dup := a.headers[h.GetHeader().GetKey()]; dup {
+			t.Errorf("header %s set twice", h.GetHeader().GetKey())
+		}
+		a.headers[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+	}
+	if a.allowed != (a.code == codes.OK) {
+		t.Errorf("allowed %v with status %v", a.allowed, a.code)
+	}
+	if !a.allowed && (a.code != codes.ResourceExhausted || a.status != 429) {
+		t.Errorf("denial with status %v / HTTP %d", a.code, a.status)
+	}
+	return a
+}
+
+func (e *env) check(r req) answer {
+	e.t.Helper()
+	resp, err := e.srv.Check(context.Background(), r.proto())
+	return read(e.t, resp, err)
+}
+
+// run sends r n times and returns how many were allowed.
+func (e *env) run(r req, n int) int {
+	e.t.Helper()
+	ok := 0
+	for range n {
+		if e.check(r).allowed {
+			ok++
+		}
+	}
+	return ok
+}
+
+func (e *env) counter(name string, labels ...string) float64 {
+	e.t.Helper()
+	var c prometheus.Collector
+	m := e.srv.metrics
+	switch name {
+	case "checks":
+		c = m.checks.WithLabelValues(labels...)
+	case "backend_errors":
+		c = m.backendErrs.WithLabelValues(labels...)
+	case "failure_mode":
+		c = m.failureModes.WithLabelValues(labels...)
+	case "local_denials":
+		c = m.localDenials.WithLabelValues(labels...)
+	case "reloads":
+		c = m.reloads.WithLabelValues(labels...)
+	default:
+		e.t.Fatalf("unknown counter %s", name)
+	}
+	var out dto.Metric
+	if err := c.(prometheus.Metric).Write(&out); err != nil {
+		e.t.Fatal(err)
+	}
+	return out.GetCounter().GetValue()
+}
+
+func uid(u string) map[string]string { return map[string]string{"x-uid": u} }
+
+func atoi(t testing.TB, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q is not a number", s)
+	}
+	return n
+}
+
+func wantDenied(t testing.TB, a answer, rule string, limit int) {
+	t.Helper()
+	if a.allowed {
+		t.Fatalf("allowed, want denied by %s", rule)
+	}
+	if got := a.headers["x-ratelimit-limit"]; got != strconv.Itoa(limit) {
+		t.Errorf("x-ratelimit-limit %q, want %d", got, limit)
+	}
+	if a.headers["x-ratelimit-remaining"] != "0" || a.headers["content-type"] != "application/json" {
+		t.Errorf("headers %v", a.headers)
+	}
+	if ra := atoi(t, a.headers["retry-after"]); ra < 1 || a.headers["x-ratelimit-reset"] != a.headers["retry-after"] {
+		t.Errorf("retry-after %d, reset %s", ra, a.headers["x-ratelimit-reset"])
+	}
+	prefix := `{"error":"too_many_requests","rule":"` + rule + `","retry_after_ms":`
+	if !strings.HasPrefix(a.body, prefix) || !strings.HasSuffix(a.body, "}") {
+		t.Errorf("body %s", a.body)
+	}
+}

@@ -1,0 +1,160 @@
+package extauthz
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// HealthService is the grpc.health.v1 service name of the Check server,
+// besides "" (the whole server).
+const HealthService = "envoy.service.auth.v3.Authorization"
+
+// MaxRecvMsgSize is the largest CheckRequest accepted: Envoy's default
+// ext_authz request without a buffered body is a few KiB; 4 MiB leaves room
+// for with_request_body.
+const MaxRecvMsgSize = 4 << 20
+
+// GRPCServerOptions returns the recommended options for the gRPC server
+// that hosts a Server:
+//   - MaxRecvMsgSize: see the constant;
+//   - keepalive enforcement that accepts pings every 5s even without
+//     streams, so Envoy's HTTP/2 keepalive (connection_keepalive, usually
+//     ≥ 10s interval) is never answered with GOAWAY too_many_pings;
+//   - server pings after 30s idle (10s timeout) to drop dead peers;
+//   - MaxConnectionAge 5m (+30s grace for in-flight checks), so Envoy's
+//     long-lived connections rebalance across sidecar restarts and scale-ups.
+//
+// It returns a new slice on each call.
+func GRPCServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             5 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:                  30 * time.Second,
+			Timeout:               10 * time.Second,
+			MaxConnectionAge:      5 * time.Minute,
+			MaxConnectionAgeGrace: 30 * time.Second,
+		}),
+	}
+}
+
+// Register registers the Check service, grpc.health.v1 and gRPC reflection
+// on gs. Call it once, before gs.Serve.
+func (s *Server) Register(gs *grpc.Server) {
+	authv3.RegisterAuthorizationServer(gs, s)
+	healthpb.RegisterHealthServer(gs, s.health)
+	reflection.Register(gs)
+}
+
+// SetServing sets gRPC health (for "" and HealthService) and /readyz. After
+// Shutdown it has no effect.
+func (s *Server) SetServing(serving bool) {
+	if s.closed.Load() {
+		return
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.serving.Store(serving)
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(HealthService, st)
+}
+
+// Serving reports what SetServing last set (false after Shutdown).
+func (s *Server) Serving() bool { return s.serving.Load() && !s.closed.Load() }
+
+// WaitReady pings the backend (Options.Pinger) every interval until it
+// answers, then turns health SERVING (rules are loaded since NewServer). It
+// returns ctx's error if ctx ends first. Without a Pinger it turns SERVING
+// at once. Once SERVING, a failing backend does not turn it back: the
+// failure modes answer for it.
+func (s *Server) WaitReady(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		interval = 250 * time.Millisecond
+	}
+	if s.pinger == nil {
+		s.SetServing(true)
+		return nil
+	}
+	logged := false
+	for {
+		pctx, cancel := context.WithTimeout(ctx, max(s.opts.Timeout, time.Second))
+		err := s.pinger.Ping(pctx)
+		cancel()
+		if err == nil {
+			s.SetServing(true)
+			s.log.Info("backend answered; serving")
+			return nil
+		}
+		if !logged {
+			s.log.Warn("backend does not answer yet; not serving", "error", err)
+			logged = true
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("wait for the backend: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// HTTPHandler serves /metrics (the injected registry), /healthz (200 while
+// the process runs) and /readyz (200 when gRPC health is SERVING, else 503).
+func (s *Server) HTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !s.Serving() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not serving\n"))
+			return
+		}
+		_, _ = w.Write([]byte("serving\n"))
+	})
+	return mux
+}
+
+// Shutdown turns health NOT_SERVING for good, then stops gs gracefully
+// (in-flight checks finish); if ctx ends first it stops gs hard and returns
+// ctx's error. gs may be nil to only flip health.
+func (s *Server) Shutdown(ctx context.Context, gs *grpc.Server) error {
+	s.SetServing(false)
+	s.closed.Store(true)
+	s.health.Shutdown()
+	if gs == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		gs.Stop()
+		<-done
+		return fmt.Errorf("graceful stop: %w", ctx.Err())
+	}
+}

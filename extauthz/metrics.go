@@ -1,0 +1,107 @@
+package extauthz
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Decision labels of flashgate_checks_total.
+const (
+	decisionAllowed      = "allowed"
+	decisionDenied       = "denied"
+	decisionShadowDenied = "shadow_denied"
+	decisionError        = "error"
+)
+
+// Backend error kinds of flashgate_backend_errors_total.
+const (
+	kindTimeout     = "timeout"
+	kindCanceled    = "canceled"
+	kindBreakerOpen = "breaker_open"
+	kindInvalidHit  = "invalid_hit"
+	kindConnection  = "connection"
+	kindOther       = "other"
+	kindFallback    = "fallback"
+)
+
+// metrics are the Prometheus metrics of DESIGN.md. Labels never carry
+// request values: rule and domain come from the descriptors file.
+type metrics struct {
+	checks       *prometheus.CounterVec
+	checkDur     prometheus.Histogram
+	backendDur   prometheus.Histogram
+	backendErrs  *prometheus.CounterVec
+	localDenials *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	failureModes *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	buckets := []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}
+	m := &metrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_checks_total",
+			Help: "ext_authz checks by domain, binding rule (empty when no rule matched) and decision.",
+		}, []string{"domain", "rule", "decision"}),
+		checkDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "flashgate_check_duration_seconds",
+			Help:    "Time to answer one ext_authz check, mapping and response included.",
+			Buckets: buckets,
+		}),
+		backendDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "flashgate_redis_duration_seconds",
+			Help:    "Time spent in the rate-limit backend (Redis, or Memory when embedded) per check that reached it, errors included.",
+			Buckets: buckets,
+		}),
+		backendErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_backend_errors_total",
+			Help: "Checks the backend could not decide, by kind: timeout, canceled, connection, breaker_open, invalid_hit, fallback, other.",
+		}, []string{"kind"}),
+		localDenials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_local_denials_total",
+			Help: "Denials decided by the local guard without a backend round trip, by reason: full or banned.",
+		}, []string{"reason"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_config_reloads_total",
+			Help: "Descriptors file reloads by result: success or error.",
+		}, []string{"result"}),
+		failureModes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_failure_mode_decisions_total",
+			Help: "Checks decided by a failure mode because the backend failed, by mode: local, allow or deny.",
+		}, []string{"mode"}),
+	}
+	for _, c := range []prometheus.Collector{m.checks, m.checkDur, m.backendDur, m.backendErrs, m.localDenials, m.reloads, m.failureModes} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	for _, k := range []string{kindTimeout, kindCanceled, kindBreakerOpen, kindInvalidHit, kindConnection, kindOther, kindFallback} {
+		m.backendErrs.WithLabelValues(k)
+	}
+	for _, r := range []string{"full", "banned"} {
+		m.localDenials.WithLabelValues(r)
+	}
+	for _, r := range []string{"success", "error"} {
+		m.reloads.WithLabelValues(r)
+	}
+	for _, f := range []string{"local", "allow", "deny"} {
+		m.failureModes.WithLabelValues(f)
+	}
+	return m, nil
+}
+
+// ruleCounters are the flashgate_checks_total children of one rule,
+// resolved once per rule set so a check does no label lookup.
+type ruleCounters struct {
+	allowed, denied, shadowDenied, errored prometheus.Counter
+}
+
+func (m *metrics) forRule(domain, rule string) ruleCounters {
+	return ruleCounters{
+		allowed:      m.checks.WithLabelValues(domain, rule, decisionAllowed),
+		denied:       m.checks.WithLabelValues(domain, rule, decisionDenied),
+		shadowDenied: m.checks.WithLabelValues(domain, rule, decisionShadowDenied),
+		errored:      m.checks.WithLabelValues(domain, rule, decisionError),
+	}
+}

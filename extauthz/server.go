@@ -1,0 +1,565 @@
+package extauthz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+var _ authv3.AuthorizationServer = (*Server)(nil)
+
+// Pinger is what readiness needs of a backend: window.Redis has it.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Defaults of [Options].
+const (
+	// DefaultTimeout is the backend budget of one check (--redis-timeout).
+	DefaultTimeout = 25 * time.Millisecond
+	// DefaultFallbackTimeout is the extra budget of the local fallback.
+	DefaultFallbackTimeout = 5 * time.Millisecond
+)
+
+// Options configure a [Server]. Only Limiter is required.
+type Options struct {
+	// Limiter decides hits: window.Memory, window.Redis, usually behind a
+	// window.Guard (whose GuardOptions.Ban is the default penalty box; a
+	// rule's ban overrides it through window.Hit.Ban). It must honour ctx
+	// cancellation; the Server stops waiting at the deadline regardless.
+	Limiter window.Limiter
+	// Fallback decides the hits of failure mode "local" when Limiter fails:
+	// an in-process window.Memory. Nil makes "local" behave as "allow".
+	Fallback window.Limiter
+	// Pinger tells readiness (gRPC health, /readyz) that the backend
+	// answers. Nil: Limiter if it is a Pinger, else ready at once.
+	Pinger Pinger
+	// Keys builds limit keys; the zero Keys uses the prefix "fg".
+	Keys window.Keys
+	// FailureMode applies to rules that set none; FailureDefault means
+	// FailureLocal.
+	FailureMode FailureMode
+	// Shadow makes every hit a shadow hit (--shadow): decide and count, but
+	// admit everything.
+	Shadow bool
+	// Timeout is the backend budget of one check; 0 means DefaultTimeout.
+	// A check answers within Timeout + FallbackTimeout (plus scheduling),
+	// whatever the backend does.
+	Timeout time.Duration
+	// FallbackTimeout is the budget of the local fallback after a backend
+	// failure; 0 means DefaultFallbackTimeout.
+	FallbackTimeout time.Duration
+	// Breaker configures the circuit breaker; see [BreakerOptions].
+	Breaker BreakerOptions
+	// Registerer receives the metrics; nil means a new private registry
+	// (served by HTTPHandler). The global registry is never used implicitly.
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics; nil means Registerer if it is a Gatherer.
+	Gatherer prometheus.Gatherer
+	// Logger receives structured logs; nil discards them. Request values
+	// (headers, IPs) are never logged above debug level.
+	Logger *slog.Logger
+	// Now is the clock for durations and the breaker; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the ext_authz Check server. Build it with [NewServer]. All its
+// methods are safe for concurrent use.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	now      func() time.Time
+	metrics  *metrics
+	breaker  *breaker
+	health   *health.Server
+	gatherer prometheus.Gatherer
+	pinger   Pinger
+	resp     *respConsts
+
+	rules   atomic.Pointer[ruleSet]
+	serving atomic.Bool
+	closed  atomic.Bool
+	pool    sync.Pool // *Mapping
+	lastLog atomic.Int64
+
+	// reloadMu serialises reloads; it guards the fields below.
+	reloadMu   sync.Mutex
+	path       string // file the rules came from; "" for the built-in example
+	loadedHash [32]byte
+	badHash    [32]byte
+}
+
+// NewServer returns a Server enforcing cfg with opts. It registers the
+// metrics on opts.Registerer, so call it once per registry. Health starts
+// NOT_SERVING; call [Server.WaitReady] (or SetServing) once the backend is up.
+func NewServer(cfg *Config, opts Options) (*Server, error) {
+	if cfg == nil {
+		return nil, errors.New("extauthz: no descriptors config given")
+	}
+	if opts.Limiter == nil {
+		return nil, errors.New("extauthz: no limiter given")
+	}
+	if opts.Timeout < 0 || opts.FallbackTimeout < 0 {
+		return nil, errors.New("extauthz: timeouts must not be negative")
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.FallbackTimeout == 0 {
+		opts.FallbackTimeout = DefaultFallbackTimeout
+	}
+	if opts.FailureMode == FailureDefault {
+		opts.FailureMode = FailureLocal
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	if opts.Gatherer == nil {
+		g, ok := opts.Registerer.(prometheus.Gatherer)
+		if !ok {
+			return nil, errors.New("extauthz: the Registerer is not a Gatherer: set Options.Gatherer")
+		}
+		opts.Gatherer = g
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("extauthz: %w", err)
+	}
+	s := &Server{
+		opts:     opts,
+		log:      opts.Logger,
+		now:      opts.Now,
+		metrics:  m,
+		breaker:  newBreaker(opts.Breaker, opts.Now),
+		health:   health.NewServer(),
+		gatherer: opts.Gatherer,
+		pinger:   opts.Pinger,
+		resp:     newRespConsts(),
+	}
+	if s.pinger == nil {
+		s.pinger, _ = opts.Limiter.(Pinger)
+	}
+	s.pool.New = func() any { return &Mapping{Hits: make([]window.Hit, 0, 8), Rules: make([]*Rule, 0, 8)} }
+	if opts.Fallback == nil && usesLocal(cfg, opts.FailureMode) {
+		s.log.Warn("failure mode local has no fallback limiter: it will admit like allow")
+	}
+	s.SetServing(false)
+	if err := s.SetConfig(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func usesLocal(cfg *Config, def FailureMode) bool {
+	for _, r := range cfg.Rules {
+		if r.FailureMode == FailureLocal || r.FailureMode == FailureDefault && def == FailureLocal {
+			return true
+		}
+	}
+	return false
+}
+
+// SetConfig swaps in cfg's rules atomically: checks already running finish
+// with the old rules, the next ones use cfg. It fails only for a nil cfg.
+func (s *Server) SetConfig(cfg *Config) error {
+	if cfg == nil {
+		return errors.New("extauthz: no descriptors config given")
+	}
+	s.rules.Store(s.newRuleSet(cfg))
+	s.reloadMu.Lock()
+	s.path = cfg.path
+	s.reloadMu.Unlock()
+	s.log.Info("rules loaded", "file", cfg.Name, "domain", cfg.Domain, "rules", len(cfg.Rules))
+	return nil
+}
+
+// Config returns the rules in force.
+func (s *Server) Config() *Config { return s.rules.Load().cfg }
+
+// Check implements authv3.AuthorizationServer. It never returns an error:
+// whatever the request holds and whatever the backend does, it answers OK
+// or 429 (DESIGN.md, Responses) within the budget of [Options].
+func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	start := s.now()
+	rs := s.rules.Load()
+	m := s.pool.Get().(*Mapping)
+	rs.cfg.Map(req, s.opts.Keys, m)
+	if s.opts.Shadow {
+		for i := range m.Hits {
+			m.Hits[i].Shadow = true
+		}
+	}
+	resp, keep := s.decide(ctx, rs, m)
+	if !keep {
+		m.Reset()
+		s.pool.Put(m)
+	}
+	s.metrics.checkDur.Observe(s.now().Sub(start).Seconds())
+	return resp, nil
+}
+
+// decide answers one mapped request; keep reports that m is still in use by
+// a backend call that outlived its budget.
+func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) (*authv3.CheckResponse, bool) {
+	shadowMissing := false
+	if r := m.Missing; r != nil {
+		if !r.Shadow && !s.opts.Shadow {
+			rr := &rs.rules[r.idx]
+			rr.counters.denied.Inc()
+			return rr.denied(time.Second), false
+		}
+		shadowMissing = true
+	}
+	if len(m.Hits) == 0 {
+		if shadowMissing {
+			rs.rules[m.Missing.idx].counters.shadowDenied.Inc()
+			return rs.okShadow(nil, 0), false
+		}
+		rs.none.allowed.Inc()
+		return rs.okPlain, false
+	}
+	d, err, keep := s.backend(ctx, m.Hits)
+	if err != nil {
+		return s.failure(ctx, rs, m, err), keep
+	}
+	return s.respond(rs, m.Rules, d, shadowMissing, m.Missing), keep
+}
+
+type result struct {
+	d   window.Decision
+	err error
+}
+
+// errBreakerOpen is returned instead of calling a backend the breaker holds off.
+var errBreakerOpen = errors.New("circuit breaker open")
+
+// backend calls the limiter within the budget. keep reports that the call
+// is still running (it holds hits).
+func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decision, error, bool) {
+	if !s.breaker.allow() {
+		return window.Decision{}, errBreakerOpen, false
+	}
+	start := s.now()
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	ch := make(chan result, 1)
+	go func() {
+		d, err := s.opts.Limiter.Decide(cctx, hits)
+		ch <- result{d, err}
+	}()
+	var r result
+	keep := false
+	select {
+	case r = <-ch:
+	case <-cctx.Done():
+		// The limiter overran its deadline: answer now, let it finish alone.
+		select {
+		case r = <-ch:
+		default:
+			r.err, keep = fmt.Errorf("backend did not answer within %s: %w", s.opts.Timeout, cctx.Err()), true
+		}
+	}
+	if r.err == nil && r.d.Source != window.SourceBackend {
+		// A local guard answer says nothing about the backend's health.
+		return r.d, nil, keep
+	}
+	s.metrics.backendDur.Observe(s.now().Sub(start).Seconds())
+	if r.err != nil && ctx.Err() != nil && !errors.Is(r.err, context.DeadlineExceeded) {
+		// Envoy gave up on this check; not the backend's fault.
+		return r.d, r.err, keep
+	}
+	s.breaker.record(r.err == nil || errors.Is(r.err, window.ErrInvalidHit))
+	return r.d, r.err, keep
+}
+
+// errKind classifies a backend error for flashgate_backend_errors_total.
+func errKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, errBreakerOpen):
+		return kindBreakerOpen
+	case errors.Is(err, window.ErrInvalidHit):
+		return kindInvalidHit
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return kindTimeout
+	case errors.Is(err, context.Canceled):
+		return kindCanceled
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), errors.As(err, &ne):
+		return kindConnection
+	}
+	return kindOther
+}
+
+// failure decides a request whose backend call failed, by failure mode: deny
+// if any enforcing hit's mode is deny; else the local hits by the fallback;
+// else allow.
+func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error) *authv3.CheckResponse {
+	kind := errKind(err)
+	s.metrics.backendErrs.WithLabelValues(kind).Inc()
+	s.logSampled("backend failed; deciding by failure mode", "kind", kind, "error", err)
+
+	var denyRule *Rule
+	shadowDeny := false
+	nlocal := 0
+	for i, r := range m.Rules {
+		switch s.modeOf(r) {
+		case FailureDeny:
+			if m.Hits[i].Shadow {
+				shadowDeny = true
+			} else if denyRule == nil {
+				denyRule = r
+			}
+		case FailureLocal:
+			nlocal++
+		}
+	}
+	if denyRule != nil {
+		s.metrics.failureModes.WithLabelValues("deny").Inc()
+		rr := &rs.rules[denyRule.idx]
+		rr.counters.errored.Inc()
+		return rr.denied(time.Second)
+	}
+	if nlocal > 0 && s.opts.Fallback != nil {
+		hits := make([]window.Hit, 0, nlocal)
+		rules := make([]*Rule, 0, nlocal)
+		for i, r := range m.Rules {
+			if s.modeOf(r) == FailureLocal {
+				hits = append(hits, m.Hits[i])
+				rules = append(rules, r)
+			}
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.FallbackTimeout)
+		d, ferr := s.opts.Fallback.Decide(fctx, hits)
+		cancel()
+		if ferr == nil {
+			s.metrics.failureModes.WithLabelValues("local").Inc()
+			return s.respond(rs, rules, d, shadowDeny || m.Missing != nil, m.Missing)
+		}
+		s.metrics.backendErrs.WithLabelValues(kindFallback).Inc()
+		s.logSampled("fallback limiter failed; admitting", "error", ferr)
+	}
+	s.metrics.failureModes.WithLabelValues("allow").Inc()
+	rs.rules[m.Rules[0].idx].counters.errored.Inc()
+	if shadowDeny || m.Missing != nil {
+		return rs.okShadow(nil, 0)
+	}
+	return rs.okPlain
+}
+
+func (s *Server) modeOf(r *Rule) FailureMode {
+	if r.FailureMode != FailureDefault {
+		return r.FailureMode
+	}
+	return s.opts.FailureMode
+}
+
+// respond turns a Decision on hits produced by rules into a response, and
+// counts it.
+func (s *Server) respond(rs *ruleSet, rules []*Rule, d window.Decision, shadow bool, missing *Rule) *authv3.CheckResponse {
+	if !d.Allowed {
+		if d.Index < 0 || d.Index >= len(rules) {
+			// A limiter broke its contract; admit rather than guess.
+			rs.none.errored.Inc()
+			return rs.okPlain
+		}
+		rr := &rs.rules[rules[d.Index].idx]
+		rr.counters.denied.Inc()
+		switch d.Source {
+		case window.SourceLocalFull:
+			s.metrics.localDenials.WithLabelValues("full").Inc()
+		case window.SourceLocalBanned:
+			s.metrics.localDenials.WithLabelValues("banned").Inc()
+		}
+		return rr.denied(d.RetryAfter)
+	}
+	var binding *ruleResp
+	if d.Index >= 0 && d.Index < len(rules) {
+		binding = &rs.rules[rules[d.Index].idx]
+	}
+	if d.Shadowed || shadow {
+		switch {
+		case d.Shadowed && d.ShadowIndex >= 0 && d.ShadowIndex < len(rules):
+			rs.rules[rules[d.ShadowIndex].idx].counters.shadowDenied.Inc()
+		case missing != nil:
+			rs.rules[missing.idx].counters.shadowDenied.Inc()
+		default:
+			rs.none.shadowDenied.Inc()
+		}
+		return rs.okShadow(binding, d.Remaining)
+	}
+	if binding == nil {
+		rs.none.allowed.Inc()
+		return rs.okPlain
+	}
+	binding.counters.allowed.Inc()
+	return binding.ok(d.Remaining)
+}
+
+// logSampled logs a warning at most once a second.
+func (s *Server) logSampled(msg string, args ...any) {
+	now := s.now().UnixNano()
+	last := s.lastLog.Load()
+	if now-last < int64(time.Second) || !s.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn(msg, args...)
+}
+
+// Response building: constant parts are built once per rule set.
+
+// respConsts are the response parts every rule shares. They are built once
+// per Server and never modified.
+type respConsts struct {
+	statusOK, statusDenied               *status.Status
+	http429                              *typev3.HttpStatus
+	hdrShadow, hdrRemaining0, hdrContent *corev3.HeaderValueOption
+}
+
+func newRespConsts() *respConsts {
+	return &respConsts{
+		statusOK:      &status.Status{Code: int32(codes.OK)},
+		statusDenied:  &status.Status{Code: int32(codes.ResourceExhausted)},
+		http429:       &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
+		hdrShadow:     header("x-ratelimit-shadow", "1"),
+		hdrRemaining0: header("x-ratelimit-remaining", "0"),
+		hdrContent:    header("content-type", "application/json"),
+	}
+}
+
+// header returns a header that replaces any of the same name.
+func header(k, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: k, Value: v},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+// maxCachedRemaining bounds the precomputed x-ratelimit-remaining headers
+// per rule.
+const maxCachedRemaining = 1024
+
+// ruleSet is a Config with what responses need precomputed. Immutable;
+// shared by concurrent checks (protobuf messages are safe to marshal
+// concurrently).
+type ruleSet struct {
+	k       *respConsts
+	cfg     *Config
+	rules   []ruleResp // by Rule.idx
+	none    ruleCounters
+	okPlain *authv3.CheckResponse
+}
+
+type ruleResp struct {
+	k         *respConsts
+	name      string
+	limit     *corev3.HeaderValueOption
+	remaining []*corev3.HeaderValueOption // index = remaining count
+	bodyHead  string
+	counters  ruleCounters
+}
+
+func (s *Server) newRuleSet(cfg *Config) *ruleSet {
+	rs := &ruleSet{
+		k:    s.resp,
+		cfg:  cfg,
+		none: s.metrics.forRule(cfg.Domain, ""),
+		okPlain: &authv3.CheckResponse{
+			Status:       s.resp.statusOK,
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}},
+		},
+	}
+	rs.rules = make([]ruleResp, len(cfg.Rules))
+	for i, r := range cfg.Rules {
+		rr := &rs.rules[i]
+		rr.k, rr.name = s.resp, r.Name
+		rr.limit = header("x-ratelimit-limit", strconv.Itoa(r.Limit.Requests))
+		rr.remaining = make([]*corev3.HeaderValueOption, min(r.Limit.Requests, maxCachedRemaining)+1)
+		for n := range rr.remaining {
+			rr.remaining[n] = header("x-ratelimit-remaining", strconv.Itoa(n))
+		}
+		rr.bodyHead = `{"error":"too_many_requests","rule":"` + r.Name + `","retry_after_ms":`
+		rr.counters = s.metrics.forRule(cfg.Domain, r.Name)
+	}
+	return rs
+}
+
+func (rr *ruleResp) remainingHeader(n int) *corev3.HeaderValueOption {
+	if n >= 0 && n < len(rr.remaining) {
+		return rr.remaining[n]
+	}
+	return header("x-ratelimit-remaining", strconv.Itoa(max(n, 0)))
+}
+
+// ok is the OK response with the binding rule's x-ratelimit-* headers.
+func (rr *ruleResp) ok(remaining int) *authv3.CheckResponse {
+	return &authv3.CheckResponse{
+		Status: rr.k.statusOK,
+		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
+			ResponseHeadersToAdd: []*corev3.HeaderValueOption{rr.limit, rr.remainingHeader(remaining)},
+		}},
+	}
+}
+
+// okShadow is an OK response marked x-ratelimit-shadow: 1, with the binding
+// rule's headers when there is one.
+func (rs *ruleSet) okShadow(rr *ruleResp, remaining int) *authv3.CheckResponse {
+	hs := make([]*corev3.HeaderValueOption, 1, 3)
+	hs[0] = rs.k.hdrShadow
+	if rr != nil {
+		hs = append(hs, rr.limit, rr.remainingHeader(remaining))
+	}
+	return &authv3.CheckResponse{
+		Status:       rs.k.statusOK,
+		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{ResponseHeadersToAdd: hs}},
+	}
+}
+
+// denied is the 429 of DESIGN.md for this rule.
+func (rr *ruleResp) denied(retryAfter time.Duration) *authv3.CheckResponse {
+	ms := max((retryAfter+time.Millisecond-1)/time.Millisecond, 1)
+	secs := max((retryAfter+time.Second-1)/time.Second, 1)
+	secText := strconv.FormatInt(int64(secs), 10)
+	body := make([]byte, 0, len(rr.bodyHead)+21)
+	body = append(body, rr.bodyHead...)
+	body = strconv.AppendInt(body, int64(ms), 10)
+	body = append(body, '}')
+	return &authv3.CheckResponse{
+		Status: rr.k.statusDenied,
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status: rr.k.http429,
+			Headers: []*corev3.HeaderValueOption{
+				header("retry-after", secText),
+				rr.limit,
+				rr.k.hdrRemaining0,
+				header("x-ratelimit-reset", secText),
+				rr.k.hdrContent,
+			},
+			Body: string(body),
+		}},
+	}
+}
