@@ -1,0 +1,319 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+)
+
+// req describes the HTTP request an Envoy ext_authz filter asks about.
+type req struct {
+	Method  string            // default GET
+	Path    string            // with the query string, as Envoy sends it
+	Host    string            // default shop.example
+	Headers map[string]string // lower-case names
+	IP      string            // source.address; "" leaves source unset
+	ID      string            // request id; default random
+}
+
+// newID returns a random 128-bit request id in hex.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// coupon is a request for /api/coupon/x from ip carrying x-uid: uid (none
+// when uid is "").
+func coupon(uid, ip string) req {
+	r := req{Path: "/api/coupon/x", IP: ip}
+	if uid != "" {
+		r.Headers = map[string]string{"x-uid": uid}
+	}
+	return r
+}
+
+// CheckRequest builds the CheckRequest Envoy would send for r, pseudo
+// headers included.
+func (r req) CheckRequest() *authv3.CheckRequest {
+	method := r.Method
+	if method == "" {
+		method = "GET"
+	}
+	host := r.Host
+	if host == "" {
+		host = "shop.example"
+	}
+	id := r.ID
+	if id == "" {
+		id = newID()
+	}
+	headers := make(map[string]string, len(r.Headers)+4)
+	headers[":authority"] = host
+	headers[":method"] = method
+	headers[":path"] = r.Path
+	headers["x-request-id"] = id
+	for k, v := range r.Headers {
+		headers[k] = v
+	}
+	a := &authv3.AttributeContext{
+		Destination: &authv3.AttributeContext_Peer{Address: sockAddr("127.0.0.1", 8080)},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Id: id, Method: method, Path: r.Path, Host: host, Scheme: "http",
+			Protocol: "HTTP/1.1", Headers: headers,
+		}},
+	}
+	if r.IP != "" {
+		a.Source = &authv3.AttributeContext_Peer{Address: sockAddr(r.IP, 40000)}
+	}
+	return &authv3.CheckRequest{Attributes: a}
+}
+
+func sockAddr(ip string, port uint32) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Protocol: corev3.SocketAddress_TCP, Address: ip,
+		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+	}}}
+}
+
+// verdict is an answer classified.
+type verdict int
+
+const (
+	vError   verdict = iota // a gRPC error, or a response outside the contract
+	vAllowed                // status OK
+	vDenied                 // RESOURCE_EXHAUSTED
+)
+
+func (v verdict) String() string {
+	return [...]string{"error", "allowed", "denied"}[v]
+}
+
+// answer is one Check call's outcome.
+type answer struct {
+	Resp    *authv3.CheckResponse
+	Err     error
+	Latency time.Duration
+}
+
+// Verdict classifies a.
+func (a answer) Verdict() verdict {
+	if a.Err != nil || a.Resp == nil {
+		return vError
+	}
+	switch codes.Code(a.Resp.GetStatus().GetCode()) {
+	case codes.OK:
+		return vAllowed
+	case codes.ResourceExhausted:
+		return vDenied
+	}
+	return vError
+}
+
+// Headers returns the response headers Envoy would add to the client's
+// response (allowed: response_headers_to_add; denied: the denied headers).
+func (a answer) Headers() map[string]string {
+	h := map[string]string{}
+	if a.Resp == nil {
+		return h
+	}
+	var list []*corev3.HeaderValueOption
+	if ok := a.Resp.GetOkResponse(); ok != nil {
+		list = ok.GetResponseHeadersToAdd()
+	} else if d := a.Resp.GetDeniedResponse(); d != nil {
+		list = d.GetHeaders()
+	}
+	for _, hv := range list {
+		v := hv.GetHeader().GetValue()
+		if v == "" && len(hv.GetHeader().GetRawValue()) > 0 {
+			v = string(hv.GetHeader().GetRawValue())
+		}
+		h[strings.ToLower(hv.GetHeader().GetKey())] = v
+	}
+	return h
+}
+
+func (a answer) String() string {
+	if a.Err != nil {
+		return fmt.Sprintf("gRPC error %v after %s", a.Err, a.Latency)
+	}
+	return fmt.Sprintf("%s %v headers %v after %s", a.Verdict(), a.Resp.GetStatus(), a.Headers(), a.Latency)
+}
+
+// Check sends one Check with a 10 s deadline.
+func (p *proc) Check(r req) answer {
+	return p.CheckRaw(r.CheckRequest())
+}
+
+// CheckRaw sends one prepared CheckRequest with a 10 s deadline.
+func (p *proc) CheckRaw(cr *authv3.CheckRequest) answer {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	resp, err := p.Auth.Check(ctx, cr)
+	return answer{Resp: resp, Err: err, Latency: time.Since(start)}
+}
+
+// mustAllowed fails unless a admits, with x-ratelimit-limit wantLimit
+// (unless 0) and a sane x-ratelimit-remaining.
+func mustAllowed(t testing.TB, a answer, wantLimit int, what string) {
+	t.Helper()
+	if a.Verdict() != vAllowed {
+		t.Errorf("%s: want allowed, got %s", what, a)
+		return
+	}
+	if wantLimit == 0 {
+		return
+	}
+	h := a.Headers()
+	if h["x-ratelimit-limit"] != strconv.Itoa(wantLimit) {
+		t.Errorf("%s: allowed with x-ratelimit-limit %q, want %d (headers %v)", what, h["x-ratelimit-limit"], wantLimit, h)
+	}
+	if rem, err := strconv.Atoi(h["x-ratelimit-remaining"]); err != nil || rem < 0 || rem >= wantLimit {
+		t.Errorf("%s: allowed with x-ratelimit-remaining %q, want 0..%d", what, h["x-ratelimit-remaining"], wantLimit-1)
+	}
+}
+
+// mustDenied fails unless a is a denial as DESIGN.md spells it:
+// RESOURCE_EXHAUSTED, HTTP 429, retry-after ≥ 1 whole seconds,
+// x-ratelimit-limit (wantLimit unless 0), x-ratelimit-remaining 0,
+// x-ratelimit-reset, content-type application/json and the JSON body.
+func mustDenied(t testing.TB, a answer, wantLimit int, what string) {
+	t.Helper()
+	if a.Verdict() != vDenied {
+		t.Errorf("%s: want denied, got %s", what, a)
+		return
+	}
+	if err := checkDeniedShape(a, wantLimit); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+}
+
+// checkDeniedShape checks a denial's HTTP response against DESIGN.md.
+func checkDeniedShape(a answer, wantLimit int) error {
+	d := a.Resp.GetDeniedResponse()
+	if d == nil {
+		return fmt.Errorf("denied without DeniedHttpResponse: %s", a)
+	}
+	if d.GetStatus().GetCode() != typev3.StatusCode_TooManyRequests {
+		return fmt.Errorf("denied with HTTP status %v, want 429", d.GetStatus().GetCode())
+	}
+	h := a.Headers()
+	var problems []string
+	if n, err := strconv.Atoi(h["retry-after"]); err != nil || n < 1 {
+		problems = append(problems, fmt.Sprintf("retry-after %q is not whole seconds ≥ 1", h["retry-after"]))
+	}
+	if wantLimit != 0 && h["x-ratelimit-limit"] != strconv.Itoa(wantLimit) {
+		problems = append(problems, fmt.Sprintf("x-ratelimit-limit %q, want %d", h["x-ratelimit-limit"], wantLimit))
+	}
+	if h["x-ratelimit-remaining"] != "0" {
+		problems = append(problems, fmt.Sprintf("x-ratelimit-remaining %q, want 0", h["x-ratelimit-remaining"]))
+	}
+	if n, err := strconv.Atoi(h["x-ratelimit-reset"]); err != nil || n < 0 {
+		problems = append(problems, fmt.Sprintf("x-ratelimit-reset %q is not whole seconds", h["x-ratelimit-reset"]))
+	}
+	if !strings.HasPrefix(h["content-type"], "application/json") {
+		problems = append(problems, fmt.Sprintf("content-type %q, want application/json", h["content-type"]))
+	}
+	var body struct {
+		Error        string `json:"error"`
+		Rule         string `json:"rule"`
+		RetryAfterMS *int64 `json:"retry_after_ms"`
+	}
+	if err := json.Unmarshal([]byte(d.GetBody()), &body); err != nil {
+		problems = append(problems, fmt.Sprintf("body %q is not JSON: %v", d.GetBody(), err))
+	} else if body.Error != "too_many_requests" || body.Rule == "" || body.RetryAfterMS == nil || *body.RetryAfterMS < 0 {
+		problems = append(problems, fmt.Sprintf("body %q, want {\"error\":\"too_many_requests\",\"rule\":…,\"retry_after_ms\":N}", d.GetBody()))
+	}
+	if problems != nil {
+		return fmt.Errorf("denial outside the contract: %s (headers %v)", strings.Join(problems, "; "), h)
+	}
+	return nil
+}
+
+// tally counts answers of a load, safe for concurrent use.
+type tally struct {
+	allowed, denied, errors atomic.Int64
+	maxLatency              atomic.Int64 // ns
+
+	mu        sync.Mutex // guards firstErrs
+	firstErrs []string
+}
+
+func (t *tally) add(a answer) verdict {
+	v := a.Verdict()
+	switch v {
+	case vAllowed:
+		t.allowed.Add(1)
+	case vDenied:
+		t.denied.Add(1)
+	default:
+		t.errors.Add(1)
+		t.mu.Lock()
+		if len(t.firstErrs) < 5 {
+			t.firstErrs = append(t.firstErrs, a.String())
+		}
+		t.mu.Unlock()
+	}
+	for {
+		old := t.maxLatency.Load()
+		if int64(a.Latency) <= old || t.maxLatency.CompareAndSwap(old, int64(a.Latency)) {
+			break
+		}
+	}
+	return v
+}
+
+func (t *tally) MaxLatency() time.Duration { return time.Duration(t.maxLatency.Load()) }
+
+func (t *tally) String() string {
+	return fmt.Sprintf("%d allowed, %d denied, %d errors, max latency %s",
+		t.allowed.Load(), t.denied.Load(), t.errors.Load(), t.MaxLatency())
+}
+
+// Errs returns the first few errors.
+func (t *tally) Errs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.firstErrs...)
+}
+
+// load runs workers goroutines, each calling next(worker, i) for its i-th
+// request and sending it, until stop is closed; each answer goes to tl and,
+// when non-nil, to each(worker, request, answer).
+func load(p *proc, workers int, stop <-chan struct{}, tl *tally, next func(w, i int) req, each func(w int, r req, a answer)) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := next(w, i)
+				a := p.Check(r)
+				tl.add(a)
+				if each != nil {
+					each(w, r, a)
+				}
+			}
+		}()
+	}
+	return &wg
+}

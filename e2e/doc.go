@@ -1,0 +1,18 @@
+// Package e2e holds flashgate's end-to-end fault and abuse tests (issue 5,
+// "Faults and bad input"). It has no library code: everything is in the
+// _test.go files.
+//
+// The tests treat flashgate as a black box, through the contracts of
+// DESIGN.md only: TestMain builds ./cmd/flashgate once (with -race when the
+// tests run with -race), every test starts its own `flashgate serve`
+// processes on free loopback ports and its own redis-server processes
+// (window/redistest), talks to them over ext_authz gRPC, grpc.health.v1 and
+// the HTTP /metrics and /readyz endpoints, and inspects Redis directly.
+// A TCP proxy in the tests sits between flashgate and Redis to add latency,
+// blackhole traffic and count connections and bytes.
+//
+// Loads go to loopback only and are bounded in count and time. The
+// key-cardinality flood sends 100,000 distinct users by default; set
+// FLASHGATE_E2E_LONG=1 (or pass -long) for the 1,000,000-user variant, which
+// belongs with the benchmarks rather than in `make test`.
+package e2e
