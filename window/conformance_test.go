@@ -260,6 +260,9 @@ var conformanceCases = []conformanceCase{
 			if err != nil {
 				t.Fatal(err)
 			}
+			if ttl == -2 && w < 10*time.Millisecond {
+				continue // already expired: fine for a tiny window
+			}
 			if ttl <= 0 || ttl > w+time.Millisecond {
 				t.Fatalf("window %s: PTTL %s, want in (0, window rounded up to ms]", w, ttl)
 			}
