@@ -8,21 +8,19 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/flashgate/flashgate/extauthz"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 )
 
-// newGRPCServer returns the gRPC server serve and noop-server share, so that
-// the benchmark ceiling (noop-server) runs with the same transport settings,
-// with ext_authz, grpc.health.v1 and reflection registered.
+// newGRPCServer returns a gRPC server with serve's transport settings
+// (extauthz.GRPCServerOptions), so that the benchmark ceiling (noop-server)
+// is measured like serve, with ext_authz, grpc.health.v1 and reflection
+// registered.
 func newGRPCServer(auth authv3.AuthorizationServer, hs *health.Server) *grpc.Server {
-	s := grpc.NewServer(
-		// Envoy keeps long-lived HTTP/2 connections; let it ping them.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	s := grpc.NewServer(extauthz.GRPCServerOptions()...)
 	authv3.RegisterAuthorizationServer(s, auth)
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)

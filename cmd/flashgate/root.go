@@ -18,6 +18,8 @@ type env struct {
 	stdout, stderr io.Writer
 	// lookupEnv reads an environment variable, as os.LookupEnv.
 	lookupEnv func(string) (string, bool)
+	// serveStarted, when set, is told where serve listens once it does.
+	serveStarted func(serveInfo)
 }
 
 // run executes the flashgate command line args (without the program name).
@@ -53,6 +55,7 @@ probe, validate and load-test it.`,
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(
+		newServeCmd(e),
 		newCheckCmd(e),
 		newBenchCmd(e),
 		newValidateCmd(e),

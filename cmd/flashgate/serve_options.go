@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/window"
+	"github.com/spf13/pflag"
+)
+
+// serveOptions are the flags of serve (DESIGN.md), each also settable as
+// FLASHGATE_<FLAG>.
+type serveOptions struct {
+	config   string
+	grpcAddr string
+	httpAddr string
+	backend  string
+
+	redisAddrs      []string
+	redisMode       string
+	redisMasterName string
+	redisUsername   string
+	redisPassword   string
+	redisDB         int
+	redisTLS        bool
+	redisTimeout    time.Duration
+	redisPoolSize   int
+	keyPrefix       string
+	clock           string
+
+	failureMode    string
+	banThreshold   int
+	banWindow      time.Duration
+	banDuration    time.Duration
+	localCacheSize byteSize
+	memoryMaxKeys  int
+	shadow         bool
+
+	drainTimeout time.Duration
+	pprof        bool
+	logLevel     string
+	logFormat    string
+}
+
+func (o *serveOptions) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.config, "config", "", "descriptors file (default: the built-in example, logged as such); reloaded on change and on SIGHUP")
+	f.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9191", "listen address of ext_authz, grpc.health.v1 and reflection")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9192", "listen address of /metrics, /healthz and /readyz (empty: none)")
+	f.StringVar(&o.backend, "backend", "memory", "where the windows live: memory (embedded, single process) or redis")
+	f.StringSliceVar(&o.redisAddrs, "redis-addr", nil, "Redis address(es) host:port, comma-separated: the server, the sentinels, or cluster seeds")
+	f.StringVar(&o.redisMode, "redis-mode", "", "standalone, sentinel or cluster (default: sentinel with --redis-master-name, standalone for one address, else cluster)")
+	f.StringVar(&o.redisMasterName, "redis-master-name", "", "Sentinel master name")
+	f.StringVar(&o.redisUsername, "redis-username", "", "Redis ACL user name")
+	f.StringVar(&o.redisPassword, "redis-password", "", "Redis password (prefer FLASHGATE_REDIS_PASSWORD)")
+	f.IntVar(&o.redisDB, "redis-db", 0, "Redis database (standalone and sentinel)")
+	f.BoolVar(&o.redisTLS, "redis-tls", false, "connect to Redis with TLS")
+	f.DurationVar(&o.redisTimeout, "redis-timeout", window.DefaultRedisTimeout, "budget for one Redis round trip")
+	f.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
+	f.StringVar(&o.keyPrefix, "key-prefix", "fg", "prefix of every Redis key")
+	f.StringVar(&o.clock, "clock", "redis", "time source of the windows: redis (TIME in the script) or local")
+	f.StringVar(&o.failureMode, "failure-mode", "local", "when Redis fails: local (enforce per process in memory), allow or deny")
+	f.IntVar(&o.banThreshold, "ban-threshold", window.DefaultBan.Threshold, "penalty box: denials of one key within --ban-window that ban it")
+	f.DurationVar(&o.banWindow, "ban-window", window.DefaultBan.Window, "penalty box: span in which --ban-threshold denials ban a key")
+	f.DurationVar(&o.banDuration, "ban-duration", window.DefaultBan.Duration, "penalty box: how long a banned key is refused locally (0: no penalty box)")
+	o.localCacheSize = window.DefaultGuardBudget
+	f.Var(&o.localCacheSize, "local-cache-size", "memory budget of the local over-limit cache and penalty box (e.g. 32MiB)")
+	f.IntVar(&o.memoryMaxKeys, "memory-max-keys", 0, "keys the memory backend (and the local failure mode) track at most (0: the window package's default)")
+	f.BoolVar(&o.shadow, "shadow", false, "decide and count, but admit everything (x-ratelimit-shadow: 1 on would-be denials)")
+	f.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM: how long in-flight checks may take before the server stops")
+	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on --http-addr (profiling; keep --http-addr private)")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "json", "json or text")
+}
+
+// check validates the flags together. changed reports whether a flag was
+// set (on the command line or in the environment).
+func (o *serveOptions) check(changed func(string) bool) error {
+	switch o.backend {
+	case "memory":
+		for _, name := range []string{"redis-addr", "redis-mode", "redis-master-name", "redis-username", "redis-password",
+			"redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "clock"} {
+			if changed(name) {
+				return fmt.Errorf("--%s is only for --backend redis (the backend is memory)", name)
+			}
+		}
+	case "redis":
+		if len(o.redisAddrs) == 0 {
+			return fmt.Errorf("--backend redis needs --redis-addr")
+		}
+		if o.redisTimeout <= 0 {
+			return fmt.Errorf("--redis-timeout %s: must be positive", o.redisTimeout)
+		}
+		if _, err := parseClock(o.clock); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--backend %q: want memory or redis", o.backend)
+	}
+	if _, err := extauthz.ParseFailureMode(o.failureMode); err != nil {
+		return fmt.Errorf("--failure-mode: %w", err)
+	}
+	if o.banThreshold < 0 || o.banWindow < 0 || o.banDuration < 0 {
+		return fmt.Errorf("--ban-threshold, --ban-window and --ban-duration must not be negative")
+	}
+	if o.banDuration > 0 && (o.banThreshold == 0 || o.banWindow == 0) {
+		return fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to disable the penalty box)", o.banDuration)
+	}
+	if _, err := window.NewKeys(o.keyPrefix); err != nil {
+		return fmt.Errorf("--key-prefix: %w", err)
+	}
+	if o.memoryMaxKeys < 0 {
+		return fmt.Errorf("--memory-max-keys %d: must not be negative", o.memoryMaxKeys)
+	}
+	if o.drainTimeout <= 0 {
+		return fmt.Errorf("--drain-timeout %s: must be positive", o.drainTimeout)
+	}
+	if o.pprof && o.httpAddr == "" {
+		return fmt.Errorf("--pprof needs --http-addr")
+	}
+	if o.grpcAddr == "" {
+		return fmt.Errorf("--grpc-addr is empty")
+	}
+	return nil
+}
+
+func (o *serveOptions) ban() window.Ban {
+	return window.Ban{Threshold: o.banThreshold, Window: o.banWindow, Duration: o.banDuration}
+}
+
+func parseClock(s string) (window.Clock, error) {
+	switch s {
+	case "redis":
+		return window.ClockRedis, nil
+	case "local":
+		return window.ClockLocal, nil
+	}
+	return 0, fmt.Errorf("--clock %q: want redis or local", s)
+}
+
+// newLogger returns the slog logger of --log-level and --log-format.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want json or text", format)
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// parseServe parses serve's flags from args and env, as serve does.
+func parseServe(t *testing.T, args []string, environ map[string]string) (*serveOptions, *pflag.FlagSet, error) {
+	t.Helper()
+	var o serveOptions
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.addFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	err := bindEnv(fs, func(k string) (string, bool) { v, ok := environ[k]; return v, ok })
+	return &o, fs, err
+}
+
+func TestServeEnvBinding(t *testing.T) {
+	o, _, err := parseServe(t,
+		[]string{"--backend", "redis", "--redis-timeout", "40ms"},
+		map[string]string{
+			"FLASHGATE_BACKEND":          "memory", // the flag wins
+			"FLASHGATE_REDIS_TIMEOUT":    "1s",     // the flag wins
+			"FLASHGATE_REDIS_ADDR":       "a:1,b:2",
+			"FLASHGATE_REDIS_TLS":        "true",
+			"FLASHGATE_BAN_DURATION":     "0",
+			"FLASHGATE_LOCAL_CACHE_SIZE": "64MiB",
+			"FLASHGATE_GRPC_ADDR":        "0.0.0.0:9000",
+			"FLASHGATE_SHADOW":           "1",
+			"FLASHGATE_UNRELATED":        "x",
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.backend != "redis" || o.redisTimeout != 40*time.Millisecond {
+		t.Errorf("flags did not win: backend %q, timeout %s", o.backend, o.redisTimeout)
+	}
+	if strings.Join(o.redisAddrs, ",") != "a:1,b:2" || !o.redisTLS || o.banDuration != 0 ||
+		o.localCacheSize != 64<<20 || o.grpcAddr != "0.0.0.0:9000" || !o.shadow {
+		t.Errorf("environment not applied: %+v", o)
+	}
+	if o.httpAddr != "127.0.0.1:9192" || o.failureMode != "local" || o.keyPrefix != "fg" || o.banThreshold != 5 {
+		t.Errorf("defaults lost: %+v", o)
+	}
+}
+
+func TestServeEnvBindingErrors(t *testing.T) {
+	_, _, err := parseServe(t, nil, map[string]string{"FLASHGATE_REDIS_DB": "zero", "FLASHGATE_BAN_WINDOW": "long"})
+	if err == nil || !strings.Contains(err.Error(), `FLASHGATE_REDIS_DB="zero"`) || !strings.Contains(err.Error(), "FLASHGATE_BAN_WINDOW") {
+		t.Fatalf("err = %v, want both variables named", err)
+	}
+}
+
+func TestServeEveryFlagHasItsVariable(t *testing.T) {
+	// DESIGN.md's serve flags; each must exist and be bound.
+	design := []string{"config", "grpc-addr", "http-addr", "backend", "redis-addr", "redis-mode", "redis-master-name",
+		"redis-username", "redis-password", "redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "key-prefix",
+		"clock", "failure-mode", "ban-threshold", "ban-window", "ban-duration", "local-cache-size", "shadow",
+		"log-level", "log-format"}
+	cmd := newServeCmd(env{lookupEnv: func(string) (string, bool) { return "", false }})
+	for _, name := range design {
+		f := cmd.Flags().Lookup(name)
+		if f == nil {
+			t.Errorf("serve has no --%s", name)
+			continue
+		}
+		if !strings.Contains(f.Usage, "$"+envName(name)) {
+			t.Errorf("--%s usage does not name %s", name, envName(name))
+		}
+	}
+}
+
+func TestServeFlagCombinations(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want string // "" for valid
+	}{
+		"defaults":                 {nil, ""},
+		"redis":                    {[]string{"--backend", "redis", "--redis-addr", "127.0.0.1:6379"}, ""},
+		"redis without address":    {[]string{"--backend", "redis"}, "needs --redis-addr"},
+		"redis address on memory":  {[]string{"--redis-addr", "127.0.0.1:6379"}, "--redis-addr is only for --backend redis"},
+		"clock on memory":          {[]string{"--clock", "local"}, "--clock is only for --backend redis"},
+		"unknown backend":          {[]string{"--backend", "etcd"}, `--backend "etcd"`},
+		"unknown clock":            {[]string{"--backend", "redis", "--redis-addr", "x:1", "--clock", "ntp"}, `--clock "ntp"`},
+		"unknown failure mode":     {[]string{"--failure-mode", "panic"}, "--failure-mode"},
+		"negative ban":             {[]string{"--ban-threshold", "-1"}, "must not be negative"},
+		"ban without threshold":    {[]string{"--ban-threshold", "0"}, "needs a positive --ban-threshold"},
+		"ban disabled":             {[]string{"--ban-threshold", "0", "--ban-duration", "0"}, ""},
+		"bad key prefix":           {[]string{"--key-prefix", "a{b}"}, "--key-prefix"},
+		"zero redis timeout":       {[]string{"--backend", "redis", "--redis-addr", "x:1", "--redis-timeout", "0"}, "--redis-timeout"},
+		"negative memory max keys": {[]string{"--memory-max-keys", "-1"}, "--memory-max-keys"},
+		"empty grpc address":       {[]string{"--grpc-addr", ""}, "--grpc-addr is empty"},
+		"zero drain timeout":       {[]string{"--drain-timeout", "0s"}, "--drain-timeout"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, fs, err := parseServe(t, tc.args, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = o.check(func(n string) bool { return fs.Changed(n) })
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	tests := map[string]int64{
+		"0": 0, "33554432": 32 << 20, "64KiB": 64 << 10, "32MiB": 32 << 20, "1GiB": 1 << 30,
+		"32MB": 32e6, "5K": 5 << 10, "7M": 7 << 20, "100B": 100, " 2 MiB ": 2 << 20,
+	}
+	for in, want := range tests {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5MiB", "lots", "1TiB", "99999999999GiB"} {
+		var b byteSize
+		if err := b.Set(in); err == nil {
+			t.Errorf("Set(%q) = %d, want an error", in, b)
+		}
+	}
+	b := byteSize(32 << 20)
+	if b.String() != "32MiB" {
+		t.Errorf("String = %q", b.String())
+	}
+}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/window/redistest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers (serve logs from
+// several goroutines).
+type syncBuffer struct {
+	// mu guards b.
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runningServe is an in-process `flashgate serve`.
+type runningServe struct {
+	serveInfo
+	logs *syncBuffer
+	stop func() error // cancels serve's context and returns its error
+}
+
+// startServe runs serve in-process on free loopback ports; the test's
+// cleanup stops it.
+func startServe(t *testing.T, args ...string) *runningServe {
+	t.Helper()
+	logs := &syncBuffer{}
+	started := make(chan serveInfo, 1)
+	e := env{
+		stdout: io.Discard, stderr: logs,
+		lookupEnv:    func(string) (string, bool) { return "", false },
+		serveStarted: func(i serveInfo) { started <- i },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	all := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "text", "--drain-timeout", "3s"}, args...)
+	go func() { done <- runEnv(ctx, all, e) }()
+	var once sync.Once
+	var stopErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case stopErr = <-done:
+			case <-time.After(10 * time.Second):
+				stopErr = fmt.Errorf("serve did not stop within 10s")
+			}
+		})
+		return stopErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	select {
+	case info := <-started:
+		return &runningServe{serveInfo: info, logs: logs, stop: stop}
+	case err := <-done:
+		t.Fatalf("serve exited: %v\n%s", err, logs)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve did not start\n%s", logs)
+	}
+	return nil
+}
+
+// waitFor polls cond every 20ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func grpcHealth(t *testing.T, addr string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("health check: %v", err)
+	}
+	return resp.GetStatus()
+}
+
+// checkLines runs `flashgate check` n times for uid against addr and returns
+// its output lines.
+func checkLines(t *testing.T, addr, uid string, n int) []string {
+	t.Helper()
+	out, _, err := runCmd(t, context.Background(), "check", "--addr", addr, "--path", "/api/coupon/7",
+		"-H", "x-uid: "+uid, "-n", fmt.Sprint(n))
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	return strings.Split(strings.TrimSpace(out), "\n")
+}
+
+// assertSixthDenied sends 6 checks of one uid: 5 pass, the 6th is a 429.
+func assertSixthDenied(t *testing.T, addr, uid string) {
+	t.Helper()
+	lines := checkLines(t, addr, uid, 6)
+	for i, l := range lines[:5] {
+		if !strings.Contains(l, " allowed 200 ") {
+			t.Errorf("request %d: %q, want allowed", i+1, l)
+		}
+	}
+	if l := lines[5]; !strings.Contains(l, " denied 429 ") || !strings.Contains(l, "retry-after: 1") || !strings.Contains(l, "coupon_per_uid") {
+		t.Errorf("request 6: %q, want a 429 of coupon_per_uid", l)
+	}
+}
+
+func TestServeMemory(t *testing.T) {
+	s := startServe(t)
+	waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
+	if st := grpcHealth(t, s.grpcAddr); st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health = %s", st)
+	}
+	if code, body := httpGet(t, "http://"+s.httpAddr+"/readyz"); code != 200 {
+		t.Errorf("/readyz = %d %q", code, body)
+	}
+	assertSixthDenied(t, s.grpcAddr, "alice")
+	// Another user is not affected.
+	if l := checkLines(t, s.grpcAddr, "bob", 1); !strings.Contains(l[0], " allowed 200 ") {
+		t.Errorf("bob: %q", l[0])
+	}
+	_, metrics := httpGet(t, "http://"+s.httpAddr+"/metrics")
+	for _, want := range []string{
+		`flashgate_checks_total{decision="denied",domain="flashsale",rule="coupon_per_uid"} 1`,
+		"go_goroutines", "process_resident_memory_bytes",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if code, _ := httpGet(t, "http://"+s.httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --pprof = %d, want 404", code)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	logs := s.logs.String()
+	for _, want := range []string{"built-in example", "flashgate serving", "shutting down", "stopped"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %q:\n%s", want, logs)
+		}
+	}
+	if s.server.Serving() {
+		t.Error("still SERVING after shutdown")
+	}
+}
+
+func TestServeReloadsChangedFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, file, 3)
+	s := startServe(t, "--config", file, "--pprof")
+	waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
+	if n := allowedOf(t, s.grpcAddr, "u1", 5); n != 3 {
+		t.Fatalf("allowed %d of 5, want 3", n)
+	}
+	writeRules(t, file, 1)
+	waitFor(t, 5*time.Second, "the new rule", func() bool { return s.server.Config().Rules[0].Limit.Requests == 1 })
+	if n := allowedOf(t, s.grpcAddr, "u2", 5); n != 1 {
+		t.Fatalf("after the change: allowed %d of 5, want 1", n)
+	}
+	// A bad file keeps the rules in force.
+	if err := os.WriteFile(file, []byte("domain: shop\ndescriptors: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the reload error", func() bool { return strings.Contains(s.logs.String(), "reload failed") })
+	if n := allowedOf(t, s.grpcAddr, "u3", 5); n != 1 || !s.server.Serving() {
+		t.Fatalf("after a bad file: allowed %d of 5 (want 1), serving %v", n, s.server.Serving())
+	}
+	if code, _ := httpGet(t, "http://"+s.httpAddr+"/debug/pprof/"); code != 200 {
+		t.Errorf("/debug/pprof/ with --pprof = %d", code)
+	}
+}
+
+// writeRules writes a descriptors file limiting each x-uid to limit per
+// second (rule per_uid).
+func writeRules(t *testing.T, file string, limit int) {
+	t.Helper()
+	yaml := fmt.Sprintf(`domain: shop
+sources:
+  uid: {request_headers: {header_name: x-uid}}
+descriptors:
+  - key: uid
+    name: per_uid
+    rate_limit: {requests: %d, window: 10s}
+`, limit)
+	// Write then rename, as a deployment would, so no reader sees half a file.
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allowedOf sends n checks of uid and counts the allowed ones.
+func allowedOf(t *testing.T, addr, uid string, n int) int {
+	t.Helper()
+	allowed := 0
+	for _, l := range checkLines(t, addr, uid, n) {
+		if strings.Contains(l, " allowed 200 ") {
+			allowed++
+		}
+	}
+	return allowed
+}
+
+func TestServeStartErrors(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"bad config":       {[]string{"--config", "testdata/bad_unknown_key.yaml"}, "testdata/bad_unknown_key.yaml:7:5: "},
+		"missing config":   {[]string{"--config", "testdata/none.yaml"}, "no such file"},
+		"redis no addr":    {[]string{"--backend", "redis"}, "needs --redis-addr"},
+		"sentinel no name": {[]string{"--backend", "redis", "--redis-addr", "a:1", "--redis-mode", "sentinel"}, "master name"},
+		"bad log level":    {[]string{"--log-level", "loud"}, "--log-level"},
+		"bad log format":   {[]string{"--log-format", "xml"}, "--log-format"},
+		"bad http address": {[]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "256.0.0.1:1"}, "--http-addr"},
+		"bad env":          {[]string{"--env", "FLASHGATE_REDIS_DB=x"}, "FLASHGATE_REDIS_DB"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args, environ := tc.args, map[string]string{}
+			if len(args) == 2 && args[0] == "--env" {
+				k, v, _ := strings.Cut(args[1], "=")
+				environ[k], args = v, nil
+			}
+			var stderr syncBuffer
+			err := runEnv(context.Background(), append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...),
+				env{stdout: io.Discard, stderr: &stderr, lookupEnv: func(k string) (string, bool) { v, ok := environ[k]; return v, ok }})
+			if err == nil || !strings.Contains(errorLine(err), tc.want) {
+				t.Fatalf("err = %v, want %q in it", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestServeRedis(t *testing.T) {
+	r := redistest.Start(t)
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "t1")
+	waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
+	assertSixthDenied(t, s.grpcAddr, "alice")
+}
+
+func TestServeWaitsForRedis(t *testing.T) {
+	r := redistest.Start(t)
+	r.Kill()
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr())
+	// Not serving, and saying why, again and again.
+	waitFor(t, 5*time.Second, "two failed PINGs", func() bool {
+		return strings.Count(s.logs.String(), "redis does not answer PING") >= 2
+	})
+	if s.server.Serving() {
+		t.Fatal("SERVING without Redis")
+	}
+	if st := grpcHealth(t, s.grpcAddr); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health = %s, want NOT_SERVING", st)
+	}
+	if code, _ := httpGet(t, "http://"+s.httpAddr+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d, want 503", code)
+	}
+	r.Restart()
+	waitFor(t, 10*time.Second, "SERVING after Redis is back", func() bool { return s.server.Serving() })
+	assertSixthDenied(t, s.grpcAddr, "carol")
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
