@@ -454,6 +454,13 @@ func TestCoreWiring(t *testing.T) {
 
 	// Envoy mounts its ConfigMap, and the Service targets Envoy's port.
 	envoy := container(t, spec, "envoy")
+	gomod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`go-control-plane/envoy (v\d+\.\d+)\.`).FindSubmatch(gomod); m == nil || !strings.Contains(envoy.Image, string(m[1])) {
+		t.Errorf("envoy image %q: want the Envoy line of go-control-plane's envoy module in go.mod (%s)", envoy.Image, m)
+	}
 	if !slices.Contains(envoy.Args, "/etc/envoy/envoy.yaml") {
 		t.Errorf("envoy args %v do not load /etc/envoy/envoy.yaml", envoy.Args)
 	}
