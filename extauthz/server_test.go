@@ -399,12 +399,12 @@ func TestFailureModes(t *testing.T) {
 		allowed int // of 5
 		mode    string
 	}{
-		"local enforces in process":   {headers: uid("u"), allowed: 2, mode: "local"},
-		"deny refuses":                {headers: map[string]string{"x-dev": "d"}, allowed: 0, mode: "deny"},
-		"allow admits":                {headers: map[string]string{"x-key": "k"}, allowed: 5, mode: "allow"},
-		"deny wins over local":        {headers: map[string]string{"x-uid": "u", "x-dev": "d"}, allowed: 0, mode: "deny"},
-		"local beats allow":           {headers: map[string]string{"x-uid": "u", "x-key": "k"}, allowed: 2, mode: "local"},
-		"no hits: nothing to fail":    {headers: nil, allowed: 5},
+		"local enforces in process": {headers: uid("u"), allowed: 2, mode: "local"},
+		"deny refuses":              {headers: map[string]string{"x-dev": "d"}, allowed: 0, mode: "deny"},
+		"allow admits":              {headers: map[string]string{"x-key": "k"}, allowed: 5, mode: "allow"},
+		"deny wins over local":      {headers: map[string]string{"x-uid": "u", "x-dev": "d"}, allowed: 0, mode: "deny"},
+		"local beats allow":         {headers: map[string]string{"x-uid": "u", "x-key": "k"}, allowed: 2, mode: "local"},
+		"no hits: nothing to fail":  {headers: nil, allowed: 5},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

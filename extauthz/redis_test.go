@@ -1,0 +1,130 @@
+package extauthz
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/redistest"
+)
+
+// TestRedisFailureModes runs the example rules on a real redis-server,
+// kills it, checks each failure mode, restarts it and checks that checks go
+// back to Redis once the breaker lets a probe through.
+func TestRedisFailureModes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server")
+	}
+	rs := redistest.Start(t)
+	const timeout = 50 * time.Millisecond
+	client, err := window.NewClient(window.ClientConfig{Addrs: []string{rs.Addr()}, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	red, err := window.NewRedis(client, window.RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ExampleConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	modes := []FailureMode{FailureLocal, FailureAllow, FailureDeny}
+	envs := map[FailureMode]*env{}
+	for _, mode := range modes {
+		mem, err := window.NewMemory(window.MemoryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := window.NewKeys("t" + mode.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		s, err := NewServer(cfg, Options{
+			Limiter: red, Fallback: mem, Keys: keys, FailureMode: mode, Timeout: timeout,
+			Registerer: reg, Breaker: BreakerOptions{Failures: 3, Cooldown: 100 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs[mode] = &env{t: t, srv: s, reg: reg}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	for _, mode := range modes {
+		e := envs[mode]
+		if err := e.srv.WaitReady(ctx, 0); err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if got := e.run(req{path: "/api/coupon/a", headers: uid("up")}, 7); got != 5 {
+			t.Errorf("%s, Redis up: allowed %d of 7, want 5", mode, got)
+		}
+	}
+
+	rs.Kill()
+	want := map[FailureMode]int{FailureLocal: 5, FailureAllow: 7, FailureDeny: 0}
+	for _, mode := range modes {
+		t.Run("down/"+mode.String(), func(t *testing.T) {
+			e := envs[mode]
+			e.t = t
+			r := req{path: "/api/coupon/a", headers: uid("down")}
+			allowed := 0
+			for i := range 7 {
+				start := time.Now()
+				a := e.check(r)
+				if took := time.Since(start); took > timeout+500*time.Millisecond {
+					t.Errorf("check %d took %s with a %s budget", i, took, timeout)
+				}
+				if a.allowed {
+					allowed++
+				}
+			}
+			if allowed != want[mode] {
+				t.Errorf("allowed %d of 7, want %d", allowed, want[mode])
+			}
+			if got := e.counter("failure_mode", mode.String()); got != 7 {
+				t.Errorf("failure_mode{%s} = %v, want 7", mode, got)
+			}
+			var errs float64
+			for _, k := range []string{kindConnection, kindTimeout, kindBreakerOpen, kindOther} {
+				errs += e.counter("backend_errors", k)
+			}
+			if errs != 7 {
+				t.Errorf("backend errors %v, want 7", errs)
+			}
+			if !e.srv.Serving() {
+				t.Error("a Redis outage turned health NOT_SERVING")
+			}
+		})
+	}
+
+	rs.Restart()
+	for _, mode := range modes {
+		e := envs[mode]
+		e.t = t
+		// Once the breaker's probe succeeds, checks reach Redis again.
+		deadline := time.Now().Add(5 * time.Second)
+		for i := 0; ; i++ {
+			before := e.counter("failure_mode", mode.String())
+			e.check(req{path: "/", ip: fmt.Sprintf("192.0.2.%d", i%250)})
+			if e.counter("failure_mode", mode.String()) == before {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: checks did not go back to Redis", mode)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if got := e.run(req{path: "/api/coupon/a", headers: uid("back")}, 7); got != 5 {
+			t.Errorf("%s, Redis back: allowed %d of 7, want 5", mode, got)
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package extauthz
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+const goodA = `
+domain: reload
+descriptors:
+  - key: remote_address
+    name: per_ip
+    rate_limit: {requests: 1, window: 1s}
+`
+
+const goodB = `
+domain: reload
+descriptors:
+  - key: remote_address
+    name: per_ip_v2
+    rate_limit: {requests: 3, window: 1s}
+`
+
+const bad = `
+domain: reload
+descriptors:
+  - key: remote_address
+    rate_limit: {requests: 0, window: 1s}
+`
+
+// configMap lays out dir like a Kubernetes ConfigMap volume: the file is a
+// symlink through ..data, which is swapped atomically to a new directory.
+type configMap struct {
+	t   *testing.T
+	dir string
+	gen int
+}
+
+func (c *configMap) write(content string) {
+	c.t.Helper()
+	c.gen++
+	ts := filepath.Join(c.dir, "..ts"+string(rune('0'+c.gen)))
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ts, "rules.yaml"), []byte(content), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	tmp := filepath.Join(c.dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
+		c.t.Fatal(err)
+	}
+	link := filepath.Join(c.dir, "rules.yaml")
+	if _, err := os.Lstat(link); err != nil {
+		if err := os.Symlink("..data/rules.yaml", link); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestReloadWatch(t *testing.T) {
+	cm := &configMap{t: t, dir: t.TempDir()}
+	cm.write(goodA)
+	path := filepath.Join(cm.dir, "rules.yaml")
+	cfg, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.srv.WatchFile(ctx, path, 10*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+
+	rule := func() string { return e.srv.Config().Rules[0].Name }
+	cm.write(bad)
+	waitFor(t, "the error to be counted", func() bool { return e.counter("reloads", "error") == 1 })
+	if rule() != "per_ip" {
+		t.Fatalf("a bad file replaced the rules: %s", rule())
+	}
+	if got := e.run(req{path: "/"}, 2); got != 1 {
+		t.Errorf("old rules: allowed %d of 2, want 1", got)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := e.counter("reloads", "error"); got != 1 {
+		t.Errorf("the same bad content was counted %v times", got)
+	}
+	cm.write(goodB)
+	waitFor(t, "the good file", func() bool { return rule() == "per_ip_v2" })
+	if got := e.counter("reloads", "success"); got != 1 {
+		t.Errorf("success %v", got)
+	}
+	e.clock.Advance(time.Second)
+	if got := e.run(req{path: "/"}, 4); got != 3 {
+		t.Errorf("new rules: allowed %d of 4, want 3", got)
+	}
+}
+
+func TestReloadSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(goodA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, cfg, nil)
+	for _, step := range []struct {
+		content string
+		ok      bool
+		rule    string
+	}{{bad, false, "per_ip"}, {goodB, true, "per_ip_v2"}, {goodA, true, "per_ip"}} {
+		if err := os.WriteFile(path, []byte(step.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := e.srv.Reload()
+		if (err == nil) != step.ok {
+			t.Fatalf("Reload: %v, want ok=%v", err, step.ok)
+		}
+		if err != nil && !contains([]string{path + ":5:28: the limit must allow at least 1 request, not 0"}, err.Error()[len("reload: "):]) {
+			t.Errorf("error %v", err)
+		}
+		if got := e.srv.Config().Rules[0].Name; got != step.rule {
+			t.Errorf("rule %s, want %s", got, step.rule)
+		}
+	}
+	ex, _ := ExampleConfig()
+	if err := e.srv.SetConfig(ex); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Reload(); err != ErrNoFile {
+		t.Errorf("Reload of the built-in example: %v", err)
+	}
+}
