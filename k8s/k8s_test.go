@@ -334,8 +334,12 @@ func TestFlashgateSidecar(t *testing.T) {
 					t.Errorf("%s preStop sleeps %ds, flashgate %ds: flashgate must leave last", name, s, fgSleep)
 				}
 			}
-			if g := spec.TerminationGracePeriodSeconds; g == nil || *g < fgSleep+15 {
-				t.Errorf("terminationGracePeriodSeconds = %v, want ≥ flashgate's preStop (%ds) + 15s to drain", g, fgSleep)
+			drain, err := time.ParseDuration(env(fg, "FLASHGATE_DRAIN_TIMEOUT"))
+			if err != nil {
+				t.Fatalf("FLASHGATE_DRAIN_TIMEOUT: %v", err)
+			}
+			if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < time.Duration(fgSleep)*time.Second+drain+5*time.Second {
+				t.Errorf("terminationGracePeriodSeconds = %v, want ≥ flashgate's preStop (%ds) + drain timeout (%v) + 5s", g, fgSleep, drain)
 			}
 		})
 	}
