@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ type benchOptions struct {
 	timeout     time.Duration
 	json        bool
 	quiet       bool
+	cpuProfile  string
 }
 
 // prebuildMax is the largest --users for which every user's CheckRequest is
@@ -85,6 +87,7 @@ object with --json.`,
 	f.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
 	f.BoolVar(&o.json, "json", false, "print the result as one JSON object")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress display")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file")
 	return cmd
 }
 
@@ -219,6 +222,18 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 			}
 			prebuilt[i] = rawMessage(append([]byte(nil), b...))
 		}
+	}
+
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	conns := make([]*grpc.ClientConn, o.connections)

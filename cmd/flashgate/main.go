@@ -1,6 +1,3 @@
-// Command flashgate is an Envoy ext_authz (gRPC v3) server enforcing exact
-// sliding-window-log rate limits, and the operator tools around it: check,
-// validate, bench and version. See DESIGN.md for the command-line contract.
 package main
 
 import (
