@@ -202,11 +202,15 @@ type Match struct {
 	Value    string
 	Prefix   bool
 
-	src int // index into Config.sources
+	src     int    // index into Config.sources
+	pattern string // Pattern(), precomputed
 }
 
 // Pattern returns the value as written in the file ("/api/coupon/*"), or "".
 func (m Match) Pattern() string {
+	if m.pattern != "" {
+		return m.pattern
+	}
 	if m.Prefix {
 		return m.Value + "*"
 	}
@@ -970,13 +974,17 @@ func joinParts(parts []string) string {
 	if len(parts) == 1 {
 		return parts[0]
 	}
-	var b strings.Builder
+	n := 0
 	for _, s := range parts {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
+		n += len(s) + 8
 	}
-	return b.String()
+	b := make([]byte, 0, n)
+	for _, s := range parts {
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(b, ':')
+		b = append(b, s...)
+	}
+	return string(b)
 }
 
 // derivedName names a rule after its path: "path.api_coupon.uid".
@@ -1029,7 +1037,7 @@ func (p *cfgParser) pattern(n ast.Node, v string, m *Match) error {
 	if len(body) > MaxValueLen {
 		return p.errf(n, "value is longer than %d bytes", MaxValueLen)
 	}
-	m.HasValue, m.Value, m.Prefix = true, body, len(body) < len(v)
+	m.HasValue, m.Value, m.Prefix, m.pattern = true, body, len(body) < len(v), v
 	return nil
 }
 

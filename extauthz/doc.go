@@ -1,2 +1,73 @@
-// Package extauthz is flashgate's Envoy ext_authz (gRPC, API v3) server.
+// Package extauthz is flashgate's Envoy ext_authz (gRPC, API v3) server: it
+// loads the descriptors file, maps each CheckRequest to rate-limit hits,
+// asks a window.Limiter, and answers OK or 429 as DESIGN.md specifies.
+//
+// # API
+//
+//	cfg, err := extauthz.LoadFile(path)            // or ParseConfig(name, data), ExampleConfig()
+//	cfg.WriteTable(os.Stdout)                      // `flashgate validate`
+//	srv, err := extauthz.NewServer(cfg, extauthz.Options{
+//	        Limiter:  guard,                       // window.Guard in front of Memory or Redis
+//	        Fallback: memory,                      // failure mode "local"
+//	        Keys: keys, FailureMode: mode, Shadow: shadow, Timeout: redisTimeout,
+//	        Registerer: reg, Logger: log,
+//	})
+//	gs := grpc.NewServer(extauthz.GRPCServerOptions()...)
+//	srv.Register(gs)                               // Check + grpc.health.v1 + reflection
+//	http.Serve(httpLis, srv.HTTPHandler())         // /metrics /healthz /readyz
+//	go srv.WaitReady(ctx, 0)                       // SERVING once the backend answers PING
+//	go srv.WatchFile(ctx, path, 0)                 // hot reload (ConfigMap symlink swaps too)
+//	srv.Reload()                                   // on SIGHUP
+//	srv.Shutdown(ctx, gs)                          // NOT_SERVING, GracefulStop, hard Stop at ctx's end
+//
+// # Descriptors file
+//
+// envoyproxy/ratelimit's shape plus flashgate's additions; see
+// flashsale.yaml, the built-in example:
+//
+//	domain: flashsale                  # required; [A-Za-z0-9._-]
+//	client_ip: {trusted_hops: 0}       # 0: Envoy's source.address; N: Nth entry from the right of x-forwarded-for
+//	sources:                           # descriptor key → where its value comes from
+//	  uid:  {request_headers: {header_name: x-uid}}
+//	  ip:   {remote_address: {}}
+//	  path: {request_path: {}}         # path without query
+//	  m:    {request_method: {}}
+//	  host: {authority: {}}
+//	  t:    {context_extension: {key: tenant}}   # Envoy per-route context_extensions
+//	descriptors:                       # nested; every node with rate_limit is a rule
+//	  - key: path                      # keys remote_address, path, method, authority, host need no source
+//	    value: /api/coupon/*           # exact, or prefix with a trailing *
+//	    descriptors:
+//	      - key: uid
+//	        name: coupon_per_uid       # optional, unique, [A-Za-z0-9._-], ≤ 64; default derived ("path_api_coupon.uid")
+//	        rate_limit: {requests: 5, window: 1s}   # or {unit: second|minute|hour|day, requests_per_unit: N}
+//	        shadow_mode: false
+//	        failure_mode: local        # local | allow | deny; default: Options.FailureMode
+//	        on_missing: skip           # skip | deny
+//	        ban: {threshold: 5, window: 10s, duration: 5m}   # duration 0 disables
+//
+// shadow_mode, failure_mode, on_missing and ban are inherited by nested
+// descriptors unless they set their own. A descriptor with a value puts its
+// pattern, not the request's value, in the limit key; one without puts the
+// request's value: the example has one bucket per x-uid across every
+// /api/coupon/ path. The key is window.Keys.Key(rule, parts), parts joined
+// unambiguously (one part as is; several length-prefixed). A value that is
+// absent, empty or longer than MaxValueLen never becomes a shared bucket:
+// the rule is skipped, or the request refused under on_missing: deny.
+// Loading is strict: unknown or duplicate keys, anchors and tags are
+// errors, each reported as FILE:LINE:COL: sentence ([ConfigError]).
+//
+// # Decisions
+//
+// A check's hits go to Options.Limiter in one call, all or nothing, within
+// Options.Timeout. If it fails (error, timeout, or the circuit breaker is
+// open; see [BreakerOptions]) the failure modes decide: deny if any
+// enforcing hit's mode is deny; else the hits in mode local go to
+// Options.Fallback; else allow. Check never returns a gRPC error.
+//
+// Metrics (DESIGN.md): flashgate_checks_total{domain,rule,decision} counts
+// each check once, under the binding rule ("" when none matched); decision
+// "error" means the backend failed and failure mode allow or deny answered
+// without a decision (a local fallback decision counts as allowed/denied).
+// flashgate_local_denials_total is counted here from Decision.Source.
 package extauthz

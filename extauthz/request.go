@@ -66,7 +66,7 @@ func (c *Config) Map(req *authv3.CheckRequest, keys window.Keys, m *Mapping) {
 					applies = false
 					break
 				}
-				parts[np] = mt.Pattern()
+				parts[np] = mt.pattern
 			} else {
 				if !ok || len(val) > MaxValueLen {
 					missing = true
