@@ -313,3 +313,29 @@ func TestServeWaitsForRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestServeStopsWhileWaitingForRedis(t *testing.T) {
+	r := redistest.Start(t)
+	r.Kill()
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr())
+	waitFor(t, 5*time.Second, "a failed PING", func() bool {
+		return strings.Contains(s.logs.String(), "redis does not answer PING")
+	})
+	start := time.Now()
+	if err := s.stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %s to stop", d)
+	}
+}
+
+func TestServeRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	s := startServe(t, "--backend", "redis", "--redis-mode", "cluster", "--redis-addr", strings.Join(c.Addrs(), ","))
+	waitFor(t, 10*time.Second, "SERVING", func() bool { return s.server.Serving() })
+	assertSixthDenied(t, s.grpcAddr, "dave")
+	if !strings.Contains(s.logs.String(), "(cluster)") {
+		t.Errorf("logs do not name the cluster mode:\n%s", s.logs)
+	}
+}
