@@ -370,8 +370,10 @@ func TestRedisConcurrentExact(t *testing.T) {
 	if !checkSliding(t, ts, limit, window.Microseconds()) {
 		t.Fatalf("%d admissions in %s, but no window held the limit %d", len(ts), run, limit)
 	}
-	if min := int(run/window) * limit; len(ts) < min {
-		t.Fatalf("%d admissions in %s, want at least %d", len(ts), run, min)
+	// Several windows filled (not all of them: a loaded machine may leave
+	// gaps, which is no error).
+	if len(ts) < 2*limit {
+		t.Fatalf("%d admissions in %s, want at least %d", len(ts), run, 2*limit)
 	}
 	t.Logf("%d admissions in %s at %d/%s", len(ts), run, limit, window)
 }
