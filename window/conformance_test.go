@@ -64,8 +64,8 @@ func checkRetryAfter(t *testing.T, what string, d Decision, entry, at interval, 
 	}
 }
 
-// TestConformance runs one table against Memory, Redis standalone and
-// Redis Cluster.
+// TestConformance runs one table against Memory, Redis standalone, Redis
+// through Sentinel and Redis Cluster.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	factories := []limiterFactory{
@@ -80,6 +80,11 @@ func TestConformance(t *testing.T) {
 	single := redistest.Start(t)
 	factories = append(factories, limiterFactory{name: "redis", redis: true, new: func(t *testing.T) (Limiter, redis.UniversalClient) {
 		c := newTestClient(t, ClientConfig{Addrs: []string{single.Addr()}})
+		return newTestRedis(t, c, RedisOptions{}), c
+	}})
+	sentinel := redistest.StartSentinel(t, redistest.Start(t), "fgmaster")
+	factories = append(factories, limiterFactory{name: "redis-sentinel", redis: true, new: func(t *testing.T) (Limiter, redis.UniversalClient) {
+		c := newTestClient(t, ClientConfig{Addrs: []string{sentinel.Addr()}, MasterName: "fgmaster"})
 		return newTestRedis(t, c, RedisOptions{}), c
 	}})
 	cluster := redistest.StartCluster(t, 3)

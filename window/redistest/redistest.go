@@ -37,9 +37,10 @@ const portAttempts = 10
 
 // Server is one redis-server process on a loopback TCP port.
 type Server struct {
-	t    testing.TB
-	dir  string
-	args []string // extra arguments after the defaults
+	t        testing.TB
+	dir      string
+	args     []string // extra arguments after the defaults
+	sentinel string   // for a sentinel: the config file Sentinel rewrites
 
 	// mu guards the fields below.
 	mu   sync.Mutex
@@ -59,12 +60,16 @@ func Start(t testing.TB) *Server {
 
 func start(t testing.TB, dir string, extra []string) *Server {
 	t.Helper()
+	return startServer(t, &Server{t: t, dir: dir, args: extra})
+}
+
+func startServer(t testing.TB, s *Server) *Server {
+	t.Helper()
 	bin := lookPath(t)
-	s := &Server{t: t, dir: dir, args: extra}
 	t.Cleanup(s.Kill)
 	var errs []error
 	for range portAttempts {
-		port, err := freePort(extra != nil)
+		port, err := freePort(s.clusterEnabled())
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -92,15 +97,19 @@ func lookPath(t testing.TB) string {
 // process is killed and the error says why (with the log's tail).
 func (s *Server) launch(bin string, port int) error {
 	logPath := filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", port))
-	args := []string{
+	var args []string
+	if s.sentinel != "" {
+		args = append(args, s.sentinel, "--sentinel")
+	} else {
+		args = append(args, "--save", "", "--appendonly", "no")
+	}
+	args = append(args,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
 		"--dir", s.dir,
 		"--logfile", logPath,
 		"--daemonize", "no",
-	}
+	)
 	if s.clusterEnabled() {
 		args = append(args, "--cluster-port", strconv.Itoa(clusterBusPort(port)))
 	}
@@ -286,6 +295,36 @@ func (s *Server) Restart() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.t.Fatalf("redistest: restart on port %d: %v", port, err)
+}
+
+// StartSentinel starts a Redis Sentinel on a free loopback port that
+// monitors master under masterName (quorum 1), waits until it answers PING
+// and reports the master's address, and kills it in t.Cleanup. Clients in
+// sentinel mode use its Addr.
+func StartSentinel(t testing.TB, master *Server, masterName string) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	host, port, _ := net.SplitHostPort(master.Addr())
+	body := fmt.Sprintf("sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 1000\n", masterName, host, port, masterName)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatalf("redistest: write %s: %v", conf, err)
+	}
+	s := startServer(t, &Server{t: t, dir: dir, sentinel: conf})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), DisableIdentity: true, Protocol: 2})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for {
+		addr, err := c.GetMasterAddrByName(ctx, masterName).Result()
+		if err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == master.Addr() {
+			return s
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("redistest: sentinel %s never reported master %s at %s (last: %v %v)", s.Addr(), masterName, master.Addr(), addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Cluster is a Redis Cluster of masters without replicas, every slot

@@ -57,3 +57,19 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("masters = %d, want 3", n)
 	}
 }
+
+func TestSentinel(t *testing.T) {
+	m := redistest.Start(t)
+	s := redistest.StartSentinel(t, m, "fgmaster")
+	ctx := context.Background()
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "fgmaster", SentinelAddrs: []string{s.Addr()}})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through the sentinel: %v", err)
+	}
+	direct := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer direct.Close()
+	if v := direct.Get(ctx, "k").Val(); v != "v" {
+		t.Fatalf("master holds %q, want v", v)
+	}
+}
