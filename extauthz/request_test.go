@@ -1,0 +1,88 @@
+package extauthz
+
+import (
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+func TestMappingKeys(t *testing.T) {
+	cfg, err := ExampleConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := window.Keys{}
+	tests := map[string]struct {
+		req  *authv3.CheckRequest
+		want []string
+	}{
+		"headers map": {
+			req:  req{path: "/api/coupon/a?q", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1"}}.proto(),
+			want: []string{k.Key("coupon_per_uid", joinParts([]string{"/api/coupon/*", "u1"})), k.Key("per_ip", "10.0.0.1")},
+		},
+		"header_map (encode_raw_headers)": {
+			req: &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+				Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+					Path: "/api/coupon/b",
+					HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+						{Key: "X-Device-FP", RawValue: []byte("d1")},
+						{Key: "x-device-fp", RawValue: []byte("d2")},
+					}},
+				}},
+			}},
+			want: []string{k.Key("coupon_per_device", joinParts([]string{"/api/coupon/*", "d1,d2"}))},
+		},
+		"nil request": {req: nil},
+		"empty header value is missing": {
+			req:  req{path: "/api/coupon/a", ip: "10.0.0.1", headers: map[string]string{"x-uid": ""}}.proto(),
+			want: []string{k.Key("per_ip", "10.0.0.1")},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var m Mapping
+			cfg.Map(tc.req, k, &m)
+			var got []string
+			for _, h := range m.Hits {
+				got = append(got, h.Key)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("keys %q, want %q", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("key %d: %q, want %q", i, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestDerivedNames(t *testing.T) {
+	cfg := parse(t, `
+domain: d
+sources:
+  uid: {request_headers: {header_name: X-Uid}}
+descriptors:
+  - key: path
+    value: /api/coupon/*
+    descriptors:
+      - key: uid
+        rate_limit: {requests: 1, window: 1s}
+  - key: method
+    value: POST
+    rate_limit: {requests: 1, window: 1s}
+`)
+	want := []string{"path_api_coupon.uid", "method_POST"}
+	for i, r := range cfg.Rules {
+		if r.Name != want[i] {
+			t.Errorf("rule %d named %q, want %q", i, r.Name, want[i])
+		}
+	}
+	if src := cfg.Sources()["uid"]; src.Name != "x-uid" {
+		t.Errorf("header name %q not lower-cased", src.Name)
+	}
+}
