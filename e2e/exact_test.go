@@ -11,14 +11,14 @@ import (
 )
 
 // TestExactAcrossSidecars: three sidecars share one Redis, 32 callers each
-// hammer one key limited to 20 per 200ms. The union of every timestamp the
+// hammer one key limited to 20 per 500ms. The union of every timestamp the
 // key's sorted set held (polled every ~20ms, since entries age out) must
 // never put more than 20 entries in any 200ms span, and the limit must be
 // reached.
 func TestExactAcrossSidecars(t *testing.T) {
 	const (
 		limit   = 20
-		window  = 200 * time.Millisecond
+		window  = 500 * time.Millisecond
 		callers = 32
 		run     = 3 * time.Second
 		prefix  = "e2eexact"
@@ -43,12 +43,18 @@ func TestExactAcrossSidecars(t *testing.T) {
 	}
 
 	// Poll the key's sorted set and union member → score.
+	// The poller starts with the load, and every gap between polls counts:
+	// a gap as long as the window could miss entries.
 	seen := map[string]float64{}
 	var key string
 	var polls, maxGap int
 	var lastPoll time.Time
 	deadline := time.Now().Add(run)
 	for time.Now().Before(deadline) {
+		if !lastPoll.IsZero() {
+			maxGap = max(maxGap, int(time.Since(lastPoll)/time.Millisecond))
+		}
+		lastPoll = time.Now()
 		if key == "" {
 			keys, err := scanKeys(bg(), rc, prefix+":*")
 			if err != nil {
@@ -69,10 +75,6 @@ func TestExactAcrossSidecars(t *testing.T) {
 			for _, z := range zs {
 				seen[z.Member.(string)] = z.Score
 			}
-			if !lastPoll.IsZero() {
-				maxGap = max(maxGap, int(time.Since(lastPoll)/time.Millisecond))
-			}
-			lastPoll = time.Now()
 			polls++
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -81,6 +83,19 @@ func TestExactAcrossSidecars(t *testing.T) {
 	for _, wg := range wgs {
 		wg.Wait()
 	}
+	// A last poll for what was admitted while the callers stopped.
+	if key != "" {
+		zs, err := rc.ZRangeWithScores(bg(), key, 0, -1).Result()
+		if err != nil && err != redis.Nil {
+			t.Fatalf("ZRANGE %s: %v", key, err)
+		}
+		for _, z := range zs {
+			seen[z.Member.(string)] = z.Score
+		}
+		if !lastPoll.IsZero() {
+			maxGap = max(maxGap, int(time.Since(lastPoll)/time.Millisecond))
+		}
+	}
 	t.Logf("key %s; %s; %d polls, longest gap %dms; %d distinct entries seen", key, &tl, polls, maxGap, len(seen))
 	if n := tl.errors.Load(); n > 0 {
 		t.Errorf("%d checks failed, first: %v", n, tl.Errs())
@@ -88,7 +103,8 @@ func TestExactAcrossSidecars(t *testing.T) {
 	if key == "" {
 		t.Fatalf("no key under prefix %s appeared in Redis", prefix)
 	}
-	if maxGap >= int(window/time.Millisecond) {
+	complete := maxGap < int(window/time.Millisecond)
+	if !complete {
 		t.Logf("warning: a poll gap of %dms ≥ the window may have missed entries", maxGap)
 	}
 
@@ -125,7 +141,7 @@ func TestExactAcrossSidecars(t *testing.T) {
 	}
 	// Every admission is in Redis (a timed-out script may add entries that
 	// were answered by the failure mode, never the other way round).
-	if a := tl.allowed.Load(); a > int64(len(seen)) {
+	if a := tl.allowed.Load(); complete && a > int64(len(seen)) {
 		t.Errorf("%d checks were admitted but Redis only ever held %d entries", a, len(seen))
 	}
 	if len(scores) > 0 {

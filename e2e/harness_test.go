@@ -418,3 +418,53 @@ func margin() time.Duration {
 }
 
 var _ = syscall.SIGTERM
+
+// histBound returns the smallest bucket bound of histogram family name (all
+// label sets together) that holds every observation; ok is false when the
+// family is missing or observations exceed every finite bucket.
+func histBound(m metrics, name string) (time.Duration, bool) {
+	mf, ok := m[name]
+	if !ok {
+		return 0, false
+	}
+	cum := map[float64]uint64{}
+	var total uint64
+	for _, mt := range mf.GetMetric() {
+		h := mt.GetHistogram()
+		if h == nil {
+			continue
+		}
+		total += h.GetSampleCount()
+		for _, b := range h.GetBucket() {
+			cum[b.GetUpperBound()] += b.GetCumulativeCount()
+		}
+	}
+	best := -1.0
+	for le, c := range cum {
+		if c == total && (best < 0 || le < best) {
+			best = le
+		}
+	}
+	if best < 0 || best > 1e9 {
+		return 0, false
+	}
+	return time.Duration(best * float64(time.Second)), true
+}
+
+// histAbove returns how many observations of histogram family name (all
+// label sets) exceed the bucket bound le, which must be one of its buckets.
+func histAbove(m metrics, name string, le float64) uint64 {
+	var n uint64
+	for _, mt := range m[name].GetMetric() {
+		h := mt.GetHistogram()
+		if h == nil {
+			continue
+		}
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == le {
+				n += h.GetSampleCount() - b.GetCumulativeCount()
+			}
+		}
+	}
+	return n
+}
