@@ -11,10 +11,12 @@
 package redistest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -126,7 +128,7 @@ func (s *Server) launch(bin string, port int) error {
 	s.port, s.cmd, s.done, s.log = port, cmd, done, logPath
 	s.mu.Unlock()
 
-	if err := waitPing(port, done); err != nil {
+	if err := waitPing(port, cmd.Process.Pid, done); err != nil {
 		s.Kill()
 		return fmt.Errorf("redis-server on port %d: %w; log: %s", port, err, tail(logPath))
 	}
@@ -142,8 +144,9 @@ func (s *Server) clusterEnabled() bool {
 	return false
 }
 
-// waitPing polls the server until it answers PING, it exits, or startTimeout.
-func waitPing(port int, exited <-chan struct{}) error {
+// waitPing polls the server until it answers as process pid (not some other
+// server that won a race for the port), it exits, or startTimeout.
+func waitPing(port, pid int, exited <-chan struct{}) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -152,7 +155,7 @@ func waitPing(port int, exited <-chan struct{}) error {
 			return errors.New("exited during start")
 		default:
 		}
-		if err := ping(addr); err == nil {
+		if err := ping(addr, pid); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
 			return fmt.Errorf("no PING reply within %s: %w", startTimeout, err)
@@ -161,24 +164,37 @@ func waitPing(port int, exited <-chan struct{}) error {
 	}
 }
 
-// ping sends one inline PING over a fresh connection.
-func ping(addr string) error {
+// ping asks addr for INFO server over a fresh connection and checks that
+// process pid answers.
+func ping(addr string, pid int) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
 		return err
 	}
-	buf := make([]byte, 64)
-	n, err := c.Read(buf)
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if !bytes.HasPrefix(buf[:n], []byte("+PONG")) {
-		return fmt.Errorf("PING answered %q", bytes.TrimSpace(buf[:n]))
+	if !strings.HasPrefix(head, "$") {
+		return fmt.Errorf("INFO answered %q", strings.TrimSpace(head))
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil {
+		return fmt.Errorf("INFO answered %q", strings.TrimSpace(head))
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return err
+	}
+	want := "\nprocess_id:" + strconv.Itoa(pid) + "\r"
+	if !strings.Contains(string(body), want) {
+		return fmt.Errorf("another process answers on %s", addr)
 	}
 	return nil
 }
