@@ -3,7 +3,10 @@ package window
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +133,55 @@ func TestRedisCluster(t *testing.T) {
 		if d := mustAllow(t, r, "a alone", ha); d.Count != 1 {
 			t.Fatalf("a alone = %+v, want count 1", d)
 		}
+	})
+
+	t.Run("exact under concurrency with partial admissions", func(t *testing.T) {
+		// Requests of two hits: a per-user key (often full, so the shared
+		// key's admission is often undone), then a shared key, last so
+		// that decideMember reports its node's time.
+		k := testKeys(t)
+		const (
+			limit  = 10
+			window = 100 * time.Millisecond
+		)
+		shared := k.Key("ip", "shared")
+		var (
+			mu   sync.Mutex
+			ts   []int64
+			wg   sync.WaitGroup
+			fail atomic.Value
+		)
+		stop := time.Now().Add(4 * window)
+		for range 3 {
+			r := newTestRedis(t, newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), PoolSize: 16}), RedisOptions{})
+			for g := range 16 {
+				wg.Go(func() {
+					for i := 0; time.Now().Before(stop); i++ {
+						hits := []Hit{rhit(k.Key("uid", fmt.Sprint((g+i)%8)), 1, window), rhit(shared, limit, window)}
+						d, at, err := r.decideMember(ctx, hits, r.member())
+						if err != nil {
+							fail.Store(err)
+							return
+						}
+						if d.Allowed {
+							mu.Lock()
+							ts = append(ts, at)
+							mu.Unlock()
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		if err, _ := fail.Load().(error); err != nil {
+			t.Fatalf("Decide: %v", err)
+		}
+		slices.Sort(ts)
+		checkSliding(t, ts, limit, window.Microseconds())
+		if len(ts) < limit {
+			t.Fatalf("%d admissions, want at least %d", len(ts), limit)
+		}
+		t.Logf("%d admissions in %s at %d/%s on the shared key", len(ts), 4*window, limit, window)
 	})
 
 	t.Run("empty script cache", func(t *testing.T) {

@@ -90,14 +90,15 @@ type rediser interface {
 //
 // Redis is safe for concurrent use.
 type Redis struct {
-	client  rediser
-	script  *redis.Script
-	perKey  bool
-	local   bool
-	now     func() time.Time
-	member  func() string
-	idStart [8]byte
-	idNext  atomic.Uint64
+	client rediser
+	script *redis.Script
+	perKey bool             // one script per key, pipelined (Cluster, Ring)
+	local  bool             // ClockLocal: now is passed to the script
+	now    func() time.Time // the local clock
+	member func() string    // a new member id per request
+
+	idPrefix [8]byte       // random, drawn once: the default member ids' prefix
+	idNext   atomic.Uint64 // the default member ids' counter
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -129,7 +130,7 @@ func NewRedis(client rediser, opts RedisOptions) (*Redis, error) {
 		r.now = time.Now
 	}
 	if r.member == nil {
-		if _, err := rand.Read(r.idStart[:]); err != nil {
+		if _, err := rand.Read(r.idPrefix[:]); err != nil {
 			return nil, fmt.Errorf("redis limiter: draw a member id prefix: %w", err)
 		}
 		r.member = r.nextMember
@@ -141,7 +142,7 @@ func NewRedis(client rediser, opts RedisOptions) (*Redis, error) {
 // counter.
 func (r *Redis) nextMember() string {
 	var b [8 + binary.MaxVarintLen64]byte
-	copy(b[:], r.idStart[:])
+	copy(b[:], r.idPrefix[:])
 	n := binary.PutUvarint(b[8:], r.idNext.Add(1))
 	return string(b[:8+n])
 }
