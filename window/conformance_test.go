@@ -314,6 +314,19 @@ var conformanceCases = []conformanceCase{
 		}
 		return true
 	}},
+	{name: "the same key twice in a request counts once", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
+		h := rhit(k.Key("uid", "u1"), 2, 10*time.Second)
+		if d := mustAllow(t, lim, "twice", h, h); d.Count != 1 {
+			t.Fatalf("first = %+v, want count 1", d)
+		}
+		if d := mustAllow(t, lim, "twice again", h, h); d.Count != 2 {
+			t.Fatalf("second = %+v, want count 2", d)
+		}
+		if d := mustDeny(t, lim, "full", h, h); d.Index != 0 || d.Count != 2 {
+			t.Fatalf("third = %+v, want denied on hit 0 with count 2", d)
+		}
+		return true
+	}},
 	{name: "invalid hits and no hits", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		for _, h := range []Hit{
 			{Key: "", Limit: Limit{Requests: 1, Window: time.Second}},
