@@ -64,6 +64,12 @@ type Options struct {
 	// A check answers within Timeout + FallbackTimeout (plus scheduling),
 	// whatever the backend does.
 	Timeout time.Duration
+	// Detach runs each backend call on its own goroutine and stops waiting
+	// at the deadline even if the limiter ignores ctx (the call then finishes
+	// alone). window.Memory, window.Guard and window.Redis honour ctx, so
+	// this is insurance against a limiter that does not; it costs about a
+	// microsecond and a few allocations per check.
+	Detach bool
 	// FallbackTimeout is the budget of the local fallback after a backend
 	// failure; 0 means DefaultFallbackTimeout.
 	FallbackTimeout time.Duration
@@ -266,6 +272,10 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 	start := s.now()
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	if !s.opts.Detach {
+		d, err := s.opts.Limiter.Decide(cctx, hits)
+		return s.backendDone(ctx, start, result{d, err}, false)
+	}
 	ch := make(chan result, 1)
 	go func() {
 		d, err := s.opts.Limiter.Decide(cctx, hits)
@@ -283,6 +293,11 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 			r.err, keep = fmt.Errorf("backend did not answer within %s: %w", s.opts.Timeout, cctx.Err()), true
 		}
 	}
+	return s.backendDone(ctx, start, r, keep)
+}
+
+// backendDone records a backend call's outcome (metrics, breaker).
+func (s *Server) backendDone(ctx context.Context, start time.Time, r result, keep bool) (window.Decision, error, bool) {
 	if r.err == nil && r.d.Source != window.SourceBackend {
 		// A local guard answer says nothing about the backend's health.
 		return r.d, nil, keep

@@ -432,6 +432,7 @@ func TestBudget(t *testing.T) {
 	slow := &failing{delay: 300 * time.Millisecond}
 	e := newEnv(t, nil, func(o *Options) {
 		o.Limiter = slow
+		o.Detach = true
 		o.Timeout = 20 * time.Millisecond
 		o.Now = time.Now
 	})
