@@ -284,7 +284,10 @@ func TestServeStartErrors(t *testing.T) {
 
 func TestServeRedis(t *testing.T) {
 	r := redistest.Start(t)
-	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "t1")
+	// A generous budget: these tests check decisions, not latency, on a
+	// machine other tests load too; a timeout would fall back to the local
+	// failure mode and miss Redis's count.
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "t1", "--redis-timeout", "1s")
 	waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
 	assertSixthDenied(t, s.grpcAddr, "alice")
 }
@@ -292,7 +295,7 @@ func TestServeRedis(t *testing.T) {
 func TestServeWaitsForRedis(t *testing.T) {
 	r := redistest.Start(t)
 	r.Kill()
-	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr())
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--redis-timeout", "1s")
 	// Not serving, and saying why, again and again.
 	waitFor(t, 5*time.Second, "two failed PINGs", func() bool {
 		return strings.Count(s.logs.String(), "redis does not answer PING") >= 2
@@ -332,7 +335,7 @@ func TestServeStopsWhileWaitingForRedis(t *testing.T) {
 
 func TestServeRedisCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	s := startServe(t, "--backend", "redis", "--redis-mode", "cluster", "--redis-addr", strings.Join(c.Addrs(), ","))
+	s := startServe(t, "--backend", "redis", "--redis-mode", "cluster", "--redis-addr", strings.Join(c.Addrs(), ","), "--redis-timeout", "1s")
 	waitFor(t, 10*time.Second, "SERVING", func() bool { return s.server.Serving() })
 	assertSixthDenied(t, s.grpcAddr, "dave")
 	if !strings.Contains(s.logs.String(), "(cluster)") {
