@@ -163,7 +163,7 @@ type userRequests struct {
 }
 
 func newUserRequests(o benchOptions) (*userRequests, error) {
-	u := &userRequests{o: o, marsh: proto.MarshalOptions{Deterministic: false}}
+	u := &userRequests{o: o}
 	if o.ip != "" {
 		ip, err := parseIP(o.ip)
 		if err != nil {
