@@ -204,6 +204,11 @@ func checkProductFacts(t *testing.T, bs *bootstrapv3.Bootstrap) {
 	}
 	hcm := findHCM(t, l)
 
+	// The path flashgate matches prefixes on is normalised first.
+	if !hcm.GetNormalizePath().GetValue() || !hcm.GetMergeSlashes() {
+		t.Errorf("normalize_path and merge_slashes must be on, or //api/coupon/ slips past prefix rules")
+	}
+
 	// ext_authz is there, before the router, which is last.
 	filters := hcm.GetHttpFilters()
 	if n := len(filters); n < 2 || filters[n-1].GetName() != routerFilter {
