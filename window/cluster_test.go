@@ -200,6 +200,31 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatalf("one key = %+v, want count 3", d)
 		}
 	})
+
+	// Last: it kills a node.
+	t.Run("a failed key undoes the others", func(t *testing.T) {
+		k := testKeys(t)
+		nodes := cluster.Nodes()
+		a := k.Key("uid", "a")
+		var b string
+		for i := 0; b == ""; i++ {
+			cand := k.Key("ip", fmt.Sprint(i))
+			if nodeOf(t, cc, cand) != nodeOf(t, cc, a) {
+				b = cand
+			}
+		}
+		for _, n := range nodes {
+			if n.Addr() == nodeOf(t, cc, b) {
+				n.Kill()
+			}
+		}
+		if d, err := r.Decide(ctx, []Hit{rhit(a, 5, time.Minute), rhit(b, 5, time.Minute)}); err == nil {
+			t.Fatalf("Decide with b's node down = %+v, want an error", d)
+		}
+		if n, err := cc.ZCard(ctx, a).Result(); err != nil || n != 0 {
+			t.Fatalf("a holds %d entries (%v) after a request that failed on b, want 0", n, err)
+		}
+	})
 }
 
 // nodeOf returns the address of the master serving key.

@@ -265,26 +265,23 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string
 		return at, nil
 	}
 	// Undo: remove the member wherever it may have been added (every key
-	// not known to be over, failed ones included: they may have run).
+	// not known to be over, failed ones included: they may have run). It
+	// runs even if ctx is done. A failed removal is not an error of a
+	// denial: the entry ages out with its window.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	defer cancel()
 	undo := r.client.Pipeline()
-	n := 0
 	for i := range hits {
 		if decided[i] && st[i].over {
 			continue
 		}
-		undo.ZRem(ctx, hits[i].Key, member)
-		n++
+		undo.ZRem(cctx, hits[i].Key, member)
 		if decided[i] && st[i].count > 0 {
 			st[i].count--
 		}
 	}
-	if n > 0 {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-		_, err := undo.Exec(cctx)
-		cancel()
-		if err != nil && firstEr == nil {
-			firstEr = fmt.Errorf("redis decide: undo a partial admission: %w", err)
-		}
+	if undo.Len() > 0 {
+		_, _ = undo.Exec(cctx)
 	}
 	return at, firstEr
 }
