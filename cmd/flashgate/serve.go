@@ -19,6 +19,7 @@ import (
 	"github.com/flashgate/flashgate/window"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 )
@@ -84,7 +85,7 @@ func runServe(ctx context.Context, e env, o *serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("--key-prefix: %w", err)
 	}
-	b, err := newBackend(o)
+	b, err := newBackend(o, log)
 	if err != nil {
 		return err
 	}
@@ -154,7 +155,7 @@ func runServe(ctx context.Context, e env, o *serveOptions) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: not serving, draining in-flight checks", "deadline", o.drainTimeout)
+		log.Info("shutting down: not serving, draining in-flight checks", "deadline", o.drainTimeout.String())
 	case runErr = <-errc:
 		log.Error("a listener failed; shutting down", "error", runErr)
 	}
@@ -186,7 +187,7 @@ type backend struct {
 	close    func()
 }
 
-func newBackend(o *serveOptions) (*backend, error) {
+func newBackend(o *serveOptions, log *slog.Logger) (*backend, error) {
 	b := &backend{close: func() {}}
 	var store window.Limiter
 	switch o.backend {
@@ -211,6 +212,11 @@ func newBackend(o *serveOptions) (*backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis backend: %w", err)
 		}
+		// go-redis logs dial failures through a package-level logger of its
+		// own; route it into ours so --log-format json stays JSON. SetLogger
+		// is atomic, and the last serve to start wins, which is the only one
+		// in a real process.
+		redis.SetLogger(redisLogger{log})
 		r, err := window.NewRedis(client, window.RedisOptions{Clock: clock})
 		if err != nil {
 			client.Close()
@@ -338,4 +344,12 @@ func addrOf(l net.Listener) string {
 		return ""
 	}
 	return l.Addr().String()
+}
+
+// redisLogger adapts go-redis's internal log lines to slog, at warn level:
+// they report dial and pool failures that the failure mode then handles.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }
