@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/window/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// burstConcurrent sends n requests built by mk from 4 goroutines and
+// tallies them; it returns how long they took.
+func burstConcurrent(p *proc, n int, mk func(i int) req) (*tally, time.Duration) {
+	var tl tally
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 4 {
+				tl.add(p.Check(mk(i)))
+			}
+		}()
+	}
+	wg.Wait()
+	return &tl, time.Since(start)
+}
+
+// TestRedisCluster: on a Redis Cluster of 3 masters the built-in example
+// rules hold (5/s per user, 10/s per device, 100/s per IP, keys spread over
+// nodes), and migrating the slot of a busy key to another master under load
+// (CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE: ASK then
+// MOVED redirects) causes no gRPC error and no denial beyond the failure
+// mode (deny).
+func TestRedisCluster(t *testing.T) {
+	const prefix = "e2ecluster"
+	cl := redistest.StartCluster(t, 3)
+	addrs := cl.Addrs()
+	p := startFlashgate(t, "--backend", "redis", "--redis-mode", "cluster",
+		"--redis-addr", addrs[0]+","+addrs[1]+","+addrs[2], "--key-prefix", prefix,
+		"--redis-timeout", "250ms", "--failure-mode", "deny", "--ban-duration", "0")
+	nodes := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		nodes[i] = redisClient(t, a)
+	}
+
+	t.Run("example rules", func(t *testing.T) {
+		if as := burst(p, freshUID("cl"), "10.9.0.1", 6); !limitedAt5(as) {
+			t.Errorf("6 requests of one user: want 5 allowed then denied, got %v", as)
+		} else {
+			mustDenied(t, as[5], 5, "user's 6th")
+		}
+		var dev []answer
+		for i := 0; i < 11; i++ {
+			dev = append(dev, p.Check(req{Path: "/api/coupon/x", IP: fmt.Sprintf("10.9.1.%d", i+1),
+				Headers: map[string]string{"x-uid": freshUID("dev"), "x-device-fp": "device-1"}}))
+		}
+		if count(dev[:10], vAllowed) != 10 {
+			t.Errorf("one device, 10 users: want 10 allowed, got %v", dev[:10])
+		}
+		mustDenied(t, dev[10], 10, "device's 11th")
+		tl, took := burstConcurrent(p, 110, func(int) req { return req{Path: "/", IP: "10.9.2.1"} })
+		t.Logf("one IP, 110 requests in %s: %s", took, tl)
+		if tl.errors.Load() > 0 {
+			t.Errorf("errors: %v", tl.Errs())
+		}
+		if took < time.Second && tl.allowed.Load() != 100 {
+			t.Errorf("one IP, 110 requests within %s: %d admitted, want 100", took, tl.allowed.Load())
+		}
+		var spread []string
+		for i, n := range nodes {
+			keys, err := scanKeys(bg(), n, prefix+":*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			spread = append(spread, fmt.Sprintf("%s: %d", addrs[i], len(keys)))
+		}
+		t.Logf("keys per master: %v", spread)
+	})
+
+	t.Run("slot migration under load", func(t *testing.T) {
+		const busyIP = "10.9.3.1"
+		m0 := p.Metrics()
+		stop := make(chan struct{})
+		var busy, bg1 tally
+		var wg sync.WaitGroup
+		// The busy IP, paced at 50/s (under its limit of 100/s), each request
+		// a fresh user: every one goes to Redis and must be admitted.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				busy.add(p.Check(coupon(freshUID("busy"), busyIP)))
+			}
+		}()
+		wgLoad := load(p, 4, stop, &bg1, func(w, i int) req {
+			return coupon(freshUID("mig"), fmt.Sprintf("10.9.4.%d", i%200+1))
+		}, nil)
+		time.Sleep(500 * time.Millisecond)
+
+		// Find the busy IP's key, its slot and its master.
+		var key string
+		src := -1
+		for i, n := range nodes {
+			keys, _ := scanKeys(bg(), n, prefix+":*:per_ip:"+busyIP)
+			if len(keys) == 1 {
+				key, src = keys[0], i
+			}
+		}
+		if key == "" {
+			close(stop)
+			wg.Wait()
+			wgLoad.Wait()
+			t.Fatalf("no key for the busy IP on any master")
+		}
+		dst := (src + 1) % len(nodes)
+		slot, err := nodes[src].ClusterKeySlot(bg(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcID, _ := nodes[src].Do(bg(), "CLUSTER", "MYID").Text()
+		dstID, _ := nodes[dst].Do(bg(), "CLUSTER", "MYID").Text()
+		dstHost, dstPort, _ := net.SplitHostPort(addrs[dst])
+		step := func(what string, c *redis.Client, args ...any) {
+			if err := c.Do(bg(), args...).Err(); err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+		}
+		began := time.Now()
+		step("SETSLOT IMPORTING", nodes[dst], "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+		step("SETSLOT MIGRATING", nodes[src], "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+		time.Sleep(300 * time.Millisecond) // requests meet a migrating slot
+		moved := 0
+		for {
+			keys, err := nodes[src].ClusterGetKeysInSlot(bg(), int(slot), 10).Result()
+			if err != nil {
+				t.Fatalf("GETKEYSINSLOT: %v", err)
+			}
+			if len(keys) == 0 {
+				break
+			}
+			args := []any{"MIGRATE", dstHost, dstPort, "", 0, 5000, "KEYS"}
+			for _, k := range keys {
+				args = append(args, k)
+			}
+			step("MIGRATE", nodes[src], args...)
+			moved += len(keys)
+			time.Sleep(50 * time.Millisecond) // ASK redirects meanwhile
+		}
+		time.Sleep(300 * time.Millisecond)
+		step("SETSLOT NODE (dst)", nodes[dst], "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+		step("SETSLOT NODE (src)", nodes[src], "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+		for i, n := range nodes {
+			if i != src && i != dst {
+				step("SETSLOT NODE (other)", n, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+			}
+		}
+		t.Logf("moved slot %d (%d keys, the busy IP's %s) from %s to %s in %s", slot, moved, key, addrs[src], addrs[dst], time.Since(began))
+		time.Sleep(time.Second) // MOVED redirects
+		close(stop)
+		wg.Wait()
+		wgLoad.Wait()
+
+		m1 := p.Metrics()
+		fm := m1.Value("flashgate_failure_mode_decisions_total") - m0.Value("flashgate_failure_mode_decisions_total")
+		be := m1.Value("flashgate_backend_errors_total") - m0.Value("flashgate_backend_errors_total")
+		t.Logf("busy IP: %s; other load: %s; backend errors +%v, failure-mode decisions +%v", &busy, &bg1, be, fm)
+		for _, kind := range m1.LabelValues("flashgate_backend_errors_total", "kind") {
+			if d := m1.Value("flashgate_backend_errors_total", "kind", kind) - m0.Value("flashgate_backend_errors_total", "kind", kind); d > 0 {
+				t.Logf("backend errors {kind=%q}: +%v", kind, d)
+			}
+		}
+		if n := busy.errors.Load() + bg1.errors.Load(); n > 0 {
+			t.Errorf("%d checks failed with a gRPC error, first: %v %v", n, busy.Errs(), bg1.Errs())
+		}
+		if d := float64(busy.denied.Load() + bg1.denied.Load()); d > fm {
+			t.Errorf("%v denials of first-time users under their limits, but only %v failure-mode decisions: denials beyond the failure mode", d, fm)
+		}
+		if busy.denied.Load() > 0 {
+			t.Logf("note: %d of the busy IP's paced requests were denied by the failure mode during the migration", busy.denied.Load())
+		}
+		if n, err := nodes[dst].Exists(bg(), key).Result(); err != nil || n != 1 {
+			t.Errorf("the busy IP's key is not on its new master %s after the migration: %v %v", addrs[dst], n, err)
+		}
+
+		// The rules still hold on the moved slot.
+		time.Sleep(1100 * time.Millisecond)
+		tl, took := burstConcurrent(p, 110, func(int) req { return coupon(freshUID("after"), busyIP) })
+		t.Logf("busy IP after the migration, 110 requests in %s: %s", took, tl)
+		if tl.errors.Load() > 0 {
+			t.Errorf("errors: %v", tl.Errs())
+		}
+		if took < time.Second && tl.allowed.Load() != 100 {
+			t.Errorf("busy IP after the migration: %d of 110 admitted within %s, want 100", tl.allowed.Load(), took)
+		}
+	})
+}
