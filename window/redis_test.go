@@ -463,3 +463,39 @@ func TestRedisClockSkew(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisRetryCountsOnce: a read timeout makes go-redis send the script
+// again while the first attempt is still queued behind a busy Redis; both
+// run, and the request is recorded once.
+func TestRedisRetryCountsOnce(t *testing.T) {
+	s := redistest.Start(t)
+	c := newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}, Timeout: 250 * time.Millisecond})
+	r := newTestRedis(t, c, RedisOptions{})
+	key := testKeys(t).Key("uid", "u1")
+	decideOK(t, r, rhit(testKeys(t).Key("warm", "up"), 5, time.Minute)) // load the script
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
+	defer admin.Close()
+	before := commandCalls(t, admin)
+
+	// Busy for 400ms: the first attempt times out after 250ms, the retry
+	// is queued too; both run when the busy script ends, the retry last.
+	const busy = `local t0 = redis.call('TIME')
+repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 400000`
+	var wg sync.WaitGroup
+	wg.Go(func() { admin.Eval(context.Background(), busy, nil) })
+	time.Sleep(50 * time.Millisecond)
+	d, err := r.Decide(context.Background(), []Hit{rhit(key, 5, time.Minute)})
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	if calls := commandCalls(t, admin)["evalsha"] - before["evalsha"]; calls != 2 {
+		t.Fatalf("%d EVALSHA calls, want 2 (the first attempt and its retry)", calls)
+	}
+	if !d.Allowed || d.Count != 1 {
+		t.Fatalf("retried decision = %+v, want allowed with count 1", d)
+	}
+	if n := admin.ZCard(context.Background(), key).Val(); n != 1 {
+		t.Fatalf("the key holds %d entries after one retried request, want 1", n)
+	}
+}
