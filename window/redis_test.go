@@ -499,3 +499,40 @@ repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1000000 + (t[2] - t0[
 		t.Fatalf("the key holds %d entries after one retried request, want 1", n)
 	}
 }
+
+// TestRedisScoresAreMicroseconds: scores are exact microsecond timestamps,
+// from Redis TIME or from the injected local clock (no float rounding).
+func TestRedisScoresAreMicroseconds(t *testing.T) {
+	_, c := startRedis(t)
+	ctx := context.Background()
+	k := testKeys(t)
+
+	r := newTestRedis(t, c, RedisOptions{})
+	key := k.Key("uid", "redis")
+	before := time.Now().UnixMicro()
+	_, at, err := r.decideMember(ctx, []Hit{rhit(key, 5, time.Minute)}, "m")
+	after := time.Now().UnixMicro()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at < before-1000 || at > after+1000 {
+		t.Fatalf("Redis time %d outside the local bracket [%d, %d]", at, before, after)
+	}
+	zs := c.ZRangeWithScores(ctx, key, 0, -1).Val()
+	if len(zs) != 1 || int64(zs[0].Score) != at || zs[0].Member != "m" {
+		t.Fatalf("ZRANGE = %+v, want member m at score %d", zs, at)
+	}
+
+	for _, us := range []int64{1_700_000_000_123_457, 4_102_444_800_999_999} { // 2023 and 2100
+		clock := func() time.Time { return time.UnixMicro(us) }
+		r := newTestRedis(t, c, RedisOptions{Clock: ClockLocal, Now: clock})
+		key := k.Key("uid", fmt.Sprint(us))
+		if _, at, err := r.decideMember(ctx, []Hit{rhit(key, 5, time.Minute)}, "m"); err != nil || at != us {
+			t.Fatalf("local clock %d: time %d, %v", us, at, err)
+		}
+		zs := c.ZRangeWithScores(ctx, key, 0, -1).Val()
+		if len(zs) != 1 || int64(zs[0].Score) != us {
+			t.Fatalf("local clock %d: ZRANGE = %+v", us, zs)
+		}
+	}
+}
