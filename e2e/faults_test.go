@@ -264,6 +264,9 @@ func testRedisKilled(t *testing.T, mode string) {
 	t.Logf("Redis connected_clients after recovery: %d (pool size %d, +1 for the test)", clients, poolSize)
 	if clients > poolSize+2 {
 		t.Errorf("Redis has %d clients after recovery, more than --redis-pool-size %d + one health connection + the test's own", clients, poolSize)
+		if list, err := redisClient(t, rs.Addr()).ClientList(bg()).Result(); err == nil {
+			t.Logf("CLIENT LIST:\n%s", list)
+		}
 	}
 }
 
