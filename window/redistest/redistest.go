@@ -294,8 +294,10 @@ func (s *Server) Stop() {
 
 // Restart starts the server again on the same port, after Kill or Stop (it
 // kills a running one first), with an empty dataset and script cache, and
-// waits until it answers PING. It fails the test if the port cannot be bound
-// again within a few seconds.
+// waits until it answers PING. A cluster node keeps its nodes.conf, so it
+// rejoins its cluster (with its slots, without its keys). It fails the test
+// if the port cannot be bound again within a few seconds, so call it from
+// the test's goroutine.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Kill()
