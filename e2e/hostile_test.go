@@ -69,6 +69,12 @@ func withInvalidUTF8(t *testing.T, r req, marker string) []byte {
 // decisions are the documented ones (a user's 6th request in a second is
 // denied); every Redis key stays bounded and carries only the
 // server-generated hash tag.
+//
+// KNOWN FAILURES (extauthz, reported in issue 5's thread, not fixed here):
+// values over extauthz.MaxValueLen (1 KiB) are treated as missing, so the
+// 64 KB and 1 MB x-uid cases escape the per-user rule instead of being hashed
+// as DESIGN.md says; invalid UTF-8 is refused by grpc-go's proto codec with
+// codes.Internal before flashgate sees the request.
 func TestHostileInput(t *testing.T) {
 	const prefix = "e2ehostile"
 	rs := redistest.Start(t)
