@@ -151,7 +151,7 @@ func untilRedisDecides(t *testing.T, p *proc, addr, prefix string, within time.D
 // from Redis again within a second; goroutines and Redis connections do
 // not leak.
 //
-// KNOWN FAILURES (extauthz/serve, reported, not fixed here): with
+// KNOWN FAILURES (in extauthz/serve, found by this suite, not fixed here): with
 // --failure-mode local Redis holds 13-27 connections after recovery with
 // --redis-pool-size 8; recovery sometimes takes 1.4-2.1 s because the
 // breaker's cooldown is a fixed 1 s and a failed half-open probe re-opens it.

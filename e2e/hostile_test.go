@@ -70,7 +70,7 @@ func withInvalidUTF8(t *testing.T, r req, marker string) []byte {
 // denied); every Redis key stays bounded and carries only the
 // server-generated hash tag.
 //
-// KNOWN FAILURES (extauthz, reported in issue 5's thread, not fixed here):
+// KNOWN FAILURES (in extauthz, found by this suite, not fixed here):
 // values over extauthz.MaxValueLen (1 KiB) are treated as missing, so the
 // 64 KB and 1 MB x-uid cases escape the per-user rule instead of being hashed
 // as DESIGN.md says; invalid UTF-8 is refused by grpc-go's proto codec with
