@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -55,6 +56,23 @@ func TestCluster(t *testing.T) {
 	}
 	if n := masters.Load(); n != 3 {
 		t.Fatalf("masters = %d, want 3", n)
+	}
+	// A restarted node rejoins with its slots and without its keys.
+	for _, n := range c.Nodes() {
+		n.Restart()
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+		for {
+			n, err := cc.Exists(ctx, k).Result()
+			if err == nil && n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after restarting every node: EXISTS %s = %d, %v; want 0", k, n, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 
