@@ -70,11 +70,8 @@ func withInvalidUTF8(t *testing.T, r req, marker string) []byte {
 // denied); every Redis key stays bounded and carries only the
 // server-generated hash tag.
 //
-// KNOWN FAILURES (in extauthz, found by this suite, not fixed here):
-// values over extauthz.MaxValueLen (1 KiB) are treated as missing, so the
-// 64 KB and 1 MB x-uid cases escape the per-user rule instead of being hashed
-// as DESIGN.md says; invalid UTF-8 is refused by grpc-go's proto codec with
-// codes.Internal before flashgate sees the request.
+// Long values are hashed into a bounded key (never dropped as missing), and
+// invalid UTF-8 is repaired by the server's codec (never a gRPC error).
 func TestHostileInput(t *testing.T) {
 	const prefix = "e2ehostile"
 	rs := redistest.Start(t)

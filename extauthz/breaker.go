@@ -18,9 +18,14 @@ type BreakerOptions struct {
 	// Failures is the number of consecutive errors that opens the breaker;
 	// 0 means 5, a negative value disables the breaker.
 	Failures int
-	// Cooldown is how long the breaker stays open; 0 means 1s.
+	// Cooldown is how long the breaker stays open; 0 means DefaultBreakerCooldown.
 	Cooldown time.Duration
 }
+
+// DefaultBreakerCooldown is how long an open breaker holds calls off before
+// it lets one probe through. Short, so that a restarted Redis is used again
+// within a fraction of a second; a failed probe costs one call per cooldown.
+const DefaultBreakerCooldown = 250 * time.Millisecond
 
 // breaker is the circuit breaker of [BreakerOptions]. Its fast path (closed,
 // healthy) touches only atomics.
@@ -44,7 +49,7 @@ func newBreaker(o BreakerOptions, now func() time.Time) *breaker {
 		b.threshold = 5
 	}
 	if b.cooldown <= 0 {
-		b.cooldown = time.Second
+		b.cooldown = DefaultBreakerCooldown
 	}
 	return b
 }

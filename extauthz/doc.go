@@ -52,8 +52,11 @@
 // request's value: the example has one bucket per x-uid across every
 // /api/coupon/ path. The key is window.Keys.Key(rule, parts), parts joined
 // unambiguously (one part as is; several length-prefixed). A value that is
-// absent, empty or longer than MaxValueLen never becomes a shared bucket:
-// the rule is skipped, or the request refused under on_missing: deny.
+// absent or empty never becomes a shared bucket: the rule is skipped, or the
+// request refused under on_missing: deny. A value of any length counts: long
+// or unsafe values are hashed (SHA-256) by window.Keys, so a padded x-uid is
+// a bucket of its own, never a way around the rule; the request itself is
+// capped by the gRPC message limit (MaxRecvMsgSize).
 // Loading is strict: unknown or duplicate keys, anchors and tags are
 // errors, each reported as FILE:LINE:COL: sentence ([ConfigError]).
 //

@@ -25,6 +25,8 @@ const MaxRecvMsgSize = 4 << 20
 
 // GRPCServerOptions returns the recommended options for the gRPC server
 // that hosts a Server:
+//   - a proto codec that repairs invalid UTF-8 in request strings instead
+//     of refusing the call (Envoy forwards raw HTTP/1 header bytes);
 //   - MaxRecvMsgSize: see the constant;
 //   - keepalive enforcement that accepts pings every 5s even without
 //     streams, so Envoy's HTTP/2 keepalive (connection_keepalive, usually
@@ -36,6 +38,7 @@ const MaxRecvMsgSize = 4 << 20
 // It returns a new slice on each call.
 func GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newLenientCodec()),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second,

@@ -9,9 +9,11 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// MaxValueLen is the longest request value (header, path, ...) that becomes
-// part of a limit key; a longer one is treated as missing. Matching a
-// descriptor's value pattern uses the whole request value.
+// MaxValueLen is the longest value pattern a descriptor may have in the
+// descriptors file. Request values have no such cap: a value of any length
+// (up to the gRPC message limit) is a bucket of its own, hashed into a
+// bounded key by window.Keys, so padding a header cannot escape a rule.
+// Matching a descriptor's value pattern uses the whole request value.
 const MaxValueLen = 1024
 
 // Mapping is the outcome of [Config.Map] for one request. Reuse one across
@@ -40,8 +42,7 @@ func (m *Mapping) Reset() {
 //
 // A rule matches when every descriptor with a value finds its pattern in the
 // request (exact, or prefix for a trailing *). A matching rule whose other
-// descriptors all find a value (present, non-empty, at most MaxValueLen
-// bytes) yields a hit keyed by keys.Key(rule name, joined parts), the parts
+// descriptors all find a value (present and non-empty) yields a hit keyed by keys.Key(rule name, joined parts), the parts
 // being each descriptor's pattern or the request's value; otherwise the rule
 // is skipped, or recorded in m.Missing under on_missing: deny.
 //
@@ -68,7 +69,7 @@ func (c *Config) Map(req *authv3.CheckRequest, keys window.Keys, m *Mapping) {
 				}
 				parts[np] = mt.pattern
 			} else {
-				if !ok || len(val) > MaxValueLen {
+				if !ok {
 					missing = true
 				}
 				parts[np], single = val, val

@@ -247,8 +247,10 @@ func TestOnMissing(t *testing.T) {
 	if !a.allowed || a.headers["x-ratelimit-shadow"] != "" {
 		t.Errorf("all values present: %+v", a)
 	}
-	// An oversize value is missing, not a shared bucket.
-	wantDenied(t, e.check(req{path: "/", headers: uid(strings.Repeat("u", MaxValueLen+1))}), "need_uid", 5)
+	// A long value is a bucket of its own (hashed), not a missing one.
+	if a := e.check(req{path: "/", headers: uid(strings.Repeat("u", 64<<10))}); !a.allowed {
+		t.Errorf("a 64 KiB value was refused as missing: %+v", a)
+	}
 }
 
 func TestHostileHeaders(t *testing.T) {
@@ -266,13 +268,10 @@ func TestHostileHeaders(t *testing.T) {
 			e := newEnv(t, nil, nil)
 			r := req{path: "/api/coupon/" + v, host: v, method: v,
 				headers: map[string]string{"x-uid": v, "x-device-fp": v, "x-forwarded-for": v}}
-			allowed := e.run(r, 7)
-			want := 5
-			if len(v) > MaxValueLen {
-				want = 7 // treated as missing: only the IP rule applies
-			}
-			if allowed != want {
-				t.Errorf("allowed %d, want %d", allowed, want)
+			// Whatever the value, the per-uid rule (5/s) holds: long values
+			// are hashed, never dropped.
+			if allowed := e.run(r, 7); allowed != 5 {
+				t.Errorf("allowed %d, want 5", allowed)
 			}
 			// The keys are bounded and carry no hash tag from the value.
 			var m Mapping

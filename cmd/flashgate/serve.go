@@ -102,6 +102,7 @@ func runServe(ctx context.Context, e env, o *serveOptions) error {
 		FailureMode: failureMode,
 		Shadow:      o.shadow,
 		Timeout:     b.timeout,
+		Breaker:     extauthz.BreakerOptions{Failures: o.breakerFailures, Cooldown: o.breakerCooldown},
 		Registerer:  reg,
 		Logger:      log,
 	})

@@ -40,6 +40,9 @@ type serveOptions struct {
 	memoryMaxKeys  int
 	shadow         bool
 
+	breakerFailures int
+	breakerCooldown time.Duration
+
 	drainTimeout time.Duration
 	pprof        bool
 	logLevel     string
@@ -70,6 +73,8 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.Var(&o.localCacheSize, "local-cache-size", "memory budget of the local over-limit cache and penalty box (e.g. 32MiB)")
 	f.IntVar(&o.memoryMaxKeys, "memory-max-keys", 0, "keys the memory backend (and the local failure mode) track at most (0: the window package's default)")
 	f.BoolVar(&o.shadow, "shadow", false, "decide and count, but admit everything (x-ratelimit-shadow: 1 on would-be denials)")
+	f.IntVar(&o.breakerFailures, "breaker-failures", 5, "consecutive backend errors that open the circuit breaker (then checks take the failure mode without calling Redis); negative: no breaker")
+	f.DurationVar(&o.breakerCooldown, "breaker-cooldown", extauthz.DefaultBreakerCooldown, "how long an open breaker holds Redis calls off before one probe")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM: how long in-flight checks may take before the server stops")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on --http-addr (profiling; keep --http-addr private)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -114,6 +119,12 @@ func (o *serveOptions) check(changed func(string) bool) error {
 	}
 	if o.memoryMaxKeys < 0 {
 		return fmt.Errorf("--memory-max-keys %d: must not be negative", o.memoryMaxKeys)
+	}
+	if o.breakerFailures == 0 {
+		return fmt.Errorf("--breaker-failures 0: want a positive count, or negative to disable the breaker")
+	}
+	if o.breakerCooldown <= 0 {
+		return fmt.Errorf("--breaker-cooldown %s: must be positive", o.breakerCooldown)
 	}
 	if o.drainTimeout <= 0 {
 		return fmt.Errorf("--drain-timeout %s: must be positive", o.drainTimeout)
