@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -47,7 +48,9 @@ type ClientConfig struct {
 	DB int
 	// TLS connects with TLS (system roots, server name from the address).
 	TLS bool
-	// PoolSize: connections per node; 0 means go-redis's default (10 per CPU).
+	// PoolSize bounds the connections to each node: go-redis opens no more
+	// (MaxActiveConns), and pipelines (Cluster mode) share that pool instead
+	// of a dedicated one. 0 means go-redis's default of 10 per CPU.
 	PoolSize int
 	// Timeout is the budget of one round trip: it bounds reads, writes and
 	// waits for a pooled connection; dials get at least 250 ms. 0 means
@@ -119,6 +122,10 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	if timeout == 0 {
 		timeout = DefaultRedisTimeout
 	}
+	poolSize := cfg.PoolSize
+	if poolSize == 0 {
+		poolSize = 10 * runtime.GOMAXPROCS(0)
+	}
 	o := &redis.UniversalOptions{
 		Addrs:                 cfg.Addrs,
 		MasterName:            cfg.MasterName,
@@ -127,7 +134,9 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		SentinelUsername:      cfg.Username,
 		SentinelPassword:      cfg.Password,
 		DB:                    cfg.DB,
-		PoolSize:              cfg.PoolSize,
+		PoolSize:              poolSize,
+		MaxActiveConns:        poolSize,
+		PipelinePoolSize:      -1, // pipelines share the bounded main pool
 		ContextTimeoutEnabled: true,
 		DialTimeout:           max(timeout, minDialTimeout),
 		DialerRetries:         1,

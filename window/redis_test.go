@@ -536,3 +536,54 @@ func TestRedisScoresAreMicroseconds(t *testing.T) {
 		}
 	}
 }
+
+// TestNewClientPoolBound: PoolSize bounds the connections Redis sees, under
+// load and after a restart, in standalone and per-slot (pipelined) use.
+func TestNewClientPoolBound(t *testing.T) {
+	s := redistest.Start(t)
+	const pool = 4
+	c := newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}, PoolSize: pool})
+	standalone := newTestRedis(t, c, RedisOptions{})
+	perSlot := newTestRedis(t, c, RedisOptions{Cluster: true})
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), PoolSize: 1})
+	defer admin.Close()
+	k := testKeys(t)
+	load := func() {
+		var wg sync.WaitGroup
+		for g := range 32 {
+			wg.Go(func() {
+				for i := range 20 {
+					r := standalone
+					if i%2 == 1 {
+						r = perSlot
+					}
+					u := fmt.Sprint(g)
+					if _, err := r.Decide(context.Background(), []Hit{rhit(k.Key("uid", u), 5, time.Second), rhit(k.Key("ip", u), 5, time.Second)}); err != nil {
+						t.Errorf("Decide: %v", err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	clients := func() int {
+		info := admin.Info(context.Background(), "clients").Val()
+		var n int
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
+				fmt.Sscan(v, &n)
+			}
+		}
+		return n - 1 // the admin connection
+	}
+	load()
+	if n := clients(); n > pool {
+		t.Fatalf("%d connections with PoolSize %d", n, pool)
+	}
+	s.Restart()
+	load()
+	if n := clients(); n > pool {
+		t.Fatalf("%d connections after a restart with PoolSize %d", n, pool)
+	}
+}
