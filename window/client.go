@@ -26,6 +26,10 @@ const DefaultRedisTimeout = 25 * time.Millisecond
 // handshake does not fit a 25 ms budget on every network.
 const minDialTimeout = 250 * time.Millisecond
 
+// ClientName is the connection name (CLIENT SETNAME) of every connection
+// NewClient opens.
+const ClientName = "flashgate"
+
 // ClientConfig describes how to reach Redis. The zero value is invalid: at
 // least one address is needed.
 type ClientConfig struct {
@@ -147,6 +151,9 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		MinRetryBackoff:       -1, // no backoff: the budget is milliseconds
 		MaxRetryBackoff:       -1,
 		DisableIdentity:       true, // no CLIENT SETINFO round trips (Redis < 7.2 rejects it)
+		// CLIENT SETNAME on connect (once per connection): operators and
+		// tests tell flashgate's connections apart in CLIENT LIST.
+		ClientName: ClientName,
 		// RESP2: the script's reply reads the same, and go-redis skips the
 		// RESP3 push-notification checks around every command (~15% of a
 		// decision's client CPU).
