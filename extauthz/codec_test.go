@@ -3,7 +3,6 @@ package extauthz
 import (
 	"bytes"
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -11,9 +10,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -60,18 +57,7 @@ func invalidUTF8Request(t *testing.T, suffix string) []byte {
 // any other value, not refused with a gRPC error.
 func TestInvalidUTF8OverTheWire(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(GRPCServerOptions()...)
-	e.srv.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	_, conn := serveBufconn(t, e.srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

@@ -21,18 +21,7 @@ import (
 // server over an in-memory connection, with the HTTP handler beside it.
 func TestEndToEnd(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(GRPCServerOptions()...)
-	e.srv.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	gs, conn := serveBufconn(t, e.srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -115,4 +104,24 @@ func TestEndToEnd(t *testing.T) {
 	if e.srv.Serving() {
 		t.Error("SetServing(true) after Shutdown took effect")
 	}
+}
+
+// serveBufconn serves srv on a real gRPC server with GRPCServerOptions over
+// an in-memory listener and returns the server and a client connection to
+// it; both are closed when the test ends.
+func serveBufconn(t *testing.T, srv *Server) (*grpc.Server, *grpc.ClientConn) {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer(GRPCServerOptions()...)
+	srv.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return gs, conn
 }
