@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -260,13 +261,27 @@ type result struct {
 	err error
 }
 
+// localDecider is what window.Guard offers besides Decide: a refusal from
+// local state alone, consulted while the breaker holds the backend off.
+type localDecider interface {
+	DecideLocal(hits []window.Hit) (window.Decision, bool)
+}
+
 // errBreakerOpen is returned instead of calling a backend the breaker holds off.
 var errBreakerOpen = errors.New("circuit breaker open")
 
 // backend calls the limiter within the budget. keep reports that the call
 // is still running (it holds hits).
 func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decision, error, bool) {
-	if !s.breaker.allow() {
+	ok, probe := s.breaker.allow()
+	if !ok {
+		// The backend is held off, but what the local cache knows (keys
+		// full until later, the penalty box) needs no backend.
+		if ld, isLocal := s.opts.Limiter.(localDecider); isLocal {
+			if d, refused := ld.DecideLocal(hits); refused {
+				return d, nil, false
+			}
+		}
 		return window.Decision{}, errBreakerOpen, false
 	}
 	start := s.now()
@@ -274,7 +289,7 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 	defer cancel()
 	if !s.opts.Detach {
 		d, err := s.opts.Limiter.Decide(cctx, hits)
-		return s.backendDone(ctx, start, result{d, err}, false)
+		return s.backendDone(ctx, start, result{d, err}, false, probe)
 	}
 	ch := make(chan result, 1)
 	go func() {
@@ -293,18 +308,25 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 			r.err, keep = fmt.Errorf("backend did not answer within %s: %w", s.opts.Timeout, cctx.Err()), true
 		}
 	}
-	return s.backendDone(ctx, start, r, keep)
+	return s.backendDone(ctx, start, r, keep, probe)
 }
 
 // backendDone records a backend call's outcome (metrics, breaker).
-func (s *Server) backendDone(ctx context.Context, start time.Time, r result, keep bool) (window.Decision, error, bool) {
+// A probe (see breaker.allow) is always settled here.
+func (s *Server) backendDone(ctx context.Context, start time.Time, r result, keep, probe bool) (window.Decision, error, bool) {
 	if r.err == nil && r.d.Source != window.SourceBackend {
 		// A local guard answer says nothing about the backend's health.
+		if probe {
+			s.breaker.release()
+		}
 		return r.d, nil, keep
 	}
 	s.metrics.backendDur.Observe(s.now().Sub(start).Seconds())
 	if r.err != nil && ctx.Err() != nil && !errors.Is(r.err, context.DeadlineExceeded) {
 		// Envoy gave up on this check; not the backend's fault.
+		if probe {
+			s.breaker.release()
+		}
 		return r.d, r.err, keep
 	}
 	s.breaker.record(r.err == nil || errors.Is(r.err, window.ErrInvalidHit))
@@ -453,10 +475,16 @@ type respConsts struct {
 	statusOK, statusDenied               *status.Status
 	http429                              *typev3.HttpStatus
 	hdrShadow, hdrRemaining0, hdrContent *corev3.HeaderValueOption
+	// retryAfter[n] and reset[n] are the headers for n seconds, n ≥ 1.
+	retryAfter, reset [maxCachedSeconds + 1]*corev3.HeaderValueOption
 }
 
+// maxCachedSeconds bounds the precomputed retry-after and x-ratelimit-reset
+// headers.
+const maxCachedSeconds = 120
+
 func newRespConsts() *respConsts {
-	return &respConsts{
+	k := &respConsts{
 		statusOK:      &status.Status{Code: int32(codes.OK)},
 		statusDenied:  &status.Status{Code: int32(codes.ResourceExhausted)},
 		http429:       &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
@@ -464,6 +492,21 @@ func newRespConsts() *respConsts {
 		hdrRemaining0: header("x-ratelimit-remaining", "0"),
 		hdrContent:    header("content-type", "application/json"),
 	}
+	for n := 1; n <= maxCachedSeconds; n++ {
+		k.retryAfter[n] = header("retry-after", strconv.Itoa(n))
+		k.reset[n] = header("x-ratelimit-reset", strconv.Itoa(n))
+	}
+	return k
+}
+
+// secondsHeaders returns the retry-after and x-ratelimit-reset headers for
+// secs seconds (≥ 1).
+func (k *respConsts) secondsHeaders(secs int64) (retryAfter, reset *corev3.HeaderValueOption) {
+	if secs >= 1 && secs <= maxCachedSeconds {
+		return k.retryAfter[secs], k.reset[secs]
+	}
+	t := strconv.FormatInt(secs, 10)
+	return header("retry-after", t), header("x-ratelimit-reset", t)
 }
 
 // header returns a header that replaces any of the same name.
@@ -494,8 +537,11 @@ type ruleResp struct {
 	name      string
 	limit     *corev3.HeaderValueOption
 	remaining []*corev3.HeaderValueOption // index = remaining count
-	bodyHead  string
-	counters  ruleCounters
+	// okResps[n] is the OK response for n remaining, built on first use
+	// (same range as remaining) and then shared: responses are immutable.
+	okResps  []atomic.Pointer[authv3.CheckResponse]
+	bodyHead string
+	counters ruleCounters
 }
 
 func (s *Server) newRuleSet(cfg *Config) *ruleSet {
@@ -517,6 +563,7 @@ func (s *Server) newRuleSet(cfg *Config) *ruleSet {
 		for n := range rr.remaining {
 			rr.remaining[n] = header("x-ratelimit-remaining", strconv.Itoa(n))
 		}
+		rr.okResps = make([]atomic.Pointer[authv3.CheckResponse], len(rr.remaining))
 		rr.bodyHead = `{"error":"too_many_requests","rule":"` + r.Name + `","retry_after_ms":`
 		rr.counters = s.metrics.forRule(cfg.Domain, r.Name)
 	}
@@ -530,14 +577,39 @@ func (rr *ruleResp) remainingHeader(n int) *corev3.HeaderValueOption {
 	return header("x-ratelimit-remaining", strconv.Itoa(max(n, 0)))
 }
 
-// ok is the OK response with the binding rule's x-ratelimit-* headers.
+// ok is the OK response with the binding rule's x-ratelimit-* headers. For
+// a remaining count within the precomputed range it is shared, built once.
 func (rr *ruleResp) ok(remaining int) *authv3.CheckResponse {
-	return &authv3.CheckResponse{
-		Status: rr.k.statusOK,
-		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-			ResponseHeadersToAdd: []*corev3.HeaderValueOption{rr.limit, rr.remainingHeader(remaining)},
-		}},
+	if remaining < 0 || remaining >= len(rr.okResps) {
+		return rr.newOK(remaining)
 	}
+	p := &rr.okResps[remaining]
+	if r := p.Load(); r != nil {
+		return r
+	}
+	r := rr.newOK(remaining)
+	if !p.CompareAndSwap(nil, r) {
+		r = p.Load()
+	}
+	return r
+}
+
+// okMsg holds the messages of one OK response in one allocation.
+type okMsg struct {
+	resp authv3.CheckResponse
+	wrap authv3.CheckResponse_OkResponse
+	ok   authv3.OkHttpResponse
+	hdrs [2]*corev3.HeaderValueOption
+}
+
+func (rr *ruleResp) newOK(remaining int) *authv3.CheckResponse {
+	m := &okMsg{}
+	m.hdrs = [2]*corev3.HeaderValueOption{rr.limit, rr.remainingHeader(remaining)}
+	m.ok.ResponseHeadersToAdd = m.hdrs[:]
+	m.wrap.OkResponse = &m.ok
+	m.resp.Status = rr.k.statusOK
+	m.resp.HttpResponse = &m.wrap
+	return &m.resp
 }
 
 // okShadow is an OK response marked x-ratelimit-shadow: 1, with the binding
@@ -554,27 +626,32 @@ func (rs *ruleSet) okShadow(rr *ruleResp, remaining int) *authv3.CheckResponse {
 	}
 }
 
+// deniedMsg holds the messages of one 429 response in one allocation.
+type deniedMsg struct {
+	resp authv3.CheckResponse
+	wrap authv3.CheckResponse_DeniedResponse
+	den  authv3.DeniedHttpResponse
+	hdrs [5]*corev3.HeaderValueOption
+}
+
 // denied is the 429 of DESIGN.md for this rule.
 func (rr *ruleResp) denied(retryAfter time.Duration) *authv3.CheckResponse {
 	ms := max((retryAfter+time.Millisecond-1)/time.Millisecond, 1)
 	secs := max((retryAfter+time.Second-1)/time.Second, 1)
-	secText := strconv.FormatInt(int64(secs), 10)
-	body := make([]byte, 0, len(rr.bodyHead)+21)
-	body = append(body, rr.bodyHead...)
-	body = strconv.AppendInt(body, int64(ms), 10)
-	body = append(body, '}')
-	return &authv3.CheckResponse{
-		Status: rr.k.statusDenied,
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status: rr.k.http429,
-			Headers: []*corev3.HeaderValueOption{
-				header("retry-after", secText),
-				rr.limit,
-				rr.k.hdrRemaining0,
-				header("x-ratelimit-reset", secText),
-				rr.k.hdrContent,
-			},
-			Body: string(body),
-		}},
-	}
+	retryHdr, resetHdr := rr.k.secondsHeaders(int64(secs))
+	var body strings.Builder
+	body.Grow(len(rr.bodyHead) + 21)
+	body.WriteString(rr.bodyHead)
+	var num [20]byte
+	body.Write(strconv.AppendInt(num[:0], int64(ms), 10))
+	body.WriteByte('}')
+	m := &deniedMsg{}
+	m.hdrs = [5]*corev3.HeaderValueOption{retryHdr, rr.limit, rr.k.hdrRemaining0, resetHdr, rr.k.hdrContent}
+	m.den.Status = rr.k.http429
+	m.den.Headers = m.hdrs[:]
+	m.den.Body = body.String()
+	m.wrap.DeniedResponse = &m.den
+	m.resp.Status = rr.k.statusDenied
+	m.resp.HttpResponse = &m.wrap
+	return &m.resp
 }
