@@ -54,21 +54,31 @@ func newBreaker(o BreakerOptions, now func() time.Time) *breaker {
 	return b
 }
 
-// allow reports whether a call may go to the backend now.
-func (b *breaker) allow() bool {
+// allow reports whether a call may go to the backend now, and whether that
+// call is the half-open probe. A probe must be settled: by record, or by
+// release when the call ended without telling anything of the backend.
+func (b *breaker) allow() (ok, probe bool) {
 	if b.threshold < 0 || !b.open.Load() {
-		return true
+		return true, false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.open.Load() {
-		return true
+		return true, false
 	}
 	if b.probing || b.now().Before(b.openUntil) {
-		return false
+		return false, false
 	}
 	b.probing = true
-	return true
+	return true, true
+}
+
+// release gives the probe back without an outcome (the local cache
+// answered, or the caller gave up), so the next call can probe.
+func (b *breaker) release() {
+	b.mu.Lock()
+	b.probing = false
+	b.mu.Unlock()
 }
 
 // record reports the outcome of a call allow let through.

@@ -57,6 +57,7 @@ type Guard struct {
 type guardEntry struct {
 	requests    int64 // the limit the entry was made for
 	window      int64
+	ban         Ban          // the penalty box the entry was made under
 	fullUntil   atomic.Int64 // UnixNano; refuse before this
 	bannedUntil atomic.Int64 // UnixNano; refuse before this
 	denyStart   atomic.Int64 // UnixNano start of the current denial count
@@ -102,28 +103,9 @@ func (g *Guard) Wait() { g.cache.Wait() }
 // Decide implements [Limiter]: a local refusal if any enforcing hit is known
 // full or banned, else the backend's decision, remembered when it denies.
 func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
-	sent := g.now()
-	now := sent.UnixNano()
-	for i := range hits {
-		h := &hits[i]
-		if h.Shadow {
-			continue
-		}
-		e, ok := g.cache.Get(h.Key)
-		if !ok || e == nil {
-			continue
-		}
-		if until := e.bannedUntil.Load(); now < until {
-			g.denied(h, e, now)
-			return localDecision(i, h, until-now, SourceLocalBanned), nil
-		}
-		if e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) {
-			continue
-		}
-		if until := e.fullUntil.Load(); now < until {
-			g.denied(h, e, now)
-			return localDecision(i, h, until-now, SourceLocalFull), nil
-		}
+	now := g.now().UnixNano() // the send time: "full until" counts from here
+	if d, refused := g.local(hits, now); refused {
+		return d, nil
 	}
 	d, err := g.next.Decide(ctx, hits)
 	if err != nil || d.Allowed || d.Index < 0 || d.Index >= len(hits) {
@@ -131,8 +113,8 @@ func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	}
 	h := &hits[d.Index]
 	e, ok := g.cache.Get(h.Key)
-	if !ok || e == nil || e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) {
-		e = &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window)}
+	if !ok || e == nil || e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) || e.ban != g.banOf(h) {
+		e = &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window), ban: g.banOf(h)}
 		e.denyStart.Store(now)
 	}
 	until := now + int64(d.RetryAfter)
@@ -141,6 +123,38 @@ func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	g.denied(h, e, now)
 	g.store(h, e)
 	return d, nil
+}
+
+// DecideLocal is the local half of Decide: a refusal (true) if some
+// enforcing hit is known full or banned, without asking the backend. Callers
+// that hold the backend off (a circuit breaker) still refuse what is known.
+func (g *Guard) DecideLocal(hits []Hit) (Decision, bool) {
+	return g.local(hits, g.now().UnixNano())
+}
+
+// local looks every enforcing hit up in the cache. A ban holds only while
+// the key's limit and penalty box are the ones it was earned under, so a
+// reload that raises the limit or disables the box lifts it.
+func (g *Guard) local(hits []Hit, now int64) (Decision, bool) {
+	for i := range hits {
+		h := &hits[i]
+		if h.Shadow {
+			continue
+		}
+		e, ok := g.cache.Get(h.Key)
+		if !ok || e == nil || e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) {
+			continue
+		}
+		if until := e.bannedUntil.Load(); now < until && e.ban == g.banOf(h) {
+			g.denied(h, e, now)
+			return localDecision(i, h, until-now, SourceLocalBanned), true
+		}
+		if until := e.fullUntil.Load(); now < until {
+			g.denied(h, e, now)
+			return localDecision(i, h, until-now, SourceLocalFull), true
+		}
+	}
+	return Decision{}, false
 }
 
 // denied counts a denial of h's key for the penalty box, banning the key

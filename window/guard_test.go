@@ -177,3 +177,31 @@ func TestGuardErrors(t *testing.T) {
 		t.Fatalf("closed guard: %v", err)
 	}
 }
+
+func TestGuardReloadLiftsBan(t *testing.T) {
+	g, _, clock := newTestGuard(t, Ban{Threshold: 1, Window: time.Minute, Duration: time.Hour})
+	h := hit("nat-ip", 1, 10*time.Millisecond)
+	mustDecide(t, g, h)
+	for range 3 {
+		mustDecide(t, g, h)
+		g.Wait()
+	}
+	clock.Advance(20 * time.Millisecond)
+	if d := mustDecide(t, g, h); d.Allowed || d.Source != SourceLocalBanned {
+		t.Fatalf("%+v: want banned", d)
+	}
+	if d, refused := g.DecideLocal([]Hit{h}); !refused || d.Source != SourceLocalBanned {
+		t.Fatalf("DecideLocal: %+v %v, want banned", d, refused)
+	}
+	// A reload raises the limit: the ban earned under the old one is lifted.
+	raised := hit("nat-ip", 100, 10*time.Millisecond)
+	if d := mustDecide(t, g, raised); !d.Allowed {
+		t.Fatalf("limit raised: %+v, want allowed", d)
+	}
+	// A reload that disables the penalty box lifts it too.
+	off := h
+	off.Ban = &Ban{}
+	if _, refused := g.DecideLocal([]Hit{off}); refused {
+		t.Fatal("penalty box disabled, yet the key is still refused")
+	}
+}
