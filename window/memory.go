@@ -34,9 +34,10 @@ type MemoryOptions struct {
 //
 // Memory is bounded: a key whose newest admission has left its window holds
 // no state and is dropped by a sweep amortised over inserts. When MaxKeys
-// keys are still live, a new key evicts one arbitrary live key of its shard
-// (counted by [Memory.Evictions]); that key forgets its history and may admit
-// up to its limit again early. Size MaxKeys above the number of keys live in
+// keys are still live, a new key evicts the least recently admitted of a few
+// random live keys of its shard (counted by [Memory.Evictions]); that key
+// forgets its history and may admit up to its limit again early. Hot keys
+// survive a flood of new ones. Size MaxKeys above the number of keys live in
 // your longest window (about 100–250 bytes each, plus 8 bytes per entry).
 //
 // Memory is safe for concurrent use. Its zero value is not usable; call
@@ -182,7 +183,7 @@ func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 		sh := &m.shards[shardIdx[i]]
 		l := sh.logs[h.Key]
 		if l == nil {
-			l = m.insertLocked(sh, h.Key, now)
+			l = m.insertLocked(sh, h.Key, now, hits)
 		}
 		l.window = w
 		l.trim(now, w)
@@ -233,9 +234,12 @@ func dup(hits []Hit, key string) bool {
 }
 
 // insertLocked adds an empty log for key to sh. Idle keys are swept once
-// every len/2 inserts (amortised O(1)); at the bound, an idle key found among
-// a few probes is dropped, else an arbitrary live key is evicted.
-func (m *Memory) insertLocked(sh *memShard, key string, now int64) *memLog {
+// every len/2 inserts (amortised O(1)). At the bound, one key among eight
+// random probes makes room: an idle one if found, else the one whose last
+// admission is oldest, so hot keys (an abuser's IP) are the last to go.
+// Keys of the request being decided (hits) are never chosen: their logs are
+// in use.
+func (m *Memory) insertLocked(sh *memShard, key string, now int64, hits []Hit) *memLog {
 	sh.inserts++
 	if sh.inserts >= max(len(sh.logs)/2, 1024) {
 		sh.inserts = 0
@@ -246,19 +250,28 @@ func (m *Memory) insertLocked(sh *memShard, key string, now int64) *memLog {
 		}
 	}
 	if len(sh.logs) >= m.shardKeys {
-		victim, probes := "", 0
+		victim, last, probes := "", int64(0), 0
 		for k, l := range sh.logs { // map order is randomised
-			if victim == "" || l.idle(now) {
-				victim = k
+			if dup(hits, k) {
+				continue
 			}
-			if probes++; probes == 8 || l.idle(now) {
+			if l.idle(now) {
+				victim = k
+				break
+			}
+			if t := l.ts[len(l.ts)-1]; victim == "" || t < last {
+				victim, last = k, t
+			}
+			if probes++; probes == 8 {
 				break
 			}
 		}
-		if !sh.logs[victim].idle(now) {
-			m.evictions.Add(1)
+		if victim != "" {
+			if !sh.logs[victim].idle(now) {
+				m.evictions.Add(1)
+			}
+			delete(sh.logs, victim)
 		}
-		delete(sh.logs, victim)
 	}
 	l := &memLog{}
 	sh.logs[key] = l

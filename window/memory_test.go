@@ -249,3 +249,44 @@ func assertSliding(t *testing.T, ts []int64, limit int, window int64) {
 		}
 	}
 }
+
+// TestMemoryEvictionSparesRequestAndHotKeys: at the key bound, a request
+// never evicts its own keys (which would lose its admission), and the least
+// recently admitted key goes first, so a hot key keeps its history.
+func TestMemoryEvictionSparesRequestAndHotKeys(t *testing.T) {
+	clock := newStepClock()
+	m := newTestMemory(t, clock, memoryShards) // one key per shard
+	var a, b string
+	for i := 0; b == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		switch {
+		case a == "":
+			a = k
+		case shardOf(k) == shardOf(a):
+			b = k
+		}
+	}
+	admitted := 0
+	for range 5 {
+		if mustDecide(t, m, hit(a, 1, time.Minute), hit(b, 1, time.Minute)).Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Fatalf("two keys of one shard at the bound: %d of 5 admitted, want 1", admitted)
+	}
+
+	m = newTestMemory(t, clock, memoryShards*4)
+	hot := hit("hot", 1_000_000, time.Hour)
+	for i := range 2000 {
+		clock.Advance(time.Millisecond)
+		mustDecide(t, m, hot)
+		mustDecide(t, m, hit(fmt.Sprintf("flood%d", i), 5, time.Hour))
+	}
+	if m.Evictions() == 0 {
+		t.Fatal("the flood evicted nothing; the test tests nothing")
+	}
+	if d := mustDecide(t, m, hot); d.Count != 2001 {
+		t.Fatalf("hot key holds %d admissions, want 2001: it was evicted", d.Count)
+	}
+}
