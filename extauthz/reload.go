@@ -36,6 +36,8 @@ func (s *Server) Reload() error {
 // reloadFrom loads path and swaps the rules in if its content changed (or
 // force). It reports whether the rules changed.
 func (s *Server) reloadFrom(path string, force bool) (bool, error) {
+	s.reloadOp.Lock()
+	defer s.reloadOp.Unlock()
 	data, err := readFile(path)
 	if err != nil {
 		return false, s.reloadFailed(path, [32]byte{}, err)

@@ -85,17 +85,19 @@ func (c *Config) Map(req *authv3.CheckRequest, keys window.Keys, m *Mapping) {
 			}
 			continue
 		}
-		var value string
+		var key string
 		switch {
 		case r.nvar == 0:
-			value = r.constKey
+			key = keys.Key(r.Name, r.constKey)
 		case np == 1:
-			value = single
+			key = keys.Key(r.Name, single)
 		default:
-			value = joinParts(parts[:np])
+			// The joined value only feeds the key: build it on the stack.
+			var buf [256]byte
+			key = keys.KeyBytes(r.Name, appendJoined(buf[:0], parts[:np]))
 		}
 		m.Hits = append(m.Hits, window.Hit{
-			Key: keys.Key(r.Name, value), Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow, Ban: r.Ban,
+			Key: key, Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow, Ban: r.Ban,
 		})
 		m.Rules = append(m.Rules, r)
 	}
@@ -164,8 +166,11 @@ func (v *view) header(name string) (string, bool) {
 	if s, ok := v.http.GetHeaders()[name]; ok {
 		return s, true
 	}
-	var out string
-	found := false
+	var (
+		first string
+		b     strings.Builder // used from the second occurrence on: linear, not quadratic
+		n     int
+	)
 	for _, h := range v.http.GetHeaderMap().GetHeaders() {
 		if !strings.EqualFold(h.GetKey(), name) {
 			continue
@@ -174,13 +179,21 @@ func (v *view) header(name string) (string, bool) {
 		if s == "" && len(h.GetRawValue()) > 0 {
 			s = string(h.GetRawValue())
 		}
-		if found {
-			out += "," + s
-		} else {
-			out, found = s, true
+		switch n++; n {
+		case 1:
+			first = s
+		case 2:
+			b.WriteString(first)
+			fallthrough
+		default:
+			b.WriteByte(',')
+			b.WriteString(s)
 		}
 	}
-	return out, found
+	if n > 1 {
+		return b.String(), true
+	}
+	return first, n == 1
 }
 
 // clientIP returns Envoy's source address, or with trusted hops the Nth
@@ -196,16 +209,18 @@ func (v *view) clientIP() (string, bool) {
 		return peer, peer != ""
 	}
 	ip, ok := nthFromRight(xff, n)
-	if !ok {
+	if !ok || ip == "" {
+		// Fewer entries than trusted hops, or garbage where a trusted proxy
+		// should have written an address: the peer (a proxy) is the client.
+		// That lumps such requests together; it never lets them escape.
 		return peer, peer != ""
 	}
-	return ip, ip != ""
+	return ip, true
 }
 
 // nthFromRight returns the nth (1-based) comma-separated entry from the right
-// of list as a valid IP address; ok is false if list has fewer entries. An
-// entry that is not an IP (or IP:port) yields "", true: a trusted position
-// holding garbage makes the value missing rather than falling back.
+// of list as a canonical IP address; ok is false if list has fewer entries.
+// An entry that is not an IP (or IP:port) yields "", true.
 func nthFromRight(list string, n int) (string, bool) {
 	for i := 1; ; i++ {
 		j := strings.LastIndexByte(list, ',')
@@ -220,12 +235,15 @@ func nthFromRight(list string, n int) (string, bool) {
 	}
 }
 
+// normalizeIP returns s (an IP, or IP:port) in canonical form, IPv4-mapped
+// IPv6 unmapped, so that one client cannot spell its address many ways; ""
+// if s is no address.
 func normalizeIP(s string) string {
-	if _, err := netip.ParseAddr(s); err == nil {
-		return s
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().WithZone("").String()
 	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().String()
+		return ap.Addr().Unmap().WithZone("").String()
 	}
 	return ""
 }

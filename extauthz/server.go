@@ -107,7 +107,11 @@ type Server struct {
 	pool    sync.Pool // *Mapping
 	lastLog atomic.Int64
 
-	// reloadMu serialises reloads; it guards the fields below.
+	// reloadOp is held for a whole reload (read, parse, swap), so that a
+	// SIGHUP and the file watcher cannot install their files out of order.
+	reloadOp sync.Mutex
+
+	// reloadMu guards the fields below.
 	reloadMu   sync.Mutex
 	path       string // file the rules came from; "" for the built-in example
 	loadedHash [32]byte

@@ -14,9 +14,6 @@ import (
 // buildBinary builds flashgate into a temporary directory.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the binary; skipped with -short")
-	}
 	bin := filepath.Join(t.TempDir(), "flashgate")
 	cmd := exec.Command("go", "build", "-o", bin, ".")
 	if out, err := cmd.CombinedOutput(); err != nil {
