@@ -978,13 +978,17 @@ func joinParts(parts []string) string {
 	for _, s := range parts {
 		n += len(s) + 8
 	}
-	b := make([]byte, 0, n)
+	return string(appendJoined(make([]byte, 0, n), parts))
+}
+
+// appendJoined appends joinParts(parts) to b, for two parts or more.
+func appendJoined(b []byte, parts []string) []byte {
 	for _, s := range parts {
 		b = strconv.AppendInt(b, int64(len(s)), 10)
 		b = append(b, ':')
 		b = append(b, s...)
 	}
-	return string(b)
+	return b
 }
 
 // derivedName names a rule after its path: "path.api_coupon.uid".

@@ -58,21 +58,40 @@ func (k Keys) Prefix() string {
 
 // Key returns the key of value under rule. It never fails; see [Keys].
 func (k Keys) Key(rule, value string) string {
-	const hexdigits = "0123456789abcdef"
-	h := fnv32(rule, value)
 	var b strings.Builder
+	k.keyHead(&b, rule, fnv32(rule, value), len(value))
+	writeSegment(&b, value)
+	return b.String()
+}
+
+// KeyBytes is Key for a value held in a byte slice, so that a caller can
+// build the value in a reused or stack buffer: KeyBytes(r, []byte(v)) ==
+// Key(r, v). It does not retain value.
+func (k Keys) KeyBytes(rule string, value []byte) string {
+	var b strings.Builder
+	k.keyHead(&b, rule, fnv32(rule, value), len(value))
+	if len(value) <= MaxVerbatim && verbatim(value) {
+		b.Write(value)
+	} else {
+		writeHashed(&b, sha256.Sum256(value))
+	}
+	return b.String()
+}
+
+// keyHead starts a key in b: prefix, tag from hash h, rule, and the ':'
+// before a value of n bytes, whose room it reserves.
+func (k Keys) keyHead(b *strings.Builder, rule string, h uint32, n int) {
+	const hexdigits = "0123456789abcdef"
 	p := k.Prefix()
-	b.Grow(len(p) + 10 + min(len(rule), MaxVerbatim) + 1 + min(len(value), MaxVerbatim))
+	b.Grow(len(p) + 10 + min(len(rule), MaxVerbatim) + 1 + min(n, MaxVerbatim))
 	b.WriteString(p)
 	b.WriteString(":{")
 	for shift := 20; shift >= 0; shift -= 4 {
 		b.WriteByte(hexdigits[(h>>shift)&0xf])
 	}
 	b.WriteString("}:")
-	writeSegment(&b, rule)
+	writeSegment(b, rule)
 	b.WriteByte(':')
-	writeSegment(&b, value)
-	return b.String()
 }
 
 func writeSegment(b *strings.Builder, s string) {
@@ -80,7 +99,11 @@ func writeSegment(b *strings.Builder, s string) {
 		b.WriteString(s)
 		return
 	}
-	sum := sha256.Sum256([]byte(s))
+	writeHashed(b, sha256.Sum256([]byte(s)))
+}
+
+// writeHashed writes '#' and 22 base64url characters of sum.
+func writeHashed(b *strings.Builder, sum [sha256.Size]byte) {
 	var enc [44]byte
 	base64.RawURLEncoding.Encode(enc[:], sum[:])
 	b.WriteByte('#')
@@ -88,7 +111,7 @@ func writeSegment(b *strings.Builder, s string) {
 }
 
 // verbatim reports whether s uses only [A-Za-z0-9._-].
-func verbatim(s string) bool {
+func verbatim[S ~string | ~[]byte](s S) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
@@ -99,7 +122,7 @@ func verbatim(s string) bool {
 }
 
 // fnv32 is FNV-1a over rule, a zero byte and value.
-func fnv32(rule, value string) uint32 {
+func fnv32[S ~string | ~[]byte](rule string, value S) uint32 {
 	const offset, prime = 2166136261, 16777619
 	h := uint32(offset)
 	for i := 0; i < len(rule); i++ {
