@@ -64,8 +64,8 @@ func checkRetryAfter(t *testing.T, what string, d Decision, entry, at interval, 
 	}
 }
 
-// TestConformance runs one table against Memory, Redis standalone, Redis
-// through Sentinel and Redis Cluster.
+// TestConformance runs one table against Memory, Redis standalone (with and
+// without auto-pipelining), Redis through Sentinel and Redis Cluster.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	factories := []limiterFactory{
@@ -81,6 +81,12 @@ func TestConformance(t *testing.T) {
 	factories = append(factories, limiterFactory{name: "redis", redis: true, new: func(t *testing.T) (Limiter, redis.UniversalClient) {
 		c := newTestClient(t, ClientConfig{Addrs: []string{single.Addr()}})
 		return newTestRedis(t, c, RedisOptions{}), c
+	}})
+	factories = append(factories, limiterFactory{name: "redis-autopipeline", redis: true, new: func(t *testing.T) (Limiter, redis.UniversalClient) {
+		c := newTestClient(t, ClientConfig{Addrs: []string{single.Addr()}})
+		r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
+		t.Cleanup(r.Close)
+		return r, c
 	}})
 	sentinel := redistest.StartSentinel(t, redistest.Start(t), "fgmaster")
 	factories = append(factories, limiterFactory{name: "redis-sentinel", redis: true, new: func(t *testing.T) (Limiter, redis.UniversalClient) {

@@ -61,6 +61,18 @@ type RedisOptions struct {
 	// nil means 8 random bytes drawn once per limiter followed by a varint
 	// counter (9 to 17 bytes per entry). It must be safe for concurrent use.
 	Member func() string
+	// AutoPipeline batches the script calls of concurrent decisions into
+	// shared round trips (one go-redis pipeline of EVALSHA commands per
+	// batch) on standalone and Sentinel Redis; each decision remains its own
+	// script call, so the guarantees are unchanged. Batches form from the
+	// decisions that arrive while earlier batches are in flight (no timer),
+	// so a lone decision is not delayed. It starts PipelineWorkers
+	// goroutines: call [Redis.Close]. Ignored in per-slot (Cluster) mode.
+	AutoPipeline bool
+	// PipelineWorkers is how many batches may be in flight at once with
+	// AutoPipeline (each on its own pooled connection); 0 means
+	// DefaultPipelineWorkers. Fewer workers make larger batches.
+	PipelineWorkers int
 }
 
 // rediser is what Redis needs of a go-redis client: *redis.Client,
@@ -84,11 +96,17 @@ type rediser interface {
 // flight that was denied elsewhere, and a failed removal leaves an entry that
 // ages out with its window. Admissions are never over the limit.
 //
+// With RedisOptions.AutoPipeline the script calls of concurrent decisions
+// share round trips (see [RedisOptions]); each caller still returns at its
+// context's deadline, and a call cut that way may still be recorded, as any
+// timed-out call may.
+//
 // Each request gets a fresh member id; a script retried by the client (after
 // a timeout, say) finds its member already present and does not count it
 // twice. Keys expire one window after the last admission (PEXPIRE).
 //
-// Redis is safe for concurrent use.
+// Redis is safe for concurrent use. Close it when done (it stops the
+// auto-pipeline's goroutines); it does not close the client.
 type Redis struct {
 	client rediser
 	script *redis.Script
@@ -96,6 +114,8 @@ type Redis struct {
 	local  bool             // ClockLocal: now is passed to the script
 	now    func() time.Time // the local clock
 	member func() string    // a new member id per request
+	pipe   *autoPipeline    // nil unless auto-pipelining
+	closed atomic.Bool      // set by Close
 
 	idPrefix [8]byte       // random, drawn once: the default member ids' prefix
 	idNext   atomic.Uint64 // the default member ids' counter
@@ -113,6 +133,9 @@ func NewRedis(client rediser, opts RedisOptions) (*Redis, error) {
 	case ClockRedis, ClockLocal:
 	default:
 		return nil, fmt.Errorf("redis limiter: unknown clock %d", opts.Clock)
+	}
+	if opts.PipelineWorkers < 0 {
+		return nil, fmt.Errorf("redis limiter: %d pipeline workers: must not be negative", opts.PipelineWorkers)
 	}
 	r := &Redis{
 		client: client,
@@ -135,7 +158,26 @@ func NewRedis(client rediser, opts RedisOptions) (*Redis, error) {
 		}
 		r.member = r.nextMember
 	}
+	if opts.AutoPipeline && !r.perKey {
+		workers := opts.PipelineWorkers
+		if workers == 0 {
+			workers = DefaultPipelineWorkers
+		}
+		r.pipe = newAutoPipeline(client, slidingLua, r.script.Hash(), workers)
+	}
 	return r, nil
+}
+
+// Close stops the auto-pipeline's goroutines, if any: decisions queued or in
+// flight return ErrClosed at once (one in flight may still be recorded), and
+// Close returns when the goroutines have ended. Decide after Close returns
+// ErrClosed. Close does not close the client. It is safe to call more than
+// once and concurrently with Decide.
+func (r *Redis) Close() {
+	r.closed.Store(true)
+	if r.pipe != nil {
+		r.pipe.close()
+	}
 }
 
 // nextMember returns the limiter's random prefix followed by a uvarint
@@ -171,6 +213,9 @@ func (r *Redis) decideMember(ctx context.Context, hits []Hit, member string) (De
 	if len(hits) == 0 {
 		return decide(nil, nil), 0, nil
 	}
+	if r.closed.Load() {
+		return Decision{}, 0, fmt.Errorf("redis decide: %w", ErrClosed)
+	}
 	now := ""
 	if r.local {
 		now = strconv.FormatInt(r.now().UnixMicro(), 10)
@@ -196,7 +241,8 @@ func (r *Redis) decideMember(ctx context.Context, hits []Hit, member string) (De
 	return decide(hits, st), at, nil
 }
 
-// decideOnce runs the script once over every key: one round trip.
+// decideOnce runs the script once over every key: one round trip, or a
+// share of one when auto-pipelining.
 func (r *Redis) decideOnce(ctx context.Context, hits []Hit, member, now string, st []hitState) (int64, error) {
 	keys := make([]string, len(hits))
 	args := make([]any, 2, 2+3*len(hits))
@@ -205,7 +251,15 @@ func (r *Redis) decideOnce(ctx context.Context, hits []Hit, member, now string, 
 		keys[i] = hits[i].Key
 		args = appendHitArgs(args, &hits[i])
 	}
-	res, err := r.script.Run(ctx, r.client, keys, args...).Slice()
+	var (
+		res []any
+		err error
+	)
+	if r.pipe != nil {
+		res, err = r.pipe.run(ctx, keys, args)
+	} else {
+		res, err = r.script.Run(ctx, r.client, keys, args...).Slice()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("redis decide: %w", err)
 	}

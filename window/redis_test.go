@@ -236,8 +236,15 @@ func commandCalls(t testing.TB, c *redis.Client) map[string]int64 {
 // TestRedisRestart: after a restart the script cache is empty; the next
 // decision still succeeds (NOSCRIPT → EVAL), on one key and on several.
 func TestRedisRestart(t *testing.T) {
+	for _, ap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autopipeline=%t", ap), func(t *testing.T) { testRedisRestart(t, ap) })
+	}
+}
+
+func testRedisRestart(t *testing.T, autoPipeline bool) {
 	s, c := startRedis(t)
-	r := newTestRedis(t, c, RedisOptions{})
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: autoPipeline})
+	t.Cleanup(r.Close)
 	k := testKeys(t)
 	hits := []Hit{rhit(k.Key("a", "1"), 2, time.Minute), rhit(k.Key("b", "1"), 2, time.Minute)}
 	decideOK(t, r, hits...)
@@ -326,6 +333,12 @@ repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1000000 + (t[2] - t0[
 // goroutines on one key for several windows. The Redis-side admission times
 // never hold more than the limit in one window, and the limit is reached.
 func TestRedisConcurrentExact(t *testing.T) {
+	for _, ap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autopipeline=%t", ap), func(t *testing.T) { testRedisConcurrentExact(t, ap) })
+	}
+}
+
+func testRedisConcurrentExact(t *testing.T, autoPipeline bool) {
 	s := redistest.Start(t)
 	const (
 		sidecars   = 3
@@ -344,7 +357,8 @@ func TestRedisConcurrentExact(t *testing.T) {
 	stop := time.Now().Add(run)
 	for range sidecars {
 		c := newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}, PoolSize: goroutines})
-		r := newTestRedis(t, c, RedisOptions{})
+		r := newTestRedis(t, c, RedisOptions{AutoPipeline: autoPipeline})
+		t.Cleanup(r.Close)
 		for range goroutines {
 			wg.Go(func() {
 				for time.Now().Before(stop) {

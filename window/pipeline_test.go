@@ -1,0 +1,292 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window/redistest"
+)
+
+// busyScript keeps Redis's single thread busy for the given µs, so that
+// every other client waits (DEBUG SLEEP is disabled by default in Redis 7).
+func busyScript(us int) string {
+	return fmt.Sprintf(`local t0 = redis.call('TIME')
+repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > %d`, us)
+}
+
+// pauseRedis makes Redis at addr busy for d from another connection and
+// returns a function that waits until it is free again.
+func pauseRedis(t *testing.T, addr string, d time.Duration) (wait func()) {
+	t.Helper()
+	admin := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: d + 5*time.Second})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer admin.Close()
+		admin.Eval(context.Background(), busyScript(int(d.Microseconds())), nil)
+	})
+	time.Sleep(50 * time.Millisecond) // the busy script has started
+	return wg.Wait
+}
+
+// countHook counts the pipelines a client sends and its script calls
+// outside pipelines (connection set-up such as HELLO is not counted).
+type countHook struct{ cmds, pipelines atomic.Int64 }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.HasPrefix(cmd.Name(), "eval") {
+			h.cmds.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipelines.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// decideAll runs one decision per key concurrently and returns their errors.
+func decideAll(ctx context.Context, r *Redis, keys []string, limit int) []error {
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		wg.Go(func() {
+			d, err := r.Decide(ctx, []Hit{rhit(key, limit, time.Minute)})
+			if err == nil && (!d.Allowed || d.Count != 1) {
+				err = fmt.Errorf("decision %+v, want allowed with count 1", d)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func someKeys(t *testing.T, n int) []string {
+	k := testKeys(t)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = k.Key("uid", fmt.Sprint(i))
+	}
+	return keys
+}
+
+// TestAutoPipelineSharesRoundTrips: decisions that arrive while Redis is
+// busy are sent together: fewer pipelines than decisions, each decision
+// still one EVALSHA of its own, each recorded once.
+func TestAutoPipelineSharesRoundTrips(t *testing.T) {
+	s, c := startRedis(t)
+	hook := &countHook{}
+	c.AddHook(hook)
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
+	t.Cleanup(r.Close)
+	decideOK(t, r, rhit(testKeys(t).Key("warm", "up"), 5, time.Minute)) // load the script
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
+	defer admin.Close()
+	before := commandCalls(t, admin)
+	hook.pipelines.Store(0)
+	hook.cmds.Store(0)
+
+	const n = 64
+	keys := someKeys(t, n)
+	wait := pauseRedis(t, s.Addr(), 300*time.Millisecond)
+	errs := decideAll(context.Background(), r, keys, 5)
+	wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("decision %d: %v", i, err)
+		}
+	}
+	after := commandCalls(t, admin)
+	if got := after["evalsha"] - before["evalsha"]; got != n {
+		t.Errorf("%d decisions made %d EVALSHA calls, want %d (one script call each)", n, got, n)
+	}
+	if got := after["eval"] - before["eval"]; got != 1 {
+		t.Errorf("%d EVAL calls, want 1 (the busy script)", got)
+	}
+	pipelines, cmds := hook.pipelines.Load(), hook.cmds.Load()
+	if cmds != 0 {
+		t.Errorf("%d script calls sent outside pipelines, want 0", cmds)
+	}
+	// The first DefaultPipelineWorkers decisions may each go alone while
+	// Redis is busy; the rest queue behind them and share a round trip.
+	if max := int64(DefaultPipelineWorkers + 2); pipelines > max {
+		t.Errorf("%d decisions took %d pipelines, want at most %d", n, pipelines, max)
+	}
+	for _, key := range keys {
+		if got := admin.ZCard(context.Background(), key).Val(); got != 1 {
+			t.Fatalf("%s holds %d entries, want 1", key, got)
+		}
+	}
+	t.Logf("%d decisions in %d pipelines", n, pipelines)
+}
+
+// TestAutoPipelineDeadline: a caller returns at its own deadline while its
+// batch waits on a busy Redis, and the dispatchers are free again after.
+func TestAutoPipelineDeadline(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
+	t.Cleanup(r.Close)
+	k := testKeys(t)
+	decideOK(t, r, rhit(k.Key("a", "1"), 5, time.Second))
+
+	wait := pauseRedis(t, s.Addr(), time.Second)
+	var wg sync.WaitGroup
+	for i := range 8 { // more than the dispatchers: some in flight, some queued
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := r.Decide(ctx, []Hit{rhit(k.Key("b", fmt.Sprint(i)), 5, time.Second)})
+			took := time.Since(start)
+			// The caller's deadline, or its batch's read timeout at the
+			// same instant (a batch of one has that caller's deadline).
+			var ne net.Error
+			if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+				t.Errorf("Decide with a 30ms deadline on a busy Redis = %v, want a timeout", err)
+			}
+			if took > 500*time.Millisecond {
+				t.Errorf("Decide with a 30ms deadline returned after %s", took)
+			}
+		})
+	}
+	wg.Wait()
+	wait()
+	decideOK(t, r, rhit(k.Key("a", "1"), 5, time.Second)) // not wedged
+}
+
+// TestAutoPipelineDeadRedis: a stopped Redis fails every caller of the
+// batch with the pipeline's error, and the limiter recovers after restart
+// (empty script cache: NOSCRIPT in a batch, SCRIPT LOAD and again).
+func TestAutoPipelineDeadRedis(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
+	t.Cleanup(r.Close)
+	decideOK(t, r, rhit(testKeys(t).Key("warm", "up"), 5, time.Minute))
+
+	s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for i, err := range decideAll(ctx, r, someKeys(t, 16), 5) {
+		var ne net.Error
+		if err == nil || !(errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded)) {
+			t.Errorf("decision %d with Redis stopped = %v, want a connection error", i, err)
+		}
+	}
+
+	s.Restart()
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
+	defer admin.Close()
+	// Queue a batch behind a busy Redis so that several calls of one
+	// pipeline meet NOSCRIPT together.
+	keys := someKeys(t, 32)
+	wait := pauseRedis(t, s.Addr(), 200*time.Millisecond)
+	errs := decideAll(context.Background(), r, keys, 5)
+	wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("decision %d after a restart: %v", i, err)
+		}
+	}
+	for _, key := range keys {
+		if got := admin.ZCard(context.Background(), key).Val(); got != 1 {
+			t.Fatalf("%s holds %d entries after one decision, want 1", key, got)
+		}
+	}
+	if calls := commandCalls(t, admin); calls["script|load"] == 0 {
+		t.Errorf("no SCRIPT LOAD after the restart: %v", calls)
+	}
+}
+
+// TestAutoPipelineClose: Close fails queued and in-flight callers at once,
+// Decide after Close fails, and no goroutine outlives Close.
+func TestAutoPipelineClose(t *testing.T) {
+	s, c := startRedis(t)
+	k := testKeys(t)
+	plain := newTestRedis(t, c, RedisOptions{})
+	decideOK(t, plain, rhit(k.Key("warm", "up"), 5, time.Minute)) // the pool's first connection
+	base := runtime.NumGoroutine()
+
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true, PipelineWorkers: 3})
+	decideOK(t, r, rhit(k.Key("warm", "up"), 5, time.Minute))
+	wait := pauseRedis(t, s.Addr(), 600*time.Millisecond)
+	errc := make(chan error, 16)
+	for i := range cap(errc) {
+		go func() {
+			_, err := r.Decide(context.Background(), []Hit{rhit(k.Key("q", fmt.Sprint(i)), 5, time.Minute)})
+			errc <- err
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // all queued or in flight
+	closed := make(chan struct{})
+	go func() { r.Close(); close(closed) }()
+	timer := time.NewTimer(300 * time.Millisecond) // well before Redis answers
+	defer timer.Stop()
+	for range cap(errc) {
+		select {
+		case err := <-errc:
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("a caller pending at Close got %v, want ErrClosed", err)
+			}
+		case <-timer.C:
+			t.Fatal("callers pending at Close did not return at once")
+		}
+	}
+	<-closed
+	wait()
+	r.Close() // again: no-op
+	if _, err := r.Decide(context.Background(), []Hit{rhit(k.Key("after", "close"), 5, time.Minute)}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Decide after Close = %v, want ErrClosed", err)
+	}
+	var n int
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if n = runtime.NumGoroutine(); n <= base {
+			return
+		}
+	}
+	buf := make([]byte, 1<<16)
+	t.Fatalf("%d goroutines after Close, %d before NewRedis:\n%s", n, base, buf[:runtime.Stack(buf, true)])
+}
+
+// TestAutoPipelineIgnoredPerSlot: a Cluster limiter starts no dispatchers.
+func TestAutoPipelineIgnoredPerSlot(t *testing.T) {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	r := newTestRedis(t, cc, RedisOptions{AutoPipeline: true})
+	defer r.Close()
+	if r.pipe != nil {
+		t.Fatal("a per-slot limiter got an auto-pipeline")
+	}
+	if _, err := NewRedis(cc, RedisOptions{AutoPipeline: true, PipelineWorkers: -1}); err == nil {
+		t.Fatal("NewRedis with -1 pipeline workers succeeded")
+	}
+}
+
+// TestAutoPipelineSentinel: auto-pipelining through a Sentinel-managed
+// client decides as the plain one does.
+func TestAutoPipelineSentinel(t *testing.T) {
+	sentinel := redistest.StartSentinel(t, redistest.Start(t), "fgmaster")
+	c := newTestClient(t, ClientConfig{Addrs: []string{sentinel.Addr()}, MasterName: "fgmaster"})
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
+	t.Cleanup(r.Close)
+	for i, err := range decideAll(context.Background(), r, someKeys(t, 32), 5) {
+		if err != nil {
+			t.Fatalf("decision %d: %v", i, err)
+		}
+	}
+}
