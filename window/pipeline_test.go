@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,8 +39,9 @@ func pauseRedis(t *testing.T, addr string, d time.Duration) (wait func()) {
 	return wg.Wait
 }
 
-// countHook counts the pipelines a client sends and its script calls
-// outside pipelines (connection set-up such as HELLO is not counted).
+// countHook counts a client's script calls outside pipelines and its
+// pipelines holding script calls (connection set-up, which go-redis also
+// pipelines, is not counted).
 type countHook struct{ cmds, pipelines atomic.Int64 }
 
 func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -55,7 +57,9 @@ func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.pipelines.Add(1)
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return strings.HasPrefix(c.Name(), "eval") }) {
+			h.pipelines.Add(1)
+		}
 		return next(ctx, cmds)
 	}
 }

@@ -218,19 +218,26 @@ func newBackend(o *serveOptions, log *slog.Logger) (*backend, error) {
 		// is atomic, and the last serve to start wins, which is the only one
 		// in a real process.
 		redis.SetLogger(redisLogger{log})
-		r, err := window.NewRedis(client, window.RedisOptions{Clock: clock})
+		r, err := window.NewRedis(client, window.RedisOptions{Clock: clock, AutoPipeline: o.redisAutoPipe})
 		if err != nil {
 			client.Close()
 			return nil, fmt.Errorf("redis backend: %w", err)
 		}
 		fallback, err := window.NewMemory(window.MemoryOptions{MaxKeys: o.memoryMaxKeys})
 		if err != nil {
+			r.Close()
 			client.Close()
 			return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 		}
 		store, b.pinger, b.fallback, b.timeout = r, r, fallback, o.redisTimeout
 		b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(o.redisAddrs, ","), modeName(o))
-		b.close = func() { client.Close() }
+		if o.redisAutoPipe && modeName(o) != window.ModeCluster {
+			b.describe += ", auto-pipelined"
+		}
+		b.close = func() {
+			r.Close() // stops the auto-pipeline before its client
+			client.Close()
+		}
 	}
 	guard, err := window.NewGuard(store, window.GuardOptions{Budget: int64(o.localCacheSize), Ban: o.ban()})
 	if err != nil {

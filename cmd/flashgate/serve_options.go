@@ -29,6 +29,7 @@ type serveOptions struct {
 	redisTLS        bool
 	redisTimeout    time.Duration
 	redisPoolSize   int
+	redisAutoPipe   bool
 	keyPrefix       string
 	clock           string
 
@@ -63,6 +64,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.redisTLS, "redis-tls", false, "connect to Redis with TLS")
 	f.DurationVar(&o.redisTimeout, "redis-timeout", window.DefaultRedisTimeout, "budget for one Redis round trip")
 	f.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
+	f.BoolVar(&o.redisAutoPipe, "redis-autopipeline", false, "share Redis round trips among concurrent checks (one pipeline of script calls per batch; standalone and sentinel, ignored on cluster)")
 	f.StringVar(&o.keyPrefix, "key-prefix", "fg", "prefix of every Redis key")
 	f.StringVar(&o.clock, "clock", "redis", "time source of the windows: redis (TIME in the script) or local")
 	f.StringVar(&o.failureMode, "failure-mode", "local", "when Redis fails: local (enforce per process in memory), allow or deny")
@@ -87,7 +89,7 @@ func (o *serveOptions) check(changed func(string) bool) error {
 	switch o.backend {
 	case "memory":
 		for _, name := range []string{"redis-addr", "redis-mode", "redis-master-name", "redis-username", "redis-password",
-			"redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "clock"} {
+			"redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "redis-autopipeline", "clock"} {
 			if changed(name) {
 				return fmt.Errorf("--%s is only for --backend redis (the backend is memory)", name)
 			}

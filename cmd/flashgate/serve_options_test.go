@@ -25,15 +25,16 @@ func TestServeEnvBinding(t *testing.T) {
 	o, _, err := parseServe(t,
 		[]string{"--backend", "redis", "--redis-timeout", "40ms"},
 		map[string]string{
-			"FLASHGATE_BACKEND":          "memory", // the flag wins
-			"FLASHGATE_REDIS_TIMEOUT":    "1s",     // the flag wins
-			"FLASHGATE_REDIS_ADDR":       "a:1,b:2",
-			"FLASHGATE_REDIS_TLS":        "true",
-			"FLASHGATE_BAN_DURATION":     "0",
-			"FLASHGATE_LOCAL_CACHE_SIZE": "64MiB",
-			"FLASHGATE_GRPC_ADDR":        "0.0.0.0:9000",
-			"FLASHGATE_SHADOW":           "1",
-			"FLASHGATE_UNRELATED":        "x",
+			"FLASHGATE_BACKEND":            "memory", // the flag wins
+			"FLASHGATE_REDIS_TIMEOUT":      "1s",     // the flag wins
+			"FLASHGATE_REDIS_ADDR":         "a:1,b:2",
+			"FLASHGATE_REDIS_TLS":          "true",
+			"FLASHGATE_BAN_DURATION":       "0",
+			"FLASHGATE_LOCAL_CACHE_SIZE":   "64MiB",
+			"FLASHGATE_GRPC_ADDR":          "0.0.0.0:9000",
+			"FLASHGATE_SHADOW":             "1",
+			"FLASHGATE_REDIS_AUTOPIPELINE": "true",
+			"FLASHGATE_UNRELATED":          "x",
 		})
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func TestServeEnvBinding(t *testing.T) {
 		t.Errorf("flags did not win: backend %q, timeout %s", o.backend, o.redisTimeout)
 	}
 	if strings.Join(o.redisAddrs, ",") != "a:1,b:2" || !o.redisTLS || o.banDuration != 0 ||
-		o.localCacheSize != 64<<20 || o.grpcAddr != "0.0.0.0:9000" || !o.shadow {
+		o.localCacheSize != 64<<20 || o.grpcAddr != "0.0.0.0:9000" || !o.shadow || !o.redisAutoPipe {
 		t.Errorf("environment not applied: %+v", o)
 	}
 	if o.httpAddr != "127.0.0.1:9192" || o.failureMode != "local" || o.keyPrefix != "fg" || o.banThreshold != 5 {
@@ -86,6 +87,8 @@ func TestServeFlagCombinations(t *testing.T) {
 		"redis without address":    {[]string{"--backend", "redis"}, "needs --redis-addr"},
 		"redis address on memory":  {[]string{"--redis-addr", "127.0.0.1:6379"}, "--redis-addr is only for --backend redis"},
 		"clock on memory":          {[]string{"--clock", "local"}, "--clock is only for --backend redis"},
+		"autopipeline on memory":   {[]string{"--redis-autopipeline"}, "--redis-autopipeline is only for --backend redis"},
+		"redis autopipeline":       {[]string{"--backend", "redis", "--redis-addr", "x:1", "--redis-autopipeline=false"}, ""},
 		"unknown backend":          {[]string{"--backend", "etcd"}, `--backend "etcd"`},
 		"unknown clock":            {[]string{"--backend", "redis", "--redis-addr", "x:1", "--clock", "ntp"}, `--clock "ntp"`},
 		"unknown failure mode":     {[]string{"--failure-mode", "panic"}, "--failure-mode"},

@@ -292,6 +292,16 @@ func TestServeRedis(t *testing.T) {
 	assertSixthDenied(t, s.grpcAddr, "alice")
 }
 
+func TestServeRedisAutoPipeline(t *testing.T) {
+	r := redistest.Start(t)
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "t2", "--redis-timeout", "1s", "--redis-autopipeline")
+	waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
+	assertSixthDenied(t, s.grpcAddr, "alice")
+	if !strings.Contains(s.logs.String(), "auto-pipelined") {
+		t.Errorf("the start-up log does not say the backend is auto-pipelined:\n%s", s.logs.String())
+	}
+}
+
 func TestServeWaitsForRedis(t *testing.T) {
 	r := redistest.Start(t)
 	r.Kill()
