@@ -13,8 +13,8 @@ import (
 // whose decision was queued or in flight on an auto-pipeline when it closed.
 var ErrClosed = errors.New("window: the limiter is closed")
 
-// DefaultPipelineWorkers is how many auto-pipelines a [Redis] keeps in flight
-// at most when RedisOptions.PipelineWorkers is 0.
+// DefaultPipelineWorkers is how many round trips an auto-pipelining [Redis]
+// keeps in flight at most when RedisOptions.PipelineWorkers is 0.
 const DefaultPipelineWorkers = 2
 
 // maxPipelineBatch caps the script calls sent in one auto-pipelined round
@@ -27,28 +27,34 @@ const maxPipelineBatch = 128
 const pipelineTimeout = 2 * time.Second
 
 // autoPipeline batches the script calls of concurrent decisions into shared
-// round trips, in the manner of rueidis: callers queue their call; each of a
-// few dispatcher goroutines takes everything queued (up to maxPipelineBatch),
-// sends it as one go-redis pipeline of EVALSHA commands, and hands each caller
-// its own reply. No timer: a batch forms from the calls that arrived while the
-// dispatchers were busy, so a lone call goes out at once.
+// round trips, in the manner of rueidis. At most slots round trips are in
+// flight. A call that finds a free slot and nothing queued goes out at once
+// from its caller's goroutine, exactly as without auto-pipelining (so a lone
+// call pays nothing). Otherwise it is queued, and each of slots dispatcher
+// goroutines, when a slot frees, takes everything queued (up to
+// maxPipelineBatch), sends it as one go-redis pipeline of EVALSHA commands,
+// and hands each caller its own reply. No timer: a batch forms from the calls
+// that arrived while all slots were busy.
 //
 // Each call stays one script call of its own (its own member id), so
 // exactness, all-or-nothing and idempotency are those of an unbatched call.
 // autoPipeline is safe for concurrent use.
 type autoPipeline struct {
 	client rediser
+	script *redis.Script // for calls sent on their own
 	src    string        // the script
 	hash   string        // its SHA-1
+	slots  int           // round trips in flight at most; also the dispatchers
 	wake   chan struct{} // capacity 1: tells an idle dispatcher there is work
 	stop   chan struct{} // closed by close
 	ctx    context.Context
 	cancel context.CancelFunc // cancels ctx, the parent of every pipeline's context
 	wg     sync.WaitGroup     // the dispatchers
 
-	// mu guards queue and closed.
+	// mu guards the fields below.
 	mu     sync.Mutex
 	queue  []*pipelineCall
+	busy   int // round trips in flight (batches and calls sent on their own)
 	closed bool
 }
 
@@ -62,39 +68,49 @@ type pipelineCall struct {
 	err      error
 }
 
-// newAutoPipeline starts workers dispatchers on client.
-func newAutoPipeline(client rediser, src, hash string, workers int) *autoPipeline {
+// newAutoPipeline starts slots dispatchers of the script src on client.
+func newAutoPipeline(client rediser, src string, slots int) *autoPipeline {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &autoPipeline{
 		client: client,
+		script: redis.NewScript(src),
 		src:    src,
-		hash:   hash,
+		slots:  slots,
 		wake:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	for range workers {
+	p.hash = p.script.Hash()
+	for range slots {
 		p.wg.Go(p.dispatch)
 	}
 	return p
 }
 
-// run queues one script call and waits for its reply. It returns ctx's error
-// as soon as ctx is done, and ErrClosed when the pipeline closes first; in
-// both cases the call may still run on Redis (and be recorded), as any call
-// cut by a timeout may.
+// run makes one script call and returns its reply: at once when a slot is
+// free and nothing is queued, else queued for a dispatcher's next batch. It
+// returns ctx's error as soon as ctx is done, and ErrClosed when a queued
+// call's pipeline closes first; in both cases the call may still run on
+// Redis (and be recorded), as any call cut by a timeout may.
 func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c := &pipelineCall{keys: keys, args: args, done: make(chan struct{})}
-	c.deadline, _ = ctx.Deadline()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
+	if p.busy < p.slots && len(p.queue) == 0 {
+		p.busy++
+		p.mu.Unlock()
+		res, err := p.script.Run(ctx, p.client, keys, args...).Slice()
+		p.release()
+		return res, err
+	}
+	c := &pipelineCall{keys: keys, args: args, done: make(chan struct{})}
+	c.deadline, _ = ctx.Deadline()
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
 	p.signal()
@@ -113,6 +129,17 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 	}
 }
 
+// release frees a slot and wakes a dispatcher if calls are queued.
+func (p *autoPipeline) release() {
+	p.mu.Lock()
+	p.busy--
+	queued := len(p.queue) > 0
+	p.mu.Unlock()
+	if queued {
+		p.signal()
+	}
+}
+
 // signal wakes one idle dispatcher, if none has been woken yet.
 func (p *autoPipeline) signal() {
 	select {
@@ -121,8 +148,8 @@ func (p *autoPipeline) signal() {
 	}
 }
 
-// dispatch is one dispatcher: it sends the queued calls in batches until
-// close.
+// dispatch is one dispatcher: it sends the queued calls in batches, each
+// on a slot, until close.
 func (p *autoPipeline) dispatch() {
 	batch := make([]*pipelineCall, 0, maxPipelineBatch)
 	for {
@@ -141,23 +168,30 @@ func (p *autoPipeline) dispatch() {
 		}
 		p.send(batch)
 		clear(batch) // let finished calls be collected
+		p.release()
 	}
 }
 
-// take appends up to maxPipelineBatch queued calls to batch, oldest first,
-// and wakes another dispatcher when calls remain. ok is false once closed.
+// take takes a slot and appends up to maxPipelineBatch queued calls to
+// batch, oldest first, and wakes another dispatcher when calls remain and
+// slots are free. It appends nothing (and takes no slot) when nothing is
+// queued or no slot is free. ok is false once closed.
 func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return batch, false
 	}
+	if len(p.queue) == 0 || p.busy >= p.slots {
+		return batch, true
+	}
+	p.busy++
 	n := min(len(p.queue), maxPipelineBatch)
 	batch = append(batch, p.queue[:n]...)
 	rest := copy(p.queue, p.queue[n:])
 	clear(p.queue[rest:])
 	p.queue = p.queue[:rest]
-	if rest > 0 {
+	if rest > 0 && p.busy < p.slots {
 		p.signal()
 	}
 	return batch, true
@@ -230,10 +264,11 @@ func latestDeadline(batch []*pipelineCall) time.Time {
 	return latest
 }
 
-// close stops the dispatchers: queued calls and the callers waiting on calls
-// in flight get ErrClosed at once; close returns when every dispatcher has
-// returned (a pipeline in flight is cancelled, and ends at the latest at its
-// deadline). It is safe to call more than once.
+// close stops the dispatchers: queued calls and the callers waiting on
+// batches in flight get ErrClosed at once; calls sent on their own finish as
+// they would without auto-pipelining. close returns when every dispatcher
+// has returned (a batch in flight is cancelled, and ends at the latest at
+// its deadline). It is safe to call more than once.
 func (p *autoPipeline) close() {
 	p.mu.Lock()
 	if p.closed {

@@ -64,14 +64,16 @@ type RedisOptions struct {
 	// AutoPipeline batches the script calls of concurrent decisions into
 	// shared round trips (one go-redis pipeline of EVALSHA commands per
 	// batch) on standalone and Sentinel Redis; each decision remains its own
-	// script call, so the guarantees are unchanged. Batches form from the
-	// decisions that arrive while earlier batches are in flight (no timer),
-	// so a lone decision is not delayed. It starts PipelineWorkers
-	// goroutines: call [Redis.Close]. Ignored in per-slot (Cluster) mode.
+	// script call, so the guarantees are unchanged. At most PipelineWorkers
+	// round trips are in flight: a decision that finds one free and nothing
+	// queued is sent at once from its own goroutine (a lone decision is not
+	// delayed); the others queue and go out together when a round trip ends
+	// (no timer). It starts PipelineWorkers goroutines: call [Redis.Close].
+	// Ignored in per-slot (Cluster) mode.
 	AutoPipeline bool
-	// PipelineWorkers is how many batches may be in flight at once with
-	// AutoPipeline (each on its own pooled connection); 0 means
-	// DefaultPipelineWorkers. Fewer workers make larger batches.
+	// PipelineWorkers bounds the round trips in flight with AutoPipeline
+	// (each on its own pooled connection); 0 means DefaultPipelineWorkers.
+	// Fewer make larger batches.
 	PipelineWorkers int
 }
 
@@ -163,14 +165,15 @@ func NewRedis(client rediser, opts RedisOptions) (*Redis, error) {
 		if workers == 0 {
 			workers = DefaultPipelineWorkers
 		}
-		r.pipe = newAutoPipeline(client, slidingLua, r.script.Hash(), workers)
+		r.pipe = newAutoPipeline(client, slidingLua, workers)
 	}
 	return r, nil
 }
 
-// Close stops the auto-pipeline's goroutines, if any: decisions queued or in
-// flight return ErrClosed at once (one in flight may still be recorded), and
-// Close returns when the goroutines have ended. Decide after Close returns
+// Close stops the auto-pipeline's goroutines, if any: decisions queued or
+// waiting on a batch in flight return ErrClosed at once (one in flight may
+// still be recorded), decisions sent on their own finish, and Close returns
+// when the goroutines have ended. Decide after Close returns
 // ErrClosed. Close does not close the client. It is safe to call more than
 // once and concurrently with Decide.
 func (r *Redis) Close() {
