@@ -34,10 +34,10 @@ type MemoryOptions struct {
 //
 // Memory is bounded: a key whose newest admission has left its window holds
 // no state and is dropped by a sweep amortised over inserts. When MaxKeys
-// keys are still live, a new key evicts the least recently admitted of a few
-// random live keys of its shard (counted by [Memory.Evictions]); that key
-// forgets its history and may admit up to its limit again early. Hot keys
-// survive a flood of new ones. Size MaxKeys above the number of keys live in
+// keys are still live, a new key evicts, of a few random live keys of its
+// shard, the one that would go idle soonest (counted by [Memory.Evictions]);
+// that key forgets its history and may admit up to its limit again early.
+// Keys with long windows and recent admissions survive a flood of new ones. Size MaxKeys above the number of keys live in
 // your longest window (about 100–250 bytes each, plus 8 bytes per entry).
 //
 // Memory is safe for concurrent use. Its zero value is not usable; call
@@ -235,8 +235,9 @@ func dup(hits []Hit, key string) bool {
 
 // insertLocked adds an empty log for key to sh. Idle keys are swept once
 // every len/2 inserts (amortised O(1)). At the bound, one key among eight
-// random probes makes room: an idle one if found, else the one whose last
-// admission is oldest, so hot keys (an abuser's IP) are the last to go.
+// random probes makes room: an idle one if found, else the one that would go
+// idle soonest (newest entry + window), so the keys whose history still
+// matters longest (a 1-per-day coupon, an active abuser) are the last to go.
 // Keys of the request being decided (hits) are never chosen: their logs are
 // in use.
 func (m *Memory) insertLocked(sh *memShard, key string, now int64, hits []Hit) *memLog {
@@ -259,7 +260,10 @@ func (m *Memory) insertLocked(sh *memShard, key string, now int64, hits []Hit) *
 				victim = k
 				break
 			}
-			if t := l.ts[len(l.ts)-1]; victim == "" || t < last {
+			// The cost of evicting a live key is the history it forgets,
+			// which matters until its newest entry leaves the window: evict
+			// the one that would go idle soonest.
+			if t := l.ts[len(l.ts)-1] + l.window; victim == "" || t < last {
 				victim, last = k, t
 			}
 			if probes++; probes == 8 {

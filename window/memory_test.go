@@ -289,4 +289,17 @@ func TestMemoryEvictionSparesRequestAndHotKeys(t *testing.T) {
 	if d := mustDecide(t, m, hot); d.Count != 2001 {
 		t.Fatalf("hot key holds %d admissions, want 2001: it was evicted", d.Count)
 	}
+
+	// A key at its limit (no longer admitted) with a long window outlives
+	// short-window keys admitted more recently.
+	m = newTestMemory(t, clock, memoryShards*4)
+	daily := hit("coupon-daily", 1, 24*time.Hour)
+	mustDecide(t, m, daily)
+	for i := range 2000 {
+		clock.Advance(time.Millisecond)
+		mustDecide(t, m, hit(fmt.Sprintf("ip%d", i), 100, time.Second))
+	}
+	if d := mustDecide(t, m, daily); d.Allowed {
+		t.Fatal("the daily coupon key was evicted by a flood of 1-second keys: admitted twice")
+	}
 }
