@@ -114,8 +114,14 @@ func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	h := &hits[d.Index]
 	e, ok := g.cache.Get(h.Key)
 	if !ok || e == nil || e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) || e.ban != g.banOf(h) {
-		e = &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window), ban: g.banOf(h)}
-		e.denyStart.Store(now)
+		// First denial, or the rule changed: a fresh entry for the rule as
+		// it is now, keeping a ban that still holds.
+		ne := &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window), ban: g.banOf(h)}
+		ne.denyStart.Store(now)
+		if ok && e != nil && g.banHolds(e, h) {
+			ne.bannedUntil.Store(e.bannedUntil.Load())
+		}
+		e = ne
 	}
 	until := now + int64(d.RetryAfter)
 	for cur := e.fullUntil.Load(); cur < until && !e.fullUntil.CompareAndSwap(cur, until); cur = e.fullUntil.Load() {
@@ -132,9 +138,9 @@ func (g *Guard) DecideLocal(hits []Hit) (Decision, bool) {
 	return g.local(hits, g.now().UnixNano())
 }
 
-// local looks every enforcing hit up in the cache. A ban holds only while
-// the key's limit and penalty box are the ones it was earned under, so a
-// reload that raises the limit or disables the box lifts it.
+// local looks every enforcing hit up in the cache. "Full until" holds only
+// for the limit it was measured under; a ban holds until it expires unless
+// a reload made the rule more lenient (see banHolds).
 func (g *Guard) local(hits []Hit, now int64) (Decision, bool) {
 	for i := range hits {
 		h := &hits[i]
@@ -142,12 +148,15 @@ func (g *Guard) local(hits []Hit, now int64) (Decision, bool) {
 			continue
 		}
 		e, ok := g.cache.Get(h.Key)
-		if !ok || e == nil || e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) {
+		if !ok || e == nil {
 			continue
 		}
-		if until := e.bannedUntil.Load(); now < until && e.ban == g.banOf(h) {
+		if until := e.bannedUntil.Load(); now < until && g.banHolds(e, h) {
 			g.denied(h, e, now)
 			return localDecision(i, h, until-now, SourceLocalBanned), true
+		}
+		if e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) {
+			continue
 		}
 		if until := e.fullUntil.Load(); now < until {
 			g.denied(h, e, now)
@@ -155,6 +164,19 @@ func (g *Guard) local(hits []Hit, now int64) (Decision, bool) {
 		}
 	}
 	return Decision{}, false
+}
+
+// banHolds reports whether a ban earned under e's limit still applies to h
+// after a reload: it is lifted when h's rule disables the penalty box or
+// allows a higher rate than the one it was earned under; tightening the
+// rules (a lower limit, another box) keeps it.
+func (g *Guard) banHolds(e *guardEntry, h *Hit) bool {
+	if !g.banOf(h).Enabled() {
+		return false
+	}
+	// Requests/Window > e.requests/e.window, in floats: the products of
+	// int64 nanoseconds and counts can overflow.
+	return float64(h.Limit.Requests)*float64(e.window) <= float64(e.requests)*float64(h.Limit.Window)
 }
 
 // denied counts a denial of h's key for the penalty box, banning the key

@@ -193,6 +193,11 @@ func TestGuardReloadLiftsBan(t *testing.T) {
 	if d, refused := g.DecideLocal([]Hit{h}); !refused || d.Source != SourceLocalBanned {
 		t.Fatalf("DecideLocal: %+v %v, want banned", d, refused)
 	}
+	// A reload lowers the limit: the ban stays.
+	lowered := hit("nat-ip", 1, 20*time.Millisecond)
+	if d := mustDecide(t, g, lowered); d.Allowed || d.Source != SourceLocalBanned {
+		t.Fatalf("limit lowered: %+v, want still banned", d)
+	}
 	// A reload raises the limit: the ban earned under the old one is lifted.
 	raised := hit("nat-ip", 100, 10*time.Millisecond)
 	if d := mustDecide(t, g, raised); !d.Allowed {
