@@ -41,6 +41,7 @@ type breaker struct {
 	mu        sync.Mutex
 	openUntil time.Time
 	probing   bool
+	probeSeq  uint64 // number of the latest probe handed out
 }
 
 func newBreaker(o BreakerOptions, now func() time.Time) *breaker {
@@ -54,30 +55,35 @@ func newBreaker(o BreakerOptions, now func() time.Time) *breaker {
 	return b
 }
 
-// allow reports whether a call may go to the backend now, and whether that
-// call is the half-open probe. A probe must be settled: by record, or by
-// release when the call ended without telling anything of the backend.
-func (b *breaker) allow() (ok, probe bool) {
+// allow reports whether a call may go to the backend now and, when that
+// call is the half-open probe, its non-zero probe number. A probe must be
+// settled: by record, or by release when the call ended without telling
+// anything of the backend.
+func (b *breaker) allow() (ok bool, probe uint64) {
 	if b.threshold < 0 || !b.open.Load() {
-		return true, false
+		return true, 0
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.open.Load() {
-		return true, false
+		return true, 0
 	}
 	if b.probing || b.now().Before(b.openUntil) {
-		return false, false
+		return false, 0
 	}
 	b.probing = true
-	return true, true
+	b.probeSeq++
+	return true, b.probeSeq
 }
 
-// release gives the probe back without an outcome (the local cache
-// answered, or the caller gave up), so the next call can probe.
-func (b *breaker) release() {
+// release gives probe back without an outcome (the local cache answered, or
+// the caller gave up), so the next call can probe. A stale probe number (the
+// breaker moved on since) releases nothing.
+func (b *breaker) release(probe uint64) {
 	b.mu.Lock()
-	b.probing = false
+	if b.probing && b.probeSeq == probe {
+		b.probing = false
+	}
 	b.mu.Unlock()
 }
 

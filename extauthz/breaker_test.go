@@ -90,8 +90,8 @@ func TestBreakerBehindGuard(t *testing.T) {
 func TestBreakerProbeCancelled(t *testing.T) {
 	clk := newClock()
 	b := newBreaker(BreakerOptions{Failures: 1, Cooldown: time.Second}, clk.Now)
-	if ok, _ := b.allow(); !ok {
-		t.Fatal("closed breaker refused")
+	if ok, probe := b.allow(); !ok || probe != 0 {
+		t.Fatal("closed breaker refused, or handed out a probe")
 	}
 	b.record(false)
 	if ok, _ := b.allow(); ok {
@@ -99,14 +99,20 @@ func TestBreakerProbeCancelled(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	ok, probe := b.allow()
-	if !ok || !probe {
+	if !ok || probe == 0 {
 		t.Fatalf("after the cooldown: ok %v probe %v, want a probe", ok, probe)
 	}
 	if ok, _ := b.allow(); ok {
 		t.Fatal("a second call got through while the probe was out")
 	}
-	b.release()
-	if ok, probe := b.allow(); !ok || !probe {
-		t.Fatal("a released probe was not handed out again")
+	b.release(probe)
+	ok, probe2 := b.allow()
+	if !ok || probe2 == 0 || probe2 == probe {
+		t.Fatal("a released probe was not handed out again under a new number")
+	}
+	// The first probe's late release must not free the second.
+	b.release(probe)
+	if ok, _ := b.allow(); ok {
+		t.Fatal("a stale release freed the probe in flight")
 	}
 }

@@ -19,8 +19,9 @@ import (
 // of refused. Envoy forwards HTTP/1 header bytes as they came, and proto3
 // strings must be UTF-8, so without this a single byte 0xff in a header
 // would turn a Check into a gRPC error (codes.Internal) that Envoy then
-// handles as a flashgate failure. Each run of invalid bytes becomes U+FFFD;
-// the repair runs only after the fast path failed.
+// handles as a flashgate failure. Each run of invalid bytes becomes U+FFFD
+// (so values that differ only in their invalid bytes share a bucket, a
+// tightening); the repair runs only after the fast path failed on UTF-8.
 type lenientCodec struct {
 	base encoding.CodecV2
 }
@@ -41,7 +42,9 @@ func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	m, ok := v.(proto.Message)
-	if !ok {
+	if !ok || !strings.Contains(err.Error(), "UTF-8") {
+		// Only protobuf's invalid-UTF-8 refusal is worth a repair; any
+		// other error is returned at once.
 		return err
 	}
 	buf := data.Materialize()

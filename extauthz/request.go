@@ -200,6 +200,13 @@ func (v *view) header(name string) (string, bool) {
 // entry from the right of x-forwarded-for (source address if it has fewer).
 func (v *view) clientIP() (string, bool) {
 	peer := v.attrs.GetSource().GetAddress().GetSocketAddress().GetAddress()
+	if strings.IndexByte(peer, ':') >= 0 {
+		// IPv6 (a dual-stack listener reports IPv4 clients as ::ffff:a.b.c.d):
+		// canonical, so one client is one bucket however it arrives.
+		if c := normalizeIP(peer); c != "" {
+			peer = c
+		}
+	}
 	n := v.cfg.ClientIP.TrustedHops
 	if n == 0 {
 		return peer, peer != ""

@@ -277,15 +277,18 @@ var errBreakerOpen = errors.New("circuit breaker open")
 // backend calls the limiter within the budget. keep reports that the call
 // is still running (it holds hits).
 func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decision, error, bool) {
-	ok, probe := s.breaker.allow()
-	if !ok {
-		// The backend is held off, but what the local cache knows (keys
-		// full until later, the penalty box) needs no backend.
+	if s.breaker.isOpen() {
+		// The backend is held off (or about to be probed), but what the
+		// local cache knows (keys full until later, the penalty box) needs
+		// no backend, and must not spend the probe.
 		if ld, isLocal := s.opts.Limiter.(localDecider); isLocal {
 			if d, refused := ld.DecideLocal(hits); refused {
 				return d, nil, false
 			}
 		}
+	}
+	ok, probe := s.breaker.allow()
+	if !ok {
 		return window.Decision{}, errBreakerOpen, false
 	}
 	start := s.now()
@@ -317,19 +320,19 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 
 // backendDone records a backend call's outcome (metrics, breaker).
 // A probe (see breaker.allow) is always settled here.
-func (s *Server) backendDone(ctx context.Context, start time.Time, r result, keep, probe bool) (window.Decision, error, bool) {
+func (s *Server) backendDone(ctx context.Context, start time.Time, r result, keep bool, probe uint64) (window.Decision, error, bool) {
 	if r.err == nil && r.d.Source != window.SourceBackend {
 		// A local guard answer says nothing about the backend's health.
-		if probe {
-			s.breaker.release()
+		if probe != 0 {
+			s.breaker.release(probe)
 		}
 		return r.d, nil, keep
 	}
 	s.metrics.backendDur.Observe(s.now().Sub(start).Seconds())
 	if r.err != nil && ctx.Err() != nil && !errors.Is(r.err, context.DeadlineExceeded) {
 		// Envoy gave up on this check; not the backend's fault.
-		if probe {
-			s.breaker.release()
+		if probe != 0 {
+			s.breaker.release(probe)
 		}
 		return r.d, r.err, keep
 	}

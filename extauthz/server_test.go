@@ -310,6 +310,7 @@ func TestClientIP(t *testing.T) {
 		"IPv6 entry":                    {yaml: xffYAML, xff: "2001:db8::1, 10.1.1.1", peer: "10.0.0.9", want: "2001:db8::1"},
 		"garbage in a trusted position": {yaml: xffYAML, xff: "{evil}, 10.1.1.1", peer: "10.0.0.9", want: "10.0.0.9"},
 		"IPv4-mapped IPv6 unmapped":     {yaml: xffYAML, xff: "::ffff:203.0.113.5, 10.1.1.1", peer: "10.0.0.9", want: "203.0.113.5"},
+		"IPv4-mapped peer unmapped":     {yaml: "", peer: "::ffff:203.0.113.7", want: "203.0.113.7"},
 		"IPv6 spelled long":             {yaml: xffYAML, xff: "2001:0db8:0000::0001, 10.1.1.1", peer: "10.0.0.9", want: "2001:db8::1"},
 	}
 	for name, tc := range tests {
