@@ -62,8 +62,9 @@ type autoPipeline struct {
 type pipelineCall struct {
 	keys     []string
 	args     []any
-	deadline time.Time     // zero: the caller's context has none
-	done     chan struct{} // closed by the dispatcher after it set res and err
+	deadline time.Time       // zero: the caller's context has none
+	gone     <-chan struct{} // the caller's ctx.Done(): closed once it gave up
+	done     chan struct{}   // closed by the dispatcher after it set res and err
 	res      []any
 	err      error
 }
@@ -109,7 +110,7 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 		p.release()
 		return res, err
 	}
-	c := &pipelineCall{keys: keys, args: args, done: make(chan struct{})}
+	c := &pipelineCall{keys: keys, args: args, gone: ctx.Done(), done: make(chan struct{})}
 	c.deadline, _ = ctx.Deadline()
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
@@ -126,6 +127,21 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 		default:
 			return nil, ErrClosed
 		}
+	}
+}
+
+// errAbandoned completes a queued call whose caller gave up before it was
+// sent; nobody reads it.
+var errAbandoned = errors.New("window: abandoned before it was sent")
+
+// isDone reports whether ch (a ctx.Done(); nil for a context that never
+// ends) is closed.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -186,11 +202,28 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, ok bool) 
 		return batch, true
 	}
 	p.busy++
-	n := min(len(p.queue), maxPipelineBatch)
-	batch = append(batch, p.queue[:n]...)
+	// Calls whose caller already gave up (its deadline passed while queued)
+	// are completed here, never sent: sending them would record requests
+	// that the failure mode has already answered.
+	n := 0
+	for n < len(p.queue) && len(batch) < maxPipelineBatch {
+		c := p.queue[n]
+		n++
+		if isDone(c.gone) {
+			c.err = errAbandoned
+			close(c.done)
+			continue
+		}
+		batch = append(batch, c)
+	}
 	rest := copy(p.queue, p.queue[n:])
 	clear(p.queue[rest:])
 	p.queue = p.queue[:rest]
+	if len(batch) == 0 {
+		// Everything taken was abandoned: give the slot back.
+		p.busy--
+		return batch, true
+	}
 	if rest > 0 && p.busy < p.slots {
 		p.signal()
 	}

@@ -266,7 +266,11 @@ func TestAutoPipelineClose(t *testing.T) {
 	for i := range cap(results) {
 		go func() {
 			_, err := r.Decide(context.Background(), []Hit{rhit(k.Key("q", fmt.Sprint(i)), 5, time.Minute)})
-			results <- result{err, time.Since(*closing.Load())}
+			took := time.Duration(-1) // returned before Close began
+			if c := closing.Load(); c != nil {
+				took = time.Since(*c)
+			}
+			results <- result{err, took}
 		}()
 	}
 	time.Sleep(100 * time.Millisecond) // 3 sent on their own, the rest queued or in a batch
@@ -280,6 +284,9 @@ func TestAutoPipelineClose(t *testing.T) {
 		switch {
 		case errors.Is(res.err, ErrClosed):
 			closedErrs++
+			if res.took < 0 {
+				t.Errorf("a caller got ErrClosed before Close")
+			}
 			if res.took > 300*time.Millisecond { // Redis answers after ~500ms
 				t.Errorf("a caller pending at Close returned ErrClosed %s later", res.took)
 			}
@@ -329,5 +336,48 @@ func TestAutoPipelineSentinel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("decision %d: %v", i, err)
 		}
+	}
+}
+
+// TestAutoPipelineAbandonedNotSent: calls whose callers gave up while queued
+// are not sent when their batch goes out, so a request that the failure
+// mode already answered is never recorded.
+func TestAutoPipelineAbandonedNotSent(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true, PipelineWorkers: 2})
+	t.Cleanup(r.Close)
+	k := testKeys(t)
+	decideOK(t, r, rhit(k.Key("warm", "up"), 5, time.Minute))
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
+	defer admin.Close()
+
+	wait := pauseRedis(t, s.Addr(), 400*time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range 2 { // take both slots, sent on their own
+		wg.Go(func() { _, _ = r.Decide(context.Background(), []Hit{rhit(k.Key("slot", fmt.Sprint(i)), 5, time.Minute)}) })
+	}
+	time.Sleep(30 * time.Millisecond)
+	abandoned := someKeys(t, 10)
+	for _, key := range abandoned { // queued, then given up
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			defer cancel()
+			if _, err := r.Decide(ctx, []Hit{rhit(key, 5, time.Minute)}); err == nil {
+				t.Errorf("a call queued behind a busy Redis succeeded within 30ms")
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	live := k.Key("live", "1")
+	wg.Go(func() { decideOK(t, r, rhit(live, 5, time.Minute)) }) // queued behind the abandoned ones
+	wg.Wait()
+	wait()
+	for _, key := range abandoned {
+		if n := admin.ZCard(context.Background(), key).Val(); n != 0 {
+			t.Errorf("%s holds %d entries: an abandoned call was sent and recorded", key, n)
+		}
+	}
+	if n := admin.ZCard(context.Background(), live).Val(); n != 1 {
+		t.Errorf("the live call's key holds %d entries, want 1", n)
 	}
 }
