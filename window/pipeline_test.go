@@ -354,7 +354,9 @@ func TestAutoPipelineAbandonedNotSent(t *testing.T) {
 	wait := pauseRedis(t, s.Addr(), 400*time.Millisecond)
 	var wg sync.WaitGroup
 	for i := range 2 { // take both slots, sent on their own
-		wg.Go(func() { _, _ = r.Decide(context.Background(), []Hit{rhit(k.Key("slot", fmt.Sprint(i)), 5, time.Minute)}) })
+		wg.Go(func() {
+			_, _ = r.Decide(context.Background(), []Hit{rhit(k.Key("slot", fmt.Sprint(i)), 5, time.Minute)})
+		})
 	}
 	time.Sleep(30 * time.Millisecond)
 	abandoned := someKeys(t, 10)
