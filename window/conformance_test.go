@@ -85,6 +85,7 @@ func TestConformance(t *testing.T) {
 	factories = append(factories, limiterFactory{name: "redis-autopipeline", redis: true, new: func(t *testing.T) (Limiter, redis.UniversalClient) {
 		c := newTestClient(t, ClientConfig{Addrs: []string{single.Addr()}})
 		r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
+		r.pipe.alwaysQueue = true // every call through the batching dispatchers
 		t.Cleanup(r.Close)
 		return r, c
 	}})

@@ -51,6 +51,11 @@ type autoPipeline struct {
 	cancel context.CancelFunc // cancels ctx, the parent of every pipeline's context
 	wg     sync.WaitGroup     // the dispatchers
 
+	// alwaysQueue sends every call through the dispatchers, never on its
+	// own; set only by tests, before the first call, so that sequential
+	// tests exercise the batching path.
+	alwaysQueue bool
+
 	// mu guards the fields below.
 	mu     sync.Mutex
 	queue  []*pipelineCall
@@ -103,7 +108,7 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if p.busy < p.slots && len(p.queue) == 0 {
+	if p.busy < p.slots && len(p.queue) == 0 && !p.alwaysQueue {
 		p.busy++
 		p.mu.Unlock()
 		res, err := p.script.Run(ctx, p.client, keys, args...).Slice()
