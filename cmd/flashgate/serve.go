@@ -93,7 +93,15 @@ func runServe(ctx context.Context, e env, o *serveOptions) error {
 	failureMode, _ := extauthz.ParseFailureMode(o.failureMode) // checked by o.check
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_memory_evictions_total",
+			Help: "Live keys the in-process limiter (memory backend or local fallback) evicted at --memory-max-keys; each forgot its history.",
+		}, func() float64 { return float64(b.memory.Evictions()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_memory_keys",
+			Help: "Keys the in-process limiter (memory backend or local fallback) holds.",
+		}, func() float64 { return float64(b.memory.Len()) }))
 	srv, err := extauthz.NewServer(cfg, extauthz.Options{
 		Limiter:     b.limiter,
 		Fallback:    b.fallback,
@@ -183,6 +191,7 @@ type backend struct {
 	limiter  window.Limiter  // the Guard in front of Memory or Redis
 	fallback window.Limiter  // failure mode local's in-process limiter
 	pinger   extauthz.Pinger // Redis; nil for memory
+	memory   *window.Memory  // the memory backend, or the local fallback
 	timeout  time.Duration   // budget of one backend call; 0: extauthz's default
 	describe string
 	close    func()
@@ -199,7 +208,7 @@ func newBackend(o *serveOptions, log *slog.Logger) (*backend, error) {
 		}
 		// The memory backend is its own fallback (failure mode local): it
 		// fails only on an invalid hit or a missed deadline.
-		store, b.fallback, b.describe = mem, mem, "memory"
+		store, b.fallback, b.memory, b.describe = mem, mem, mem, "memory"
 	case "redis":
 		clock, err := parseClock(o.clock)
 		if err != nil {
@@ -229,7 +238,7 @@ func newBackend(o *serveOptions, log *slog.Logger) (*backend, error) {
 			client.Close()
 			return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 		}
-		store, b.pinger, b.fallback, b.timeout = r, r, fallback, o.redisTimeout
+		store, b.pinger, b.fallback, b.memory, b.timeout = r, r, fallback, fallback, o.redisTimeout
 		b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(o.redisAddrs, ","), modeName(o))
 		if o.redisAutoPipe && modeName(o) != window.ModeCluster {
 			b.describe += ", auto-pipelined"

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -169,10 +171,18 @@ func TestServeMemory(t *testing.T) {
 	for _, want := range []string{
 		`flashgate_checks_total{decision="denied",domain="flashsale",rule="coupon_per_uid"} 1`,
 		"go_goroutines", "process_resident_memory_bytes",
+		"flashgate_memory_evictions_total 0",
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// alice's and bob's uid windows and their client IP's window at least.
+	m := regexp.MustCompile(`(?m)^flashgate_memory_keys (\d+)$`).FindStringSubmatch(metrics)
+	if m == nil {
+		t.Error("/metrics lacks flashgate_memory_keys")
+	} else if n, _ := strconv.Atoi(m[1]); n < 2 {
+		t.Errorf("flashgate_memory_keys = %d, want at least 2", n)
 	}
 	if code, _ := httpGet(t, "http://"+s.httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("/debug/pprof/ without --pprof = %d, want 404", code)
