@@ -3,10 +3,7 @@ package window
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,38 +142,13 @@ func TestRedisCluster(t *testing.T) {
 			window = 100 * time.Millisecond
 		)
 		shared := k.Key("ip", "shared")
-		var (
-			mu   sync.Mutex
-			ts   []int64
-			wg   sync.WaitGroup
-			fail atomic.Value
-		)
-		stop := time.Now().Add(4 * window)
+		var limiters []*Redis
 		for range 3 {
-			r := newTestRedis(t, newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), PoolSize: 16}), RedisOptions{})
-			for g := range 16 {
-				wg.Go(func() {
-					for i := 0; time.Now().Before(stop); i++ {
-						hits := []Hit{rhit(k.Key("uid", fmt.Sprint((g+i)%8)), 1, window), rhit(shared, limit, window)}
-						d, at, err := r.decideMember(ctx, hits, r.member())
-						if err != nil {
-							fail.Store(err)
-							return
-						}
-						if d.Allowed {
-							mu.Lock()
-							ts = append(ts, at)
-							mu.Unlock()
-						}
-					}
-				})
-			}
+			limiters = append(limiters, newTestRedis(t, newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), PoolSize: 16}), RedisOptions{}))
 		}
-		wg.Wait()
-		if err, _ := fail.Load().(error); err != nil {
-			t.Fatalf("Decide: %v", err)
-		}
-		slices.Sort(ts)
+		ts := hammer(t, limiters, 16, time.Now().Add(4*window), func(g, i int) []Hit {
+			return []Hit{rhit(k.Key("uid", fmt.Sprint((g+i)%8)), 1, window), rhit(shared, limit, window)}
+		})
 		checkSliding(t, ts, limit, window.Microseconds())
 		if len(ts) < limit {
 			t.Fatalf("%d admissions, want at least %d", len(ts), limit)

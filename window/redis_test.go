@@ -91,6 +91,43 @@ func checkSliding(t *testing.T, ts []int64, limit int, window int64) (reached bo
 	return reached
 }
 
+// hammer runs goroutines callers on each limiter, each deciding hits(g, i)
+// for its i-th request until stop, and returns the Redis-side times (µs)
+// of the admissions, sorted. A decision error fails the test.
+func hammer(t *testing.T, limiters []*Redis, goroutines int, stop time.Time, hits func(g, i int) []Hit) []int64 {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		ts  []int64
+		wg  sync.WaitGroup
+		bad atomic.Value
+	)
+	for _, r := range limiters {
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := 0; time.Now().Before(stop); i++ {
+					d, at, err := r.decideMember(context.Background(), hits(g, i), r.member())
+					if err != nil {
+						bad.Store(err)
+						return
+					}
+					if d.Allowed {
+						mu.Lock()
+						ts = append(ts, at)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if err, _ := bad.Load().(error); err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	slices.Sort(ts)
+	return ts
+}
+
 func TestNewRedisValidates(t *testing.T) {
 	if _, err := NewRedis(nil, RedisOptions{}); err == nil {
 		t.Error("NewRedis(nil) succeeded")
@@ -348,39 +385,14 @@ func testRedisConcurrentExact(t *testing.T, autoPipeline bool) {
 		run        = 5 * window
 	)
 	key := testKeys(t).Key("ip", "10.0.0.1")
-	var (
-		mu  sync.Mutex
-		ts  []int64
-		wg  sync.WaitGroup
-		bad atomic.Value
-	)
-	stop := time.Now().Add(run)
+	var limiters []*Redis
 	for range sidecars {
 		c := newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}, PoolSize: goroutines})
 		r := newTestRedis(t, c, RedisOptions{AutoPipeline: autoPipeline})
 		t.Cleanup(r.Close)
-		for range goroutines {
-			wg.Go(func() {
-				for time.Now().Before(stop) {
-					d, at, err := r.decideMember(context.Background(), []Hit{rhit(key, limit, window)}, r.member())
-					if err != nil {
-						bad.Store(err)
-						return
-					}
-					if d.Allowed {
-						mu.Lock()
-						ts = append(ts, at)
-						mu.Unlock()
-					}
-				}
-			})
-		}
+		limiters = append(limiters, r)
 	}
-	wg.Wait()
-	if err, _ := bad.Load().(error); err != nil {
-		t.Fatalf("Decide: %v", err)
-	}
-	slices.Sort(ts)
+	ts := hammer(t, limiters, goroutines, time.Now().Add(run), func(int, int) []Hit { return []Hit{rhit(key, limit, window)} })
 	if !checkSliding(t, ts, limit, window.Microseconds()) {
 		t.Fatalf("%d admissions in %s, but no window held the limit %d", len(ts), run, limit)
 	}
