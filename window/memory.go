@@ -282,11 +282,5 @@ func (m *Memory) insertLocked(sh *memShard, key string, now int64, hits []Hit) *
 	return l
 }
 
-// shardOf picks a key's shard with FNV-1a.
-func shardOf(key string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return int(h % memoryShards)
-}
+// shardOf picks a key's shard.
+func shardOf(key string) int { return int(fnv32("", key) % memoryShards) }
