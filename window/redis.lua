@@ -13,6 +13,10 @@
 -- retried script never records a request twice. A denied request is recorded in no key (a member
 -- left by an earlier attempt is removed).
 --
+-- Cost: a key with no entries (most keys under uniform load) takes ZCARD, ZADD and PEXPIRE; only a
+-- key that has entries is trimmed (ZREMRANGEBYSCORE, whose reply corrects the count), so a steady key
+-- still holds only its live entries.
+--
 -- Scores and bounds are formatted with %.0f: microsecond timestamps (~1.7e15) are exact in a double
 -- but Lua 5.1's tostring (%.14g) would round them.
 local member = ARGV[1]
@@ -32,8 +36,10 @@ for i = 1, n do
   local key = KEYS[i]
   local limit = tonumber(ARGV[3 * i])
   local window = tonumber(ARGV[3 * i + 1])
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
   local card = redis.call('ZCARD', key)
+  if card > 0 then
+    card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - window))
+  end
   local state, retry = 1, 0 -- 1: under, add; 2: already holds member; 0: over
   if card > 0 and redis.call('ZSCORE', key, member) then
     state = 2

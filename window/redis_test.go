@@ -613,3 +613,38 @@ func TestNewClientPoolBound(t *testing.T) {
 		t.Fatalf("%d connections after a restart with PoolSize %d", n, pool)
 	}
 }
+
+// TestRedisLogStaysBounded: a key admitted steadily for many windows holds
+// only its live entries (the script trims every key that has any), and each
+// decision's count is the live count, so x-ratelimit-remaining is exact.
+func TestRedisLogStaysBounded(t *testing.T) {
+	_, c := startRedis(t)
+	ctx := context.Background()
+	k := testKeys(t)
+
+	const limit, step = 3, 400 * time.Millisecond
+	now := time.UnixMicro(1_700_000_000_000_000)
+	r := newTestRedis(t, c, RedisOptions{Clock: ClockLocal, Now: func() time.Time { return now }})
+	key := k.Key("uid", "steady")
+	var admitted []time.Time
+	for i := range 50 {
+		d, err := r.Decide(ctx, []Hit{rhit(key, limit, time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live := 0
+		for _, at := range admitted {
+			if at.After(now.Add(-time.Second)) {
+				live++
+			}
+		}
+		if !d.Allowed || d.Count != live+1 {
+			t.Fatalf("step %d: %+v, want allowed with count %d", i, d, live+1)
+		}
+		admitted = append(admitted, now)
+		if n := c.ZCard(ctx, key).Val(); n != int64(live+1) {
+			t.Fatalf("step %d: the key holds %d entries, want the %d live ones", i, n, live+1)
+		}
+		now = now.Add(step)
+	}
+}
