@@ -265,10 +265,15 @@ type result struct {
 	err error
 }
 
-// localDecider is what window.Guard offers besides Decide: a refusal from
-// local state alone, consulted while the breaker holds the backend off.
+// localDecider is what window.Guard offers besides Decide: its two halves.
+// The server consults the local half first, so that a refusal from local
+// state alone (keys full until later, the penalty box) costs no deadline
+// timer and no breaker bookkeeping, and still answers while the breaker
+// holds the backend off (without spending its probe); only the remote half
+// runs within the backend's budget.
 type localDecider interface {
 	DecideLocal(hits []window.Hit) (window.Decision, bool)
+	DecideRemote(ctx context.Context, hits []window.Hit) (window.Decision, error)
 }
 
 // errBreakerOpen is returned instead of calling a backend the breaker holds off.
@@ -277,14 +282,10 @@ var errBreakerOpen = errors.New("circuit breaker open")
 // backend calls the limiter within the budget. keep reports that the call
 // is still running (it holds hits).
 func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decision, error, bool) {
-	if s.breaker.isOpen() {
-		// The backend is held off (or about to be probed), but what the
-		// local cache knows (keys full until later, the penalty box) needs
-		// no backend, and must not spend the probe.
-		if ld, isLocal := s.opts.Limiter.(localDecider); isLocal {
-			if d, refused := ld.DecideLocal(hits); refused {
-				return d, nil, false
-			}
+	ld, _ := s.opts.Limiter.(localDecider)
+	if ld != nil {
+		if d, refused := ld.DecideLocal(hits); refused {
+			return d, nil, false
 		}
 	}
 	ok, probe := s.breaker.allow()
@@ -295,12 +296,12 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	if !s.opts.Detach {
-		d, err := s.opts.Limiter.Decide(cctx, hits)
+		d, err := s.callBackend(cctx, ld, hits)
 		return s.backendDone(ctx, start, result{d, err}, false, probe)
 	}
 	ch := make(chan result, 1)
 	go func() {
-		d, err := s.opts.Limiter.Decide(cctx, hits)
+		d, err := s.callBackend(cctx, ld, hits)
 		ch <- result{d, err}
 	}()
 	var r result
@@ -316,6 +317,15 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 		}
 	}
 	return s.backendDone(ctx, start, r, keep, probe)
+}
+
+// callBackend asks the backend: the remote half of a split limiter (ld, whose
+// local half has been consulted), or the whole limiter.
+func (s *Server) callBackend(ctx context.Context, ld localDecider, hits []window.Hit) (window.Decision, error) {
+	if ld != nil {
+		return ld.DecideRemote(ctx, hits)
+	}
+	return s.opts.Limiter.Decide(ctx, hits)
 }
 
 // backendDone records a backend call's outcome (metrics, breaker).

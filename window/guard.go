@@ -107,6 +107,19 @@ func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	if d, refused := g.local(hits, now); refused {
 		return d, nil
 	}
+	return g.remote(ctx, hits, now)
+}
+
+// DecideRemote is the backend half of Decide, for a caller that has just
+// had DecideLocal say no refusal and puts its own bounds (a deadline, a
+// circuit breaker) around the backend call only: it asks the backend and
+// learns from a denial as Decide does.
+func (g *Guard) DecideRemote(ctx context.Context, hits []Hit) (Decision, error) {
+	return g.remote(ctx, hits, g.now().UnixNano())
+}
+
+// remote asks the backend; now is the send time.
+func (g *Guard) remote(ctx context.Context, hits []Hit, now int64) (Decision, error) {
 	d, err := g.next.Decide(ctx, hits)
 	if err != nil || d.Allowed || d.Index < 0 || d.Index >= len(hits) {
 		return d, err
@@ -133,7 +146,8 @@ func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 
 // DecideLocal is the local half of Decide: a refusal (true) if some
 // enforcing hit is known full or banned, without asking the backend. Callers
-// that hold the backend off (a circuit breaker) still refuse what is known.
+// that hold the backend off (a circuit breaker) still refuse what is known;
+// see DecideRemote for the other half.
 func (g *Guard) DecideLocal(hits []Hit) (Decision, bool) {
 	return g.local(hits, g.now().UnixNano())
 }

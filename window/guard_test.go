@@ -71,6 +71,37 @@ func TestGuardFullUntil(t *testing.T) {
 	}
 }
 
+// TestGuardHalves: DecideLocal then DecideRemote decide as Decide does: the
+// remote half asks the backend every time and learns from its denial, which
+// the local half then answers alone.
+func TestGuardHalves(t *testing.T) {
+	g, backend, clock := newTestGuard(t, Ban{})
+	h := hit("k", 2, time.Second)
+	ctx := context.Background()
+	for i := range 3 {
+		if _, refused := g.DecideLocal([]Hit{h}); refused {
+			t.Fatalf("request %d refused locally before any denial", i)
+		}
+		d, err := g.DecideRemote(ctx, []Hit{h})
+		if err != nil || d.Allowed != (i < 2) || d.Source != SourceBackend {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+		clock.Advance(100 * time.Millisecond)
+	}
+	g.Wait()
+	calls := backend.calls.Load()
+	if calls != 3 {
+		t.Fatalf("backend called %d times for 3 remote decisions", calls)
+	}
+	d, refused := g.DecideLocal([]Hit{h})
+	if !refused || d.Allowed || d.Source != SourceLocalFull || d.RetryAfter != 700*time.Millisecond {
+		t.Fatalf("after the backend's denial: %+v %v, want a local full denial, retry 700ms (full until 1s)", d, refused)
+	}
+	if backend.calls.Load() != calls {
+		t.Fatal("DecideLocal called the backend")
+	}
+}
+
 func TestGuardLimitChangeInvalidates(t *testing.T) {
 	g, _, _ := newTestGuard(t, Ban{})
 	h := hit("k", 1, time.Second)
