@@ -132,6 +132,9 @@ type benchResult struct {
 	FirstError   string            `json:"first_error,omitempty"`
 	// LatencyMS of the answered calls (allowed and denied), in milliseconds.
 	LatencyMS benchLatency `json:"latency_ms"`
+	// ClientCPUS is the CPU time (user + system) bench itself used during
+	// the run: on a machine it shares with the server, what the load cost.
+	ClientCPUS float64 `json:"client_cpu_s,omitempty"`
 }
 
 type benchLatency struct {
@@ -263,6 +266,7 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 		}()
 	}
 
+	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	end := start.Add(o.duration)
 	var wg sync.WaitGroup
@@ -288,6 +292,9 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 	progressWG.Wait()
 
 	res := summarize(o, workers, elapsed)
+	if cpu1, ok := processCPU(); cpuOK && ok {
+		res.ClientCPUS = (cpu1 - cpu0).Seconds()
+	}
 	if o.json {
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -472,6 +479,9 @@ func writeBenchTable(w io.Writer, r benchResult) error {
 	fmt.Fprintf(tw, "errors\t%d\t%s\n", r.Errors, pct(r.Errors))
 	l := r.LatencyMS
 	fmt.Fprintf(tw, "latency\tp50 %.3fms  p90 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms\n", l.P50, l.P90, l.P99, l.P999, l.Max)
+	if r.ClientCPUS > 0 && r.Requests > 0 {
+		fmt.Fprintf(tw, "client CPU\t%.2fs (%.1f µs per request)\n", r.ClientCPUS, r.ClientCPUS*1e6/float64(r.Requests))
+	}
 	if r.FirstError != "" {
 		fmt.Fprintf(tw, "first error\t%s\n", r.FirstError)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -43,6 +44,11 @@ func checkBenchInvariants(t *testing.T, r benchResult) {
 	if r.Throughput <= 0 || r.DurationS < 0.5 {
 		t.Errorf("throughput %g over %gs", r.Throughput, r.DurationS)
 	}
+	// The process's CPU time over the run (here the test process, server
+	// included): something, and no more than every core for the whole run.
+	if limit := r.DurationS * float64(runtime.NumCPU()) * 1.05; !(r.ClientCPUS > 0 && r.ClientCPUS <= limit) {
+		t.Errorf("client CPU %gs, want in (0, %g] for %gs on %d CPUs", r.ClientCPUS, limit, r.DurationS, runtime.NumCPU())
+	}
 }
 
 func TestBenchAgainstLimiter(t *testing.T) {
@@ -80,7 +86,7 @@ func TestBenchNoopTable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v", err)
 	}
-	for _, want := range []string{"requests", "throughput", "allowed", "denied", "errors", "p50", "p99.9", "max", "paced to 400/s"} {
+	for _, want := range []string{"requests", "throughput", "allowed", "denied", "errors", "p50", "p99.9", "max", "paced to 400/s", "client CPU", "µs per request"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
