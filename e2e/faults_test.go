@@ -152,24 +152,28 @@ func untilRedisDecides(t *testing.T, p *proc, addr, prefix string, within time.D
 // failure mode; after Restart (empty data and script cache) decisions come
 // from Redis again within a second; goroutines and Redis connections do
 // not leak (flashgate's named connections stay within --redis-pool-size).
+// Auto-pipelining is on by default; the local mode runs once more with each
+// check on its own round trip.
 func TestRedisKilled(t *testing.T) {
 	for _, mode := range []string{"local", "allow", "deny"} {
-		t.Run(mode, func(t *testing.T) { testRedisKilled(t, mode) })
+		t.Run(mode, func(t *testing.T) { testRedisKilled(t, mode, true) })
 	}
+	t.Run("local/autopipeline=false", func(t *testing.T) { testRedisKilled(t, "local", false) })
 }
 
-func testRedisKilled(t *testing.T, mode string) {
+func testRedisKilled(t *testing.T, mode string, autoPipeline bool) {
 	const (
 		timeout  = 100 * time.Millisecond
 		poolSize = 8
 		workers  = 8
 	)
 	budget := timeout + margin()
-	prefix := "e2ekill" + mode
+	prefix := fmt.Sprintf("e2ekill%s%t", mode, autoPipeline)
 	rs := redistest.Start(t)
 	p := startFlashgate(t, "--backend", "redis", "--redis-addr", rs.Addr(), "--key-prefix", prefix,
 		"--config", "testdata/faults.yaml", "--ban-duration", "0", "--failure-mode", mode,
-		"--redis-timeout", timeout.String(), "--redis-pool-size", strconv.Itoa(poolSize))
+		"--redis-timeout", timeout.String(), "--redis-pool-size", strconv.Itoa(poolSize),
+		"--redis-autopipeline="+strconv.FormatBool(autoPipeline))
 
 	if as := burst(p, freshUID("pre"), "10.0.0.1", 6); !limitedAt5(as) {
 		t.Fatalf("before the fault, 6 requests of one user: want 5 allowed then denied, got %v", as)
@@ -357,8 +361,15 @@ func (t *tally) total() int64 { return t.allowed.Load() + t.denied.Load() + t.er
 // TestPoolExhaustion: --redis-pool-size 2 and Redis 50 ms away, against
 // 1,000 concurrent checks, twice: every check is answered (never a gRPC
 // error), waiting is bounded, the failure mode (deny) decides what the pool
-// cannot serve in time, and memory stays bounded.
+// cannot serve in time, and memory stays bounded. With auto-pipelining (the
+// default) and without.
 func TestPoolExhaustion(t *testing.T) {
+	for _, ap := range []bool{true, false} {
+		t.Run(fmt.Sprintf("autopipeline=%t", ap), func(t *testing.T) { testPoolExhaustion(t, ap) })
+	}
+}
+
+func testPoolExhaustion(t *testing.T, autoPipeline bool) {
 	const (
 		timeout    = 100 * time.Millisecond
 		concurrent = 1000
@@ -367,7 +378,8 @@ func TestPoolExhaustion(t *testing.T) {
 	px := startProxy(t, rs.Addr())
 	p := startFlashgate(t, "--backend", "redis", "--redis-addr", px.Addr(), "--key-prefix", "e2epool",
 		"--config", "testdata/faults.yaml", "--ban-duration", "0", "--failure-mode", "deny",
-		"--redis-timeout", timeout.String(), "--redis-pool-size", "2")
+		"--redis-timeout", timeout.String(), "--redis-pool-size", "2",
+		"--redis-autopipeline="+strconv.FormatBool(autoPipeline))
 	px.SetDelay(50 * time.Millisecond)
 	rss0, _ := p.RSS()
 	bound := 3 * time.Second // client-side: 1,000 goroutines of a -race client on two cores
