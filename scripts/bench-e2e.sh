@@ -9,16 +9,21 @@
 # each Redis run).
 # For every run it records the CPU time of each process: bench (client_cpu_s), the server
 # (/proc/PID/stat) and redis-server (INFO cpu), and prints them per check.
+#
+# PIN=1 gives redis-server core 1 to itself and runs the servers and bench on core 0 (taskset; Go then
+# sizes GOMAXPROCS to 1): Redis on a core of its own, as in a deployment, with the no-op ceiling
+# measured under the same constraint.
 set -u
 BIN=$1; OUT=$2; mkdir -p "$OUT"
+if [ "${PIN:-0}" = 1 ]; then GO_CPU="taskset -c 0"; REDIS_CPU="taskset -c 1"; else GO_CPU=""; REDIS_CPU=""; fi
 RP=63791; GP=19291; HP=19292
 B="--duration 10s --concurrency 32 --users 100000 --quiet --json"
 TCK=$(getconf CLK_TCK)
-redis-server --port $RP --save '' --appendonly no --daemonize yes --latency-monitor-threshold 1 \
+$REDIS_CPU redis-server --port $RP --save '' --appendonly no --daemonize yes --latency-monitor-threshold 1 \
   --logfile "$OUT/redis.log" >/dev/null
 sleep 0.5
 rcli() { redis-cli -p $RP "$@"; }
-run_srv() { "$@" > "$OUT/srv.log" 2>&1 & SRV=$!; for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$GP) 2>/dev/null && break; sleep 0.1; done; sleep 0.5; }
+run_srv() { $GO_CPU "$@" > "$OUT/srv.log" 2>&1 & SRV=$!; for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$GP) 2>/dev/null && break; sleep 0.1; done; sleep 0.5; }
 stop_srv() { kill $SRV; wait $SRV 2>/dev/null; }
 srv_cpu() { awk -v t="$TCK" '{printf "%.2f", ($14+$15)/t}' /proc/$SRV/stat; }
 redis_cpu() { rcli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{s+=$2} END{printf "%.3f", s}'; }
@@ -26,7 +31,7 @@ redis_cpu() { rcli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{s+=$
 bench() {
   local name=$1; shift
   local s0 r0; s0=$(srv_cpu); r0=$(redis_cpu)
-  "$BIN" bench --addr 127.0.0.1:$GP $B "$@" > "$OUT/$name.json"
+  $GO_CPU "$BIN" bench --addr 127.0.0.1:$GP $B "$@" > "$OUT/$name.json"
   echo "server_cpu_s=$(awk -v a="$s0" -v b="$(srv_cpu)" 'BEGIN{print b-a}') redis_cpu_s=$(awk -v a="$r0" -v b="$(redis_cpu)" 'BEGIN{print b-a}')" > "$OUT/$name.cpu"
 }
 serve_redis() { run_srv "$BIN" serve --backend redis --redis-addr 127.0.0.1:$RP --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP --log-level warn "$@"; }
