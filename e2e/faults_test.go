@@ -416,9 +416,13 @@ func testPoolExhaustion(t *testing.T, autoPipeline bool) {
 		const bucket = 0.25 // s: --redis-timeout 100ms + 150ms
 		slow := histAbove(m1, "flashgate_check_duration_seconds", bucket) - histAbove(m0, "flashgate_check_duration_seconds", bucket)
 		t.Logf("round %d: server side, %d checks took longer than %gs", round, slow, bucket)
-		// Under -race the two cores saturate on 1,000 handlers at once and
-		// some run slowly for want of CPU: tolerate a tenth of them.
-		if tolerated := map[bool]uint64{false: 0, true: concurrent / 10}[raceEnabled]; slow > tolerated {
+		// Under -race the two cores saturate on 1,000 handlers at once: in
+		// the first round all of them reach their 100 ms deadline together
+		// and the last ones finish late for want of CPU (0–136 of 1,000 in
+		// repeated runs here). Tolerate a quarter: were waiting not bounded
+		// by the deadline, nearly all 1,000 would be held past 0.25 s (two
+		// connections 50 ms away drain 1,000 checks in ~25 s).
+		if tolerated := map[bool]uint64{false: 0, true: concurrent / 4}[raceEnabled]; slow > tolerated {
 			t.Errorf("round %d: %d checks took longer than %gs inside flashgate: waiting for the pool is not bounded by --redis-timeout %s", round, slow, bucket, timeout)
 		}
 		if tl.denied.Load() == 0 {
