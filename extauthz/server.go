@@ -271,6 +271,9 @@ type result struct {
 // timer and no breaker bookkeeping, and still answers while the breaker
 // holds the backend off (without spending its probe); only the remote half
 // runs within the backend's budget.
+//
+// A limiter must offer both halves to be split: one with DecideLocal alone
+// is called whole, through Decide.
 type localDecider interface {
 	DecideLocal(hits []window.Hit) (window.Decision, bool)
 	DecideRemote(ctx context.Context, hits []window.Hit) (window.Decision, error)
@@ -279,8 +282,10 @@ type localDecider interface {
 // errBreakerOpen is returned instead of calling a backend the breaker holds off.
 var errBreakerOpen = errors.New("circuit breaker open")
 
-// backend calls the limiter within the budget. keep reports that the call
-// is still running (it holds hits).
+// backend decides hits: a split limiter's local half first, outside the
+// budget and the breaker; then the backend (the remote half, or the whole
+// limiter) within the budget, if the breaker lets it. keep reports that the
+// call is still running (it holds hits).
 func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decision, error, bool) {
 	ld, _ := s.opts.Limiter.(localDecider)
 	if ld != nil {

@@ -33,7 +33,7 @@ func TestServeEnvBinding(t *testing.T) {
 			"FLASHGATE_LOCAL_CACHE_SIZE":   "64MiB",
 			"FLASHGATE_GRPC_ADDR":          "0.0.0.0:9000",
 			"FLASHGATE_SHADOW":             "1",
-			"FLASHGATE_REDIS_AUTOPIPELINE": "true",
+			"FLASHGATE_REDIS_AUTOPIPELINE": "false", // the default is true
 			"FLASHGATE_UNRELATED":          "x",
 		})
 	if err != nil {
@@ -43,7 +43,7 @@ func TestServeEnvBinding(t *testing.T) {
 		t.Errorf("flags did not win: backend %q, timeout %s", o.backend, o.redisTimeout)
 	}
 	if strings.Join(o.redisAddrs, ",") != "a:1,b:2" || !o.redisTLS || o.banDuration != 0 ||
-		o.localCacheSize != 64<<20 || o.grpcAddr != "0.0.0.0:9000" || !o.shadow || !o.redisAutoPipe {
+		o.localCacheSize != 64<<20 || o.grpcAddr != "0.0.0.0:9000" || !o.shadow || o.redisAutoPipe {
 		t.Errorf("environment not applied: %+v", o)
 	}
 	if o.httpAddr != "127.0.0.1:9192" || o.failureMode != "local" || o.keyPrefix != "fg" || o.banThreshold != 5 {

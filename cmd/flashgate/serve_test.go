@@ -302,13 +302,24 @@ func TestServeRedis(t *testing.T) {
 	assertSixthDenied(t, s.grpcAddr, "alice")
 }
 
+// TestServeRedisAutoPipeline: auto-pipelining is the default, and
+// --redis-autopipeline=false turns it off; the limits hold either way.
 func TestServeRedisAutoPipeline(t *testing.T) {
 	r := redistest.Start(t)
-	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "t2", "--redis-timeout", "1s", "--redis-autopipeline")
-	waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
-	assertSixthDenied(t, s.grpcAddr, "alice")
-	if !strings.Contains(s.logs.String(), "auto-pipelined") {
-		t.Errorf("the start-up log does not say the backend is auto-pipelined:\n%s", s.logs.String())
+	for i, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--redis-autopipeline=false"}, false},
+	} {
+		args := append([]string{"--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", fmt.Sprintf("t2-%d", i), "--redis-timeout", "1s"}, tc.args...)
+		s := startServe(t, args...)
+		waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
+		assertSixthDenied(t, s.grpcAddr, "alice")
+		if got := strings.Contains(s.logs.String(), "auto-pipelined"); got != tc.want {
+			t.Errorf("%v: the start-up log says auto-pipelined: %t, want %t:\n%s", tc.args, got, tc.want, s.logs.String())
+		}
 	}
 }
 
