@@ -1,5 +1,5 @@
 #!/bin/bash
-# End-to-end runs of BENCHMARKS.md §2, all in one session with the same bench flags.
+# End-to-end runs of BENCHMARKS.md §5 (§2 in session 1), all in one session with the same bench flags.
 # Build first: go build -o /tmp/fg ./cmd/flashgate        usage: scripts/bench-e2e.sh BIN OUTDIR
 #
 # Runs (10 s each, 32 workers, 2 connections, 100k users): the no-op server (the ceiling), serve
@@ -8,7 +8,9 @@
 # uniform peak: no-op, Redis with its default hz 10, Redis with hz 100, and _noap (LATENCY LATEST after
 # each Redis run).
 # For every run it records the CPU time of each process: bench (client_cpu_s), the server
-# (/proc/PID/stat) and redis-server (INFO cpu), and prints them per check.
+# (/proc/PID/stat) and redis-server (INFO cpu), and prints them per check. Server and Redis CPU are read
+# around the whole bench process (its connection warm-up included: a few health checks); bench's own
+# covers its timed run only.
 #
 # PIN=1 gives redis-server core 1 to itself and runs the servers and bench on core 0 (taskset; Go then
 # sizes GOMAXPROCS to 1): Redis on a core of its own, as in a deployment, with the no-op ceiling
