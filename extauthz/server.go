@@ -63,13 +63,16 @@ type Options struct {
 	Shadow bool
 	// Timeout is the backend budget of one check; 0 means DefaultTimeout.
 	// A check answers within Timeout + FallbackTimeout (plus scheduling),
-	// whatever the backend does.
+	// whatever the backend does. A limiter whose Instant method reports true
+	// (window.Memory, a window.Guard over one) never waits, so no deadline is
+	// armed for it.
 	Timeout time.Duration
 	// Detach runs each backend call on its own goroutine and stops waiting
 	// at the deadline even if the limiter ignores ctx (the call then finishes
 	// alone). window.Memory, window.Guard and window.Redis honour ctx, so
 	// this is insurance against a limiter that does not; it costs about a
-	// microsecond and a few allocations per check.
+	// microsecond and a few allocations per check. An Instant limiter is
+	// never detached.
 	Detach bool
 	// FallbackTimeout is the budget of the local fallback after a backend
 	// failure; 0 means DefaultFallbackTimeout.
@@ -100,6 +103,7 @@ type Server struct {
 	gatherer prometheus.Gatherer
 	pinger   Pinger
 	resp     *respConsts
+	instant  bool // the limiter never waits: no deadline, never detached (see instant)
 
 	rules   atomic.Pointer[ruleSet]
 	serving atomic.Bool
@@ -173,6 +177,9 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	}
 	if s.pinger == nil {
 		s.pinger, _ = opts.Limiter.(Pinger)
+	}
+	if i, ok := opts.Limiter.(instant); ok {
+		s.instant = i.Instant()
 	}
 	s.pool.New = func() any { return &Mapping{Hits: make([]window.Hit, 0, 8), Rules: make([]*Rule, 0, 8)} }
 	if opts.Fallback == nil && usesLocal(cfg, opts.FailureMode) {
@@ -279,6 +286,13 @@ type localDecider interface {
 	DecideRemote(ctx context.Context, hits []window.Hit) (window.Decision, error)
 }
 
+// instant is a limiter that decides without waiting on I/O (window.Memory,
+// a window.Guard over one): a deadline could not interrupt it, so the server
+// arms none (a timer and a context per check) and never detaches it.
+type instant interface {
+	Instant() bool
+}
+
 // errBreakerOpen is returned instead of calling a backend the breaker holds off.
 var errBreakerOpen = errors.New("circuit breaker open")
 
@@ -298,6 +312,10 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 		return window.Decision{}, errBreakerOpen, false
 	}
 	start := s.now()
+	if s.instant {
+		d, err := s.callBackend(ctx, ld, hits)
+		return s.backendDone(ctx, start, result{d, err}, false, probe)
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	if !s.opts.Detach {

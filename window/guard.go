@@ -110,6 +110,13 @@ func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	return g.remote(ctx, hits, now)
 }
 
+// Instant reports whether the backend decides without waiting on I/O (a
+// [Memory]): then a Guard over it never waits either.
+func (g *Guard) Instant() bool {
+	i, ok := g.next.(interface{ Instant() bool })
+	return ok && i.Instant()
+}
+
 // DecideRemote is the backend half of Decide, for a caller that has just
 // had DecideLocal say no refusal and puts its own bounds (a deadline, a
 // circuit breaker) around the backend call only: it asks the backend and

@@ -102,6 +102,27 @@ func TestGuardHalves(t *testing.T) {
 	}
 }
 
+// TestGuardInstant: a Guard never waits exactly when its backend never
+// waits (Memory), so servers can skip the deadline for both.
+func TestGuardInstant(t *testing.T) {
+	g, _, clock := newTestGuard(t, Ban{}) // over a countingLimiter: no Instant
+	if g.Instant() {
+		t.Fatal("a Guard over a limiter that may wait says Instant")
+	}
+	mem := newTestMemory(t, clock, 0)
+	if !mem.Instant() {
+		t.Fatal("Memory.Instant() = false")
+	}
+	g2, err := NewGuard(mem, GuardOptions{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g2.Close)
+	if !g2.Instant() {
+		t.Fatal("a Guard over Memory does not say Instant")
+	}
+}
+
 func TestGuardLimitChangeInvalidates(t *testing.T) {
 	g, _, _ := newTestGuard(t, Ban{})
 	h := hit("k", 1, time.Second)

@@ -127,6 +127,11 @@ func (m *Memory) Len() int {
 // maxStackHits is how many hits Decide handles without allocating.
 const maxStackHits = 8
 
+// Instant reports true: Decide never waits on I/O (it holds shard locks
+// for a bounded time), so no deadline could interrupt it and callers need
+// not arm one.
+func (m *Memory) Instant() bool { return true }
+
 // Decide implements [Limiter]. It fails only for invalid hits or a done ctx.
 func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	if err := validateHits(hits); err != nil {
