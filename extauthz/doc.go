@@ -63,7 +63,9 @@
 // # Decisions
 //
 // A check's hits go to Options.Limiter in one call, all or nothing, within
-// Options.Timeout. If it fails (error, timeout, or the circuit breaker is
+// Options.Timeout (no deadline is armed for a limiter that never waits: see
+// Options.Timeout). A window.Guard's local refusals come first, outside the
+// budget and the breaker. If it fails (error, timeout, or the circuit breaker is
 // open; see [BreakerOptions]) the failure modes decide: deny if any
 // enforcing hit's mode is deny; else the hits in mode local go to
 // Options.Fallback; else allow. Check never returns a gRPC error.
