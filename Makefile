@@ -27,8 +27,16 @@ vet:
 ## race: the packages under the race detector; the end-to-end suite (timing-sensitive fault tests of
 ## real serve and redis-server processes) then runs alone, not starved of CPU by other packages' tests.
 race:
-	$(GO) test -race -count=1 -timeout 12m $$($(GO) list $(PKGS) | grep -v '/e2e$$')
-	@if $(GO) list $(PKGS) | grep -q '/e2e$$'; then echo "$(GO) test -race -count=1 -timeout 12m ./e2e/"; $(GO) test -race -count=1 -timeout 12m ./e2e/; fi
+	@all="$$($(GO) list $(PKGS))" || exit 1; \
+	pkgs="$$(echo "$$all" | grep -v '/e2e$$' || true)"; \
+	if [ -n "$$pkgs" ]; then \
+	  echo "$(GO) test -race -count=1 -timeout 12m <$(PKGS) but e2e>"; \
+	  $(GO) test -race -count=1 -timeout 12m $$pkgs || exit 1; \
+	fi; \
+	if echo "$$all" | grep -q '/e2e$$'; then \
+	  echo "$(GO) test -race -count=1 -timeout 12m ./e2e/"; \
+	  $(GO) test -race -count=1 -timeout 12m ./e2e/; \
+	fi
 
 ## fuzz: a short run of each fuzz target (longer: make fuzz FUZZTIME=5m).
 fuzz:
