@@ -49,6 +49,15 @@ func TestExactAcrossSidecars(t *testing.T) {
 	var key string
 	var polls, maxGap int
 	var lastPoll time.Time
+	readSet := func() {
+		zs, err := rc.ZRangeWithScores(bg(), key, 0, -1).Result()
+		if err != nil && err != redis.Nil {
+			t.Fatalf("ZRANGE %s: %v", key, err)
+		}
+		for _, z := range zs {
+			seen[z.Member.(string)] = z.Score
+		}
+	}
 	deadline := time.Now().Add(run)
 	for time.Now().Before(deadline) {
 		if !lastPoll.IsZero() {
@@ -68,13 +77,7 @@ func TestExactAcrossSidecars(t *testing.T) {
 			}
 		}
 		if key != "" {
-			zs, err := rc.ZRangeWithScores(bg(), key, 0, -1).Result()
-			if err != nil && err != redis.Nil {
-				t.Fatalf("ZRANGE %s: %v", key, err)
-			}
-			for _, z := range zs {
-				seen[z.Member.(string)] = z.Score
-			}
+			readSet()
 			polls++
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -85,13 +88,7 @@ func TestExactAcrossSidecars(t *testing.T) {
 	}
 	// A last poll for what was admitted while the callers stopped.
 	if key != "" {
-		zs, err := rc.ZRangeWithScores(bg(), key, 0, -1).Result()
-		if err != nil && err != redis.Nil {
-			t.Fatalf("ZRANGE %s: %v", key, err)
-		}
-		for _, z := range zs {
-			seen[z.Member.(string)] = z.Score
-		}
+		readSet()
 		if !lastPoll.IsZero() {
 			maxGap = max(maxGap, int(time.Since(lastPoll)/time.Millisecond))
 		}

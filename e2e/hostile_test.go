@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +32,16 @@ func (rawCodec) Marshal(v any) ([]byte, error) {
 }
 
 func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }
+
+// mustLimitAt5 sends six requests with check: the first five admitted and
+// the sixth denied, each with the headers of a limit of 5.
+func mustLimitAt5(t *testing.T, check func() answer) {
+	t.Helper()
+	for i := 0; i < 5; i++ {
+		mustAllowed(t, check(), 5, fmt.Sprintf("request %d", i+1))
+	}
+	mustDenied(t, check(), 5, "request 6")
+}
 
 // checkWire sends wire as a CheckRequest.
 func (p *proc) checkWire(wire []byte) answer {
@@ -111,28 +120,14 @@ func TestHostileInput(t *testing.T) {
 			if name != "no source address" {
 				r.IP = fmt.Sprintf("10.4.0.%d", ip)
 			}
-			for i := 0; i < 6; i++ {
-				a := p.Check(r)
-				if i < 5 {
-					mustAllowed(t, a, 5, fmt.Sprintf("request %d", i+1))
-				} else {
-					mustDenied(t, a, 5, "request 6")
-				}
-			}
+			mustLimitAt5(t, func() answer { return p.Check(r) })
 		})
 	}
 
 	t.Run("invalid UTF-8", func(t *testing.T) {
 		const marker = "INVALID-UTF8-MARKER"
 		wire := withInvalidUTF8(t, req{Path: "/api/coupon/x", IP: "10.4.1.1", Headers: map[string]string{"x-uid": "bad-" + marker}}, marker)
-		for i := 0; i < 6; i++ {
-			a := p.checkWire(wire)
-			if i < 5 {
-				mustAllowed(t, a, 5, fmt.Sprintf("request %d", i+1))
-			} else {
-				mustDenied(t, a, 5, "request 6")
-			}
-		}
+		mustLimitAt5(t, func() answer { return p.checkWire(wire) })
 	})
 
 	t.Run("missing x-uid and x-device-fp", func(t *testing.T) {
@@ -165,22 +160,11 @@ func TestHostileInput(t *testing.T) {
 		// Without trusted hops the client IP is Envoy's source.address: 120
 		// requests from one address, each claiming another in
 		// x-forwarded-for, get at most 100 admitted within a second.
-		var tl tally
-		var wg sync.WaitGroup
-		start := time.Now()
-		for w := 0; w < 4; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < 30; i++ {
-					tl.add(p.Check(req{Path: "/api/other", IP: "10.4.3.1",
-						Headers: map[string]string{"x-forwarded-for": fmt.Sprintf("203.0.113.%d", w*30+i), "x-real-ip": "203.0.113.1"}}))
-				}
-			}()
-		}
-		wg.Wait()
-		took := time.Since(start)
-		t.Logf("120 requests in %s: %s", took, &tl)
+		tl, took := burstConcurrent(p, 120, func(i int) req {
+			return req{Path: "/api/other", IP: "10.4.3.1",
+				Headers: map[string]string{"x-forwarded-for": fmt.Sprintf("203.0.113.%d", i), "x-real-ip": "203.0.113.1"}}
+		})
+		t.Logf("120 requests in %s: %s", took, tl)
 		if tl.errors.Load() > 0 {
 			t.Errorf("errors: %v", tl.Errs())
 		}

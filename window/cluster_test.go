@@ -66,7 +66,7 @@ func TestRedisCluster(t *testing.T) {
 		// MOVED handled), as a single request of many hits.
 		var hits []Hit
 		for _, key := range keys[:40] {
-			hits = append(hits, rhit(key, 1, time.Minute))
+			hits = append(hits, hit(key, 1, time.Minute))
 		}
 		mustAllow(t, r, "40 hostile hits", hits...)
 		d := mustDeny(t, r, "40 hostile hits again", hits...)
@@ -108,15 +108,9 @@ func TestRedisCluster(t *testing.T) {
 		k := testKeys(t)
 		// Find two keys on different nodes.
 		a := k.Key("uid", "a")
-		var b string
-		for i := 0; b == ""; i++ {
-			cand := k.Key("ip", fmt.Sprint(i))
-			if nodeOf(t, cc, cand) != nodeOf(t, cc, a) {
-				b = cand
-			}
-		}
-		ha, hb := rhit(a, 5, time.Minute), rhit(b, 1, time.Minute)
-		sh := rhit(k.Key("fp", "f"), 5, time.Minute)
+		b := keyOnOtherNode(t, cc, k, a)
+		ha, hb := hit(a, 5, time.Minute), hit(b, 1, time.Minute)
+		sh := hit(k.Key("fp", "f"), 5, time.Minute)
 		sh.Shadow = true
 		mustAllow(t, r, "fill b", hb)
 		for range 3 {
@@ -147,7 +141,7 @@ func TestRedisCluster(t *testing.T) {
 			limiters = append(limiters, newTestRedis(t, newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), PoolSize: 16}), RedisOptions{}))
 		}
 		ts := hammer(t, limiters, 16, time.Now().Add(4*window), func(g, i int) []Hit {
-			return []Hit{rhit(k.Key("uid", fmt.Sprint((g+i)%8)), 1, window), rhit(shared, limit, window)}
+			return []Hit{hit(k.Key("uid", fmt.Sprint((g+i)%8)), 1, window), hit(shared, limit, window)}
 		})
 		checkSliding(t, ts, limit, window.Microseconds())
 		if len(ts) < limit {
@@ -158,7 +152,7 @@ func TestRedisCluster(t *testing.T) {
 
 	t.Run("empty script cache", func(t *testing.T) {
 		k := testKeys(t)
-		hits := []Hit{rhit(k.Key("uid", "u"), 5, time.Minute), rhit(k.Key("ip", "i"), 5, time.Minute), rhit(k.Key("fp", "f"), 5, time.Minute)}
+		hits := []Hit{hit(k.Key("uid", "u"), 5, time.Minute), hit(k.Key("ip", "i"), 5, time.Minute), hit(k.Key("fp", "f"), 5, time.Minute)}
 		mustAllow(t, r, "before the flush", hits...)
 		if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			return m.ScriptFlush(ctx).Err()
@@ -178,19 +172,13 @@ func TestRedisCluster(t *testing.T) {
 		k := testKeys(t)
 		nodes := cluster.Nodes()
 		a := k.Key("uid", "a")
-		var b string
-		for i := 0; b == ""; i++ {
-			cand := k.Key("ip", fmt.Sprint(i))
-			if nodeOf(t, cc, cand) != nodeOf(t, cc, a) {
-				b = cand
-			}
-		}
+		b := keyOnOtherNode(t, cc, k, a)
 		for _, n := range nodes {
 			if n.Addr() == nodeOf(t, cc, b) {
 				n.Kill()
 			}
 		}
-		if d, err := r.Decide(ctx, []Hit{rhit(a, 5, time.Minute), rhit(b, 5, time.Minute)}); err == nil {
+		if d, err := r.Decide(ctx, []Hit{hit(a, 5, time.Minute), hit(b, 5, time.Minute)}); err == nil {
 			t.Fatalf("Decide with b's node down = %+v, want an error", d)
 		}
 		if n, err := cc.ZCard(ctx, a).Result(); err != nil || n != 0 {
@@ -200,6 +188,17 @@ func TestRedisCluster(t *testing.T) {
 }
 
 // nodeOf returns the address of the master serving key.
+// keyOnOtherNode returns the first of k's "ip" keys whose master is not
+// a's.
+func keyOnOtherNode(t *testing.T, cc *redis.ClusterClient, k Keys, a string) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		if b := k.Key("ip", fmt.Sprint(i)); nodeOf(t, cc, b) != nodeOf(t, cc, a) {
+			return b
+		}
+	}
+}
+
 func nodeOf(t *testing.T, cc *redis.ClusterClient, key string) string {
 	t.Helper()
 	m, err := cc.MasterForKey(context.Background(), key)

@@ -47,7 +47,7 @@ func (i interval) before(t time.Time) bool { return i.end.Before(t) }
 func timedDecide(t *testing.T, lim Limiter, hits ...Hit) (Decision, interval) {
 	t.Helper()
 	start := time.Now()
-	d := decideOK(t, lim, hits...)
+	d := mustDecide(t, lim, hits...)
 	return d, interval{start: start, end: time.Now()}
 }
 
@@ -128,10 +128,10 @@ func TestConformance(t *testing.T) {
 var conformanceCases = []conformanceCase{
 	{name: "exact limit", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		const w = 400 * time.Millisecond
-		h := rhit(k.Key("uid", "u1"), 5, w)
+		h := hit(k.Key("uid", "u1"), 5, w)
 		t0 := time.Now()
 		for i := range 5 {
-			d := decideOK(t, lim, h)
+			d := mustDecide(t, lim, h)
 			if !d.Allowed || d.Count != i+1 || d.Remaining != 4-i || d.Index != 0 || d.Limit != h.Limit || d.RetryAfter != 0 {
 				t.Fatalf("request %d = %+v, want allowed, count %d, remaining %d", i+1, d, i+1, 4-i)
 			}
@@ -152,7 +152,7 @@ var conformanceCases = []conformanceCase{
 	}},
 	{name: "sliding at millisecond scale", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		const w = 200 * time.Millisecond
-		h := rhit(k.Key("uid", "u1"), 2, w)
+		h := hit(k.Key("uid", "u1"), 2, w)
 		dA, a := timedDecide(t, lim, h)
 		time.Sleep(100 * time.Millisecond)
 		dB, b := timedDecide(t, lim, h)
@@ -185,7 +185,7 @@ var conformanceCases = []conformanceCase{
 	}},
 	{name: "all or nothing", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		const w = 10 * time.Second
-		tight, loose, other := rhit(k.Key("uid", "u1"), 1, w), rhit(k.Key("ip", "1.2.3.4"), 5, w), rhit(k.Key("fp", "f1"), 5, w)
+		tight, loose, other := hit(k.Key("uid", "u1"), 1, w), hit(k.Key("ip", "1.2.3.4"), 5, w), hit(k.Key("fp", "f1"), 5, w)
 		mustAllow(t, lim, "first", tight, loose)
 		for i := range 3 {
 			d := mustDeny(t, lim, "second", loose, other, tight)
@@ -209,7 +209,7 @@ var conformanceCases = []conformanceCase{
 	}},
 	{name: "denied requests are not recorded", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		const w = 200 * time.Millisecond
-		h := rhit(k.Key("uid", "u1"), 2, w)
+		h := hit(k.Key("uid", "u1"), 2, w)
 		_, first := timedDecide(t, lim, h)
 		_, second := timedDecide(t, lim, h)
 		for time.Now().Before(first.start.Add(w - 20*time.Millisecond)) {
@@ -227,7 +227,7 @@ var conformanceCases = []conformanceCase{
 	}},
 	{name: "retry-after is when the window admits again", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		const w = 300 * time.Millisecond
-		h := rhit(k.Key("uid", "u1"), 3, w)
+		h := hit(k.Key("uid", "u1"), 3, w)
 		_, e1 := timedDecide(t, lim, h)
 		time.Sleep(60 * time.Millisecond)
 		_, e2 := timedDecide(t, lim, h)
@@ -263,20 +263,20 @@ var conformanceCases = []conformanceCase{
 		// that must leave is the 16th (the 6th of the second group).
 		const w = 400 * time.Millisecond
 		key := k.Key("uid", "u1")
-		_, early := timedDecide(t, lim, rhit(key, 20, w))
+		_, early := timedDecide(t, lim, hit(key, 20, w))
 		for range 9 {
-			mustAllow(t, lim, "early", rhit(key, 20, w))
+			mustAllow(t, lim, "early", hit(key, 20, w))
 		}
 		time.Sleep(100 * time.Millisecond)
 		var late interval
 		for i := range 10 {
-			_, x := timedDecide(t, lim, rhit(key, 20, w))
+			_, x := timedDecide(t, lim, hit(key, 20, w))
 			if i == 0 {
 				late.start = x.start
 			}
 			late.end = x.end
 		}
-		d, at := timedDecide(t, lim, rhit(key, 5, w))
+		d, at := timedDecide(t, lim, hit(key, 5, w))
 		if !at.before(early.start.Add(w)) {
 			return false
 		}
@@ -288,7 +288,7 @@ var conformanceCases = []conformanceCase{
 	}},
 	{name: "shadow hits never deny and do not grow a full window", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		const w = 10 * time.Second
-		enf, sh := rhit(k.Key("ip", "1.2.3.4"), 5, w), rhit(k.Key("uid", "u1"), 1, w)
+		enf, sh := hit(k.Key("ip", "1.2.3.4"), 5, w), hit(k.Key("uid", "u1"), 1, w)
 		sh.Shadow = true
 		d := mustAllow(t, lim, "first", enf, sh)
 		if d.Shadowed || d.ShadowIndex != -1 {
@@ -312,7 +312,7 @@ var conformanceCases = []conformanceCase{
 			t.Fatalf("shadow key at limit 2 = %+v, want admitted with count 2 (1 before)", d)
 		}
 		// A request denied by an enforcing hit is not recorded in its shadow hits.
-		full, sh3 := rhit(k.Key("uid", "full"), 1, w), rhit(k.Key("fp", "f1"), 5, w)
+		full, sh3 := hit(k.Key("uid", "full"), 1, w), hit(k.Key("fp", "f1"), 5, w)
 		sh3.Shadow = true
 		mustAllow(t, lim, "fill", full)
 		mustDeny(t, lim, "denied with a shadow hit", sh3, full)
@@ -322,7 +322,7 @@ var conformanceCases = []conformanceCase{
 		return true
 	}},
 	{name: "the same key twice in a request counts once", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
-		h := rhit(k.Key("uid", "u1"), 2, 10*time.Second)
+		h := hit(k.Key("uid", "u1"), 2, 10*time.Second)
 		if d := mustAllow(t, lim, "twice", h, h); d.Count != 1 {
 			t.Fatalf("first = %+v, want count 1", d)
 		}
@@ -340,15 +340,15 @@ var conformanceCases = []conformanceCase{
 			{Key: k.Key("r", "v"), Limit: Limit{Requests: 0, Window: time.Second}},
 			{Key: k.Key("r", "v"), Limit: Limit{Requests: 1, Window: time.Microsecond}},
 		} {
-			if _, err := lim.Decide(context.Background(), []Hit{rhit(k.Key("ok", "v"), 1, time.Second), h}); !errors.Is(err, ErrInvalidHit) {
+			if _, err := lim.Decide(context.Background(), []Hit{hit(k.Key("ok", "v"), 1, time.Second), h}); !errors.Is(err, ErrInvalidHit) {
 				t.Fatalf("Decide with %+v: %v, want ErrInvalidHit", h, err)
 			}
 		}
-		if d := decideOK(t, lim); !d.Allowed || d.Index != -1 || d.ShadowIndex != -1 {
+		if d := mustDecide(t, lim); !d.Allowed || d.Index != -1 || d.ShadowIndex != -1 {
 			t.Fatalf("no hits = %+v, want allowed with index -1", d)
 		}
 		// The valid hit of the rejected requests was not recorded.
-		if d := mustAllow(t, lim, "ok", rhit(k.Key("ok", "v"), 1, time.Second)); d.Count != 1 {
+		if d := mustAllow(t, lim, "ok", hit(k.Key("ok", "v"), 1, time.Second)); d.Count != 1 {
 			t.Fatalf("count %d, want 1", d.Count)
 		}
 		return true
@@ -357,8 +357,8 @@ var conformanceCases = []conformanceCase{
 		ctx := context.Background()
 		for _, w := range []time.Duration{100 * time.Millisecond, 1500 * time.Microsecond, 10 * time.Second, time.Hour} {
 			key := k.Key("uid", w.String())
-			mustAllow(t, lim, "first", rhit(key, 3, w))
-			mustAllow(t, lim, "second", rhit(key, 3, w))
+			mustAllow(t, lim, "first", hit(key, 3, w))
+			mustAllow(t, lim, "second", hit(key, 3, w))
 			ttl, err := c.PTTL(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -371,7 +371,7 @@ var conformanceCases = []conformanceCase{
 			}
 		}
 		key := k.Key("uid", "short")
-		mustAllow(t, lim, "short", rhit(key, 3, 50*time.Millisecond))
+		mustAllow(t, lim, "short", hit(key, 3, 50*time.Millisecond))
 		time.Sleep(50*time.Millisecond + slack)
 		if n, err := c.Exists(ctx, key).Result(); err != nil || n != 0 {
 			t.Fatalf("EXISTS one window after the last admission = %d, %v; want 0", n, err)
@@ -381,7 +381,7 @@ var conformanceCases = []conformanceCase{
 	{name: "a retried request is recorded once", redisOnly: true, run: func(t *testing.T, lim Limiter, c redis.UniversalClient, k Keys) bool {
 		r := lim.(*Redis)
 		ctx := context.Background()
-		hits := []Hit{rhit(k.Key("uid", "u1"), 2, 10*time.Second), rhit(k.Key("ip", "1.2.3.4"), 3, 10*time.Second)}
+		hits := []Hit{hit(k.Key("uid", "u1"), 2, 10*time.Second), hit(k.Key("ip", "1.2.3.4"), 3, 10*time.Second)}
 		member := r.member()
 		for i := range 3 {
 			d, _, err := r.decideMember(ctx, hits, member)
@@ -405,7 +405,7 @@ var conformanceCases = []conformanceCase{
 
 func mustAllow(t *testing.T, lim Limiter, what string, hits ...Hit) Decision {
 	t.Helper()
-	d := decideOK(t, lim, hits...)
+	d := mustDecide(t, lim, hits...)
 	if !d.Allowed {
 		t.Fatalf("%s: denied (%+v), want allowed", what, d)
 	}
@@ -414,7 +414,7 @@ func mustAllow(t *testing.T, lim Limiter, what string, hits ...Hit) Decision {
 
 func mustDeny(t *testing.T, lim Limiter, what string, hits ...Hit) Decision {
 	t.Helper()
-	d := decideOK(t, lim, hits...)
+	d := mustDecide(t, lim, hits...)
 	if d.Allowed {
 		t.Fatalf("%s: allowed (%+v), want denied", what, d)
 	}

@@ -70,7 +70,7 @@ func decideAll(ctx context.Context, r *Redis, keys []string, limit int) []error 
 	var wg sync.WaitGroup
 	for i, key := range keys {
 		wg.Go(func() {
-			d, err := r.Decide(ctx, []Hit{rhit(key, limit, time.Minute)})
+			d, err := r.Decide(ctx, []Hit{hit(key, limit, time.Minute)})
 			if err == nil && (!d.Allowed || d.Count != 1) {
 				err = fmt.Errorf("decision %+v, want allowed with count 1", d)
 			}
@@ -99,7 +99,7 @@ func TestAutoPipelineSharesRoundTrips(t *testing.T) {
 	c.AddHook(hook)
 	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
 	t.Cleanup(r.Close)
-	decideOK(t, r, rhit(testKeys(t).Key("warm", "up"), 5, time.Minute)) // load the script
+	mustDecide(t, r, hit(testKeys(t).Key("warm", "up"), 5, time.Minute)) // load the script
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
 	defer admin.Close()
 	before := commandCalls(t, admin)
@@ -148,7 +148,7 @@ func TestAutoPipelineDeadline(t *testing.T) {
 	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
 	t.Cleanup(r.Close)
 	k := testKeys(t)
-	decideOK(t, r, rhit(k.Key("a", "1"), 5, time.Second))
+	mustDecide(t, r, hit(k.Key("a", "1"), 5, time.Second))
 
 	wait := pauseRedis(t, s.Addr(), time.Second)
 	var wg sync.WaitGroup
@@ -157,7 +157,7 @@ func TestAutoPipelineDeadline(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, err := r.Decide(ctx, []Hit{rhit(k.Key("b", fmt.Sprint(i)), 5, time.Second)})
+			_, err := r.Decide(ctx, []Hit{hit(k.Key("b", fmt.Sprint(i)), 5, time.Second)})
 			took := time.Since(start)
 			// The caller's deadline, or its batch's read timeout at the
 			// same instant (a batch of one has that caller's deadline).
@@ -172,7 +172,7 @@ func TestAutoPipelineDeadline(t *testing.T) {
 	}
 	wg.Wait()
 	wait()
-	decideOK(t, r, rhit(k.Key("a", "1"), 5, time.Second)) // not wedged
+	mustDecide(t, r, hit(k.Key("a", "1"), 5, time.Second)) // not wedged
 }
 
 // TestAutoPipelineDeadRedis: a stopped Redis fails every caller with a
@@ -181,7 +181,7 @@ func TestAutoPipelineDeadRedis(t *testing.T) {
 	s, c := startRedis(t)
 	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
 	t.Cleanup(r.Close)
-	decideOK(t, r, rhit(testKeys(t).Key("warm", "up"), 5, time.Minute))
+	mustDecide(t, r, hit(testKeys(t).Key("warm", "up"), 5, time.Minute))
 
 	s.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -217,7 +217,7 @@ func TestAutoPipelineNoScript(t *testing.T) {
 	keys := someKeys(t, 8)
 	batch := make([]*pipelineCall, len(keys))
 	for i, key := range keys {
-		batch[i] = &pipelineCall{keys: []string{key}, args: appendHitArgs([]any{r.member(), ""}, &[]Hit{rhit(key, 5, time.Minute)}[0]), done: make(chan struct{})}
+		batch[i] = &pipelineCall{keys: []string{key}, args: appendHitArgs([]any{r.member(), ""}, &[]Hit{hit(key, 5, time.Minute)}[0]), done: make(chan struct{})}
 	}
 	r.pipe.send(batch) // as a dispatcher would
 	for i, c := range batch {
@@ -251,11 +251,11 @@ func TestAutoPipelineClose(t *testing.T) {
 	s, c := startRedis(t)
 	k := testKeys(t)
 	plain := newTestRedis(t, c, RedisOptions{})
-	decideOK(t, plain, rhit(k.Key("warm", "up"), 5, time.Minute)) // the pool's first connection
+	mustDecide(t, plain, hit(k.Key("warm", "up"), 5, time.Minute)) // the pool's first connection
 	base := runtime.NumGoroutine()
 
 	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true, PipelineWorkers: 3})
-	decideOK(t, r, rhit(k.Key("warm", "up"), 5, time.Minute))
+	mustDecide(t, r, hit(k.Key("warm", "up"), 5, time.Minute))
 	wait := pauseRedis(t, s.Addr(), 600*time.Millisecond)
 	type result struct {
 		err  error
@@ -265,7 +265,7 @@ func TestAutoPipelineClose(t *testing.T) {
 	results := make(chan result, 16)
 	for i := range cap(results) {
 		go func() {
-			_, err := r.Decide(context.Background(), []Hit{rhit(k.Key("q", fmt.Sprint(i)), 5, time.Minute)})
+			_, err := r.Decide(context.Background(), []Hit{hit(k.Key("q", fmt.Sprint(i)), 5, time.Minute)})
 			took := time.Duration(-1) // returned before Close began
 			if c := closing.Load(); c != nil {
 				took = time.Since(*c)
@@ -298,7 +298,7 @@ func TestAutoPipelineClose(t *testing.T) {
 		t.Errorf("%d callers got ErrClosed, want at least %d (all but those sent on their own)", closedErrs, want)
 	}
 	r.Close() // again: no-op
-	if _, err := r.Decide(context.Background(), []Hit{rhit(k.Key("after", "close"), 5, time.Minute)}); !errors.Is(err, ErrClosed) {
+	if _, err := r.Decide(context.Background(), []Hit{hit(k.Key("after", "close"), 5, time.Minute)}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Decide after Close = %v, want ErrClosed", err)
 	}
 	var n int
@@ -347,7 +347,7 @@ func TestAutoPipelineAbandonedNotSent(t *testing.T) {
 	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true, PipelineWorkers: 2})
 	t.Cleanup(r.Close)
 	k := testKeys(t)
-	decideOK(t, r, rhit(k.Key("warm", "up"), 5, time.Minute))
+	mustDecide(t, r, hit(k.Key("warm", "up"), 5, time.Minute))
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
 	defer admin.Close()
 
@@ -355,7 +355,7 @@ func TestAutoPipelineAbandonedNotSent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 2 { // take both slots, sent on their own
 		wg.Go(func() {
-			_, _ = r.Decide(context.Background(), []Hit{rhit(k.Key("slot", fmt.Sprint(i)), 5, time.Minute)})
+			_, _ = r.Decide(context.Background(), []Hit{hit(k.Key("slot", fmt.Sprint(i)), 5, time.Minute)})
 		})
 	}
 	time.Sleep(30 * time.Millisecond)
@@ -364,14 +364,14 @@ func TestAutoPipelineAbandonedNotSent(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 			defer cancel()
-			if _, err := r.Decide(ctx, []Hit{rhit(key, 5, time.Minute)}); err == nil {
+			if _, err := r.Decide(ctx, []Hit{hit(key, 5, time.Minute)}); err == nil {
 				t.Errorf("a call queued behind a busy Redis succeeded within 30ms")
 			}
 		})
 	}
 	time.Sleep(100 * time.Millisecond)
 	live := k.Key("live", "1")
-	wg.Go(func() { decideOK(t, r, rhit(live, 5, time.Minute)) }) // queued behind the abandoned ones
+	wg.Go(func() { mustDecide(t, r, hit(live, 5, time.Minute)) }) // queued behind the abandoned ones
 	wg.Wait()
 	wait()
 	for _, key := range abandoned {

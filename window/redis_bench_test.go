@@ -60,7 +60,7 @@ func benchmarkRedisDecide(b *testing.B, s *redistest.Server, admin *redis.Client
 		r := newTestRedis(b, c, RedisOptions{AutoPipeline: workers > 0, PipelineWorkers: workers})
 		b.Cleanup(r.Close)
 		reqs := benchRequests(b, nhits)
-		decideOK(b, r, reqs[0]...) // load the script
+		mustDecide(b, r, reqs[0]...) // load the script
 		before := commandCalls(b, admin)
 		hook.cmds.Store(0)
 		hook.pipelines.Store(0)
@@ -111,7 +111,7 @@ func benchRequests(b *testing.B, nhits int) [][]Hit {
 	reqs := make([][]Hit, benchUsers)
 	for u := range reqs {
 		for _, rule := range rules[:nhits] {
-			reqs[u] = append(reqs[u], rhit(k.Key(rule, fmt.Sprint(u)), 100, time.Second))
+			reqs[u] = append(reqs[u], hit(k.Key(rule, fmt.Sprint(u)), 100, time.Second))
 		}
 	}
 	return reqs

@@ -62,19 +62,6 @@ func newTestRedis(t testing.TB, c rediser, opts RedisOptions) *Redis {
 	return r
 }
 
-func rhit(key string, n int, w time.Duration) Hit {
-	return Hit{Key: key, Rule: "r", Limit: Limit{Requests: n, Window: w}}
-}
-
-func decideOK(t testing.TB, l Limiter, hits ...Hit) Decision {
-	t.Helper()
-	d, err := l.Decide(context.Background(), hits)
-	if err != nil {
-		t.Fatalf("Decide: %v", err)
-	}
-	return d
-}
-
 // checkSliding fails if some span (t-window, t] of the sorted timestamps ts
 // holds more than limit of them, and reports whether some span holds
 // exactly limit.
@@ -229,14 +216,14 @@ func TestRedisOneRoundTrip(t *testing.T) {
 	s, c := startRedis(t)
 	r := newTestRedis(t, c, RedisOptions{})
 	k := testKeys(t)
-	hits := []Hit{rhit(k.Key("a", "1"), 5, time.Second), rhit(k.Key("b", "1"), 5, time.Second), rhit(k.Key("c", "1"), 5, time.Second)}
-	decideOK(t, r, hits...) // loads the script (EVALSHA, NOSCRIPT, EVAL)
+	hits := []Hit{hit(k.Key("a", "1"), 5, time.Second), hit(k.Key("b", "1"), 5, time.Second), hit(k.Key("c", "1"), 5, time.Second)}
+	mustDecide(t, r, hits...) // loads the script (EVALSHA, NOSCRIPT, EVAL)
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	defer admin.Close()
 	before := commandCalls(t, admin)
 	const n = 3
 	for range n {
-		decideOK(t, r, hits...)
+		mustDecide(t, r, hits...)
 	}
 	after := commandCalls(t, admin)
 	if got := after["evalsha"] - before["evalsha"]; got != n {
@@ -283,8 +270,8 @@ func testRedisRestart(t *testing.T, autoPipeline bool) {
 	r := newTestRedis(t, c, RedisOptions{AutoPipeline: autoPipeline})
 	t.Cleanup(r.Close)
 	k := testKeys(t)
-	hits := []Hit{rhit(k.Key("a", "1"), 2, time.Minute), rhit(k.Key("b", "1"), 2, time.Minute)}
-	decideOK(t, r, hits...)
+	hits := []Hit{hit(k.Key("a", "1"), 2, time.Minute), hit(k.Key("b", "1"), 2, time.Minute)}
+	mustDecide(t, r, hits...)
 	for _, restart := range []func(){s.Restart, func() { s.Stop(); s.Restart() }} {
 		restart()
 		d, err := r.Decide(context.Background(), hits)
@@ -305,7 +292,7 @@ func TestRedisIdempotent(t *testing.T) {
 	k := testKeys(t)
 	a, b := k.Key("a", "1"), k.Key("b", "1")
 	ctx := context.Background()
-	hits := []Hit{rhit(a, 3, time.Minute), rhit(b, 3, time.Minute)}
+	hits := []Hit{hit(a, 3, time.Minute), hit(b, 3, time.Minute)}
 	for i := range 3 {
 		d, _, err := r.decideMember(ctx, hits, "m1")
 		if err != nil {
@@ -320,9 +307,9 @@ func TestRedisIdempotent(t *testing.T) {
 	}
 	// Fill a; an earlier attempt of m9 left its member in b only (as a
 	// partial per-slot admission would). Denied: b must not keep it.
-	decideOK(t, r, rhit(a, 3, time.Minute))
-	decideOK(t, r, rhit(a, 3, time.Minute))
-	if _, _, err := r.decideMember(ctx, []Hit{rhit(b, 3, time.Minute)}, "m9"); err != nil {
+	mustDecide(t, r, hit(a, 3, time.Minute))
+	mustDecide(t, r, hit(a, 3, time.Minute))
+	if _, _, err := r.decideMember(ctx, []Hit{hit(b, 3, time.Minute)}, "m9"); err != nil {
 		t.Fatal(err)
 	}
 	d, _, err := r.decideMember(ctx, hits, "m9")
@@ -343,7 +330,7 @@ func TestRedisDeadline(t *testing.T) {
 	s, c := startRedis(t)
 	r := newTestRedis(t, c, RedisOptions{})
 	k := testKeys(t)
-	decideOK(t, r, rhit(k.Key("a", "1"), 5, time.Second))
+	mustDecide(t, r, hit(k.Key("a", "1"), 5, time.Second))
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
 	defer admin.Close()
 	var wg sync.WaitGroup
@@ -355,7 +342,7 @@ repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1000000 + (t[2] - t0[
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := r.Decide(ctx, []Hit{rhit(k.Key("a", "1"), 5, time.Second)})
+	_, err := r.Decide(ctx, []Hit{hit(k.Key("a", "1"), 5, time.Second)})
 	took := time.Since(start)
 	wg.Wait()
 	if err == nil {
@@ -392,7 +379,7 @@ func testRedisConcurrentExact(t *testing.T, autoPipeline bool) {
 		t.Cleanup(r.Close)
 		limiters = append(limiters, r)
 	}
-	ts := hammer(t, limiters, goroutines, time.Now().Add(run), func(int, int) []Hit { return []Hit{rhit(key, limit, window)} })
+	ts := hammer(t, limiters, goroutines, time.Now().Add(run), func(int, int) []Hit { return []Hit{hit(key, limit, window)} })
 	if !checkSliding(t, ts, limit, window.Microseconds()) {
 		t.Fatalf("%d admissions in %s, but no window held the limit %d", len(ts), run, limit)
 	}
@@ -435,7 +422,7 @@ func TestRedisBoundaryBurst(t *testing.T) {
 				if n <= limit {
 					fixed++
 				}
-				if decideOK(t, r, rhit(key, limit, window)).Allowed {
+				if mustDecide(t, r, hit(key, limit, window)).Allowed {
 					sliding++
 				}
 			}
@@ -479,7 +466,7 @@ func TestRedisClockSkew(t *testing.T) {
 			b := newTestRedis(t, newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}}), RedisOptions{Clock: tc.clock, Now: skewed})
 			admitted := 0
 			for _, r := range []*Redis{a, a, a, b, b, b} {
-				if decideOK(t, r, rhit(key, 2, window)).Allowed {
+				if mustDecide(t, r, hit(key, 2, window)).Allowed {
 					admitted++
 				}
 			}
@@ -498,7 +485,7 @@ func TestRedisRetryCountsOnce(t *testing.T) {
 	c := newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}, Timeout: 250 * time.Millisecond})
 	r := newTestRedis(t, c, RedisOptions{})
 	key := testKeys(t).Key("uid", "u1")
-	decideOK(t, r, rhit(testKeys(t).Key("warm", "up"), 5, time.Minute)) // load the script
+	mustDecide(t, r, hit(testKeys(t).Key("warm", "up"), 5, time.Minute)) // load the script
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
 	defer admin.Close()
 	before := commandCalls(t, admin)
@@ -510,7 +497,7 @@ repeat local t = redis.call('TIME') until (t[1] - t0[1]) * 1000000 + (t[2] - t0[
 	var wg sync.WaitGroup
 	wg.Go(func() { admin.Eval(context.Background(), busy, nil) })
 	time.Sleep(50 * time.Millisecond)
-	d, err := r.Decide(context.Background(), []Hit{rhit(key, 5, time.Minute)})
+	d, err := r.Decide(context.Background(), []Hit{hit(key, 5, time.Minute)})
 	wg.Wait()
 	if err != nil {
 		t.Fatalf("Decide: %v", err)
@@ -536,7 +523,7 @@ func TestRedisScoresAreMicroseconds(t *testing.T) {
 	r := newTestRedis(t, c, RedisOptions{})
 	key := k.Key("uid", "redis")
 	before := time.Now().UnixMicro()
-	_, at, err := r.decideMember(ctx, []Hit{rhit(key, 5, time.Minute)}, "m")
+	_, at, err := r.decideMember(ctx, []Hit{hit(key, 5, time.Minute)}, "m")
 	after := time.Now().UnixMicro()
 	if err != nil {
 		t.Fatal(err)
@@ -553,7 +540,7 @@ func TestRedisScoresAreMicroseconds(t *testing.T) {
 		clock := func() time.Time { return time.UnixMicro(us) }
 		r := newTestRedis(t, c, RedisOptions{Clock: ClockLocal, Now: clock})
 		key := k.Key("uid", fmt.Sprint(us))
-		if _, at, err := r.decideMember(ctx, []Hit{rhit(key, 5, time.Minute)}, "m"); err != nil || at != us {
+		if _, at, err := r.decideMember(ctx, []Hit{hit(key, 5, time.Minute)}, "m"); err != nil || at != us {
 			t.Fatalf("local clock %d: time %d, %v", us, at, err)
 		}
 		zs := c.ZRangeWithScores(ctx, key, 0, -1).Val()
@@ -584,7 +571,7 @@ func TestNewClientPoolBound(t *testing.T) {
 						r = perSlot
 					}
 					u := fmt.Sprint(g)
-					if _, err := r.Decide(context.Background(), []Hit{rhit(k.Key("uid", u), 5, time.Second), rhit(k.Key("ip", u), 5, time.Second)}); err != nil {
+					if _, err := r.Decide(context.Background(), []Hit{hit(k.Key("uid", u), 5, time.Second), hit(k.Key("ip", u), 5, time.Second)}); err != nil {
 						t.Errorf("Decide: %v", err)
 						return
 					}
@@ -628,7 +615,7 @@ func TestRedisLogStaysBounded(t *testing.T) {
 	key := k.Key("uid", "steady")
 	var admitted []time.Time
 	for i := range 50 {
-		d, err := r.Decide(ctx, []Hit{rhit(key, limit, time.Second)})
+		d, err := r.Decide(ctx, []Hit{hit(key, limit, time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}
