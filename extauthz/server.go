@@ -103,7 +103,8 @@ type Server struct {
 	gatherer prometheus.Gatherer
 	pinger   Pinger
 	resp     *respConsts
-	instant  bool // the limiter never waits: no deadline, never detached (see instant)
+	instant  bool         // the limiter never waits: no deadline, never detached (see instant)
+	split    localDecider // the limiter's two halves, if it has them (see localDecider)
 
 	rules   atomic.Pointer[ruleSet]
 	serving atomic.Bool
@@ -181,6 +182,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if i, ok := opts.Limiter.(instant); ok {
 		s.instant = i.Instant()
 	}
+	s.split, _ = opts.Limiter.(localDecider)
 	s.pool.New = func() any { return &Mapping{Hits: make([]window.Hit, 0, 8), Rules: make([]*Rule, 0, 8)} }
 	if opts.Fallback == nil && usesLocal(cfg, opts.FailureMode) {
 		s.log.Warn("failure mode local has no fallback limiter: it will admit like allow")
@@ -301,9 +303,8 @@ var errBreakerOpen = errors.New("circuit breaker open")
 // limiter) within the budget, if the breaker lets it. keep reports that the
 // call is still running (it holds hits).
 func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decision, error, bool) {
-	ld, _ := s.opts.Limiter.(localDecider)
-	if ld != nil {
-		if d, refused := ld.DecideLocal(hits); refused {
+	if s.split != nil {
+		if d, refused := s.split.DecideLocal(hits); refused {
 			return d, nil, false
 		}
 	}
@@ -313,18 +314,18 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 	}
 	start := s.now()
 	if s.instant {
-		d, err := s.callBackend(ctx, ld, hits)
+		d, err := s.callBackend(ctx, hits)
 		return s.backendDone(ctx, start, result{d, err}, false, probe)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	if !s.opts.Detach {
-		d, err := s.callBackend(cctx, ld, hits)
+		d, err := s.callBackend(cctx, hits)
 		return s.backendDone(ctx, start, result{d, err}, false, probe)
 	}
 	ch := make(chan result, 1)
 	go func() {
-		d, err := s.callBackend(cctx, ld, hits)
+		d, err := s.callBackend(cctx, hits)
 		ch <- result{d, err}
 	}()
 	var r result
@@ -342,11 +343,11 @@ func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decisio
 	return s.backendDone(ctx, start, r, keep, probe)
 }
 
-// callBackend asks the backend: the remote half of a split limiter (ld, whose
+// callBackend asks the backend: the remote half of a split limiter (whose
 // local half has been consulted), or the whole limiter.
-func (s *Server) callBackend(ctx context.Context, ld localDecider, hits []window.Hit) (window.Decision, error) {
-	if ld != nil {
-		return ld.DecideRemote(ctx, hits)
+func (s *Server) callBackend(ctx context.Context, hits []window.Hit) (window.Decision, error) {
+	if s.split != nil {
+		return s.split.DecideRemote(ctx, hits)
 	}
 	return s.opts.Limiter.Decide(ctx, hits)
 }
