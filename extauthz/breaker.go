@@ -112,7 +112,3 @@ func (b *breaker) record(ok bool) {
 		b.probing = false
 	}
 }
-
-// isOpen reports whether the breaker currently refuses calls (for metrics
-// and tests).
-func (b *breaker) isOpen() bool { return b.open.Load() }

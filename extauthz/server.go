@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,7 +185,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	}
 	s.split, _ = opts.Limiter.(localDecider)
 	s.pool.New = func() any { return &Mapping{Hits: make([]window.Hit, 0, 8), Rules: make([]*Rule, 0, 8)} }
-	if opts.Fallback == nil && usesLocal(cfg, opts.FailureMode) {
+	if opts.Fallback == nil && s.usesLocal(cfg) {
 		s.log.Warn("failure mode local has no fallback limiter: it will admit like allow")
 	}
 	s.SetServing(false)
@@ -194,13 +195,9 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-func usesLocal(cfg *Config, def FailureMode) bool {
-	for _, r := range cfg.Rules {
-		if r.FailureMode == FailureLocal || r.FailureMode == FailureDefault && def == FailureLocal {
-			return true
-		}
-	}
-	return false
+// usesLocal reports whether some rule of cfg fails over to the fallback.
+func (s *Server) usesLocal(cfg *Config) bool {
+	return slices.ContainsFunc(cfg.Rules, func(r *Rule) bool { return s.modeOf(r) == FailureLocal })
 }
 
 // SetConfig swaps in cfg's rules atomically: checks already running finish
@@ -575,7 +572,6 @@ type ruleSet struct {
 
 type ruleResp struct {
 	k         *respConsts
-	name      string
 	limit     *corev3.HeaderValueOption
 	remaining []*corev3.HeaderValueOption // index = remaining count
 	// okResps[n] is the OK response for n remaining, built on first use
@@ -598,7 +594,7 @@ func (s *Server) newRuleSet(cfg *Config) *ruleSet {
 	rs.rules = make([]ruleResp, len(cfg.Rules))
 	for i, r := range cfg.Rules {
 		rr := &rs.rules[i]
-		rr.k, rr.name = s.resp, r.Name
+		rr.k = s.resp
 		rr.limit = header("x-ratelimit-limit", strconv.Itoa(r.Limit.Requests))
 		rr.remaining = make([]*corev3.HeaderValueOption, min(r.Limit.Requests, maxCachedRemaining)+1)
 		for n := range rr.remaining {
