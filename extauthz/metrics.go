@@ -35,6 +35,13 @@ type metrics struct {
 	localDenials *prometheus.CounterVec
 	reloads      *prometheus.CounterVec
 	failureModes *prometheus.CounterVec
+
+	// Children resolved once, so that a check does no label lookup: local
+	// denials are the common answer under attack, failure-mode decisions
+	// and backend errors every answer during an outage.
+	localFull, localBanned         prometheus.Counter
+	failLocal, failAllow, failDeny prometheus.Counter
+	errsByKind                     map[string]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -76,19 +83,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
+	m.errsByKind = map[string]prometheus.Counter{}
 	for _, k := range []string{kindTimeout, kindCanceled, kindBreakerOpen, kindInvalidHit, kindConnection, kindOther, kindFallback} {
-		m.backendErrs.WithLabelValues(k)
+		m.errsByKind[k] = m.backendErrs.WithLabelValues(k)
 	}
-	for _, r := range []string{"full", "banned"} {
-		m.localDenials.WithLabelValues(r)
-	}
+	m.localFull, m.localBanned = m.localDenials.WithLabelValues("full"), m.localDenials.WithLabelValues("banned")
 	for _, r := range []string{"success", "error"} {
 		m.reloads.WithLabelValues(r)
 	}
-	for _, f := range []string{"local", "allow", "deny"} {
-		m.failureModes.WithLabelValues(f)
-	}
+	m.failLocal, m.failAllow, m.failDeny = m.failureModes.WithLabelValues("local"), m.failureModes.WithLabelValues("allow"), m.failureModes.WithLabelValues("deny")
 	return m, nil
+}
+
+// backendErr is the flashgate_backend_errors_total child of kind (one of
+// the kind constants).
+func (m *metrics) backendErr(kind string) prometheus.Counter {
+	if c, ok := m.errsByKind[kind]; ok {
+		return c
+	}
+	return m.backendErrs.WithLabelValues(kind)
 }
 
 // ruleCounters are the flashgate_checks_total children of one rule,

@@ -395,7 +395,7 @@ func errKind(err error) string {
 // else allow.
 func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error) *authv3.CheckResponse {
 	kind := errKind(err)
-	s.metrics.backendErrs.WithLabelValues(kind).Inc()
+	s.metrics.backendErr(kind).Inc()
 	s.logSampled("backend failed; deciding by failure mode", "kind", kind, "error", err)
 
 	var denyRule *Rule
@@ -414,7 +414,7 @@ func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error
 		}
 	}
 	if denyRule != nil {
-		s.metrics.failureModes.WithLabelValues("deny").Inc()
+		s.metrics.failDeny.Inc()
 		rr := &rs.rules[denyRule.idx]
 		rr.counters.errored.Inc()
 		return rr.denied(time.Second)
@@ -432,13 +432,13 @@ func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error
 		d, ferr := s.opts.Fallback.Decide(fctx, hits)
 		cancel()
 		if ferr == nil {
-			s.metrics.failureModes.WithLabelValues("local").Inc()
+			s.metrics.failLocal.Inc()
 			return s.respond(rs, rules, d, shadowDeny || m.Missing != nil, m.Missing)
 		}
-		s.metrics.backendErrs.WithLabelValues(kindFallback).Inc()
+		s.metrics.backendErr(kindFallback).Inc()
 		s.logSampled("fallback limiter failed; admitting", "error", ferr)
 	}
-	s.metrics.failureModes.WithLabelValues("allow").Inc()
+	s.metrics.failAllow.Inc()
 	rs.rules[m.Rules[0].idx].counters.errored.Inc()
 	if shadowDeny || m.Missing != nil {
 		return rs.okShadow(nil, 0)
@@ -466,9 +466,9 @@ func (s *Server) respond(rs *ruleSet, rules []*Rule, d window.Decision, shadow b
 		rr.counters.denied.Inc()
 		switch d.Source {
 		case window.SourceLocalFull:
-			s.metrics.localDenials.WithLabelValues("full").Inc()
+			s.metrics.localFull.Inc()
 		case window.SourceLocalBanned:
-			s.metrics.localDenials.WithLabelValues("banned").Inc()
+			s.metrics.localBanned.Inc()
 		}
 		return rr.denied(d.RetryAfter)
 	}
