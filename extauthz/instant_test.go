@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -69,5 +70,33 @@ func TestInstantLimiterNoDeadline(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestInstantFallbackNoDeadline: the fallback limiter of failure mode local
+// gets FallbackTimeout unless it never waits.
+func TestInstantFallbackNoDeadline(t *testing.T) {
+	for _, instant := range []bool{true, false} {
+		t.Run(fmt.Sprintf("instant=%t", instant), func(t *testing.T) {
+			mem, err := window.NewMemory(window.MemoryOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fb := &deadlineProbe{next: mem, instant: instant}
+			down := &switchable{next: mem, err: errors.New("connection refused")}
+			e := newEnv(t, nil, func(o *Options) { o.Limiter, o.Fallback = down, fb })
+			for i := range 6 { // the fallback enforces the limit of 5
+				if a := e.check(req{path: "/api/coupon/x", headers: uid("u")}); a.allowed != (i < 5) {
+					t.Fatalf("request %d: %+v", i+1, a)
+				}
+			}
+			calls, with := fb.calls.Load(), fb.withDeadline.Load()
+			if calls == 0 {
+				t.Fatal("the fallback was never called")
+			}
+			if want := map[bool]int64{true: 0, false: calls}[instant]; with != want {
+				t.Fatalf("%d of %d fallback calls had a deadline, want %d", with, calls, want)
+			}
+		})
 	}
 }

@@ -76,7 +76,8 @@ type Options struct {
 	// never detached.
 	Detach bool
 	// FallbackTimeout is the budget of the local fallback after a backend
-	// failure; 0 means DefaultFallbackTimeout.
+	// failure; 0 means DefaultFallbackTimeout. Not armed for an Instant
+	// fallback (window.Memory), as Timeout is not.
 	FallbackTimeout time.Duration
 	// Breaker configures the circuit breaker; see [BreakerOptions].
 	Breaker BreakerOptions
@@ -106,6 +107,8 @@ type Server struct {
 	resp     *respConsts
 	instant  bool         // the limiter never waits: no deadline, never detached (see instant)
 	split    localDecider // the limiter's two halves, if it has them (see localDecider)
+	// fallbackInstant: the fallback limiter never waits (see instant).
+	fallbackInstant bool
 
 	rules   atomic.Pointer[ruleSet]
 	serving atomic.Bool
@@ -180,9 +183,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if s.pinger == nil {
 		s.pinger, _ = opts.Limiter.(Pinger)
 	}
-	if i, ok := opts.Limiter.(instant); ok {
-		s.instant = i.Instant()
-	}
+	s.instant, s.fallbackInstant = isInstant(opts.Limiter), isInstant(opts.Fallback)
 	s.split, _ = opts.Limiter.(localDecider)
 	s.pool.New = func() any { return &Mapping{Hits: make([]window.Hit, 0, 8), Rules: make([]*Rule, 0, 8)} }
 	if opts.Fallback == nil && s.usesLocal(cfg) {
@@ -292,6 +293,12 @@ type instant interface {
 	Instant() bool
 }
 
+// isInstant reports whether lim (possibly nil) is an instant limiter.
+func isInstant(lim window.Limiter) bool {
+	i, ok := lim.(instant)
+	return ok && i.Instant()
+}
+
 // errBreakerOpen is returned instead of calling a backend the breaker holds off.
 var errBreakerOpen = errors.New("circuit breaker open")
 
@@ -390,6 +397,19 @@ func errKind(err error) string {
 	return kindOther
 }
 
+// fallback decides hits on the fallback limiter, within FallbackTimeout
+// unless it never waits (see instant), and even if Envoy has given up on
+// the check.
+func (s *Server) fallback(ctx context.Context, hits []window.Hit) (window.Decision, error) {
+	ctx = context.WithoutCancel(ctx)
+	if !s.fallbackInstant {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.FallbackTimeout)
+		defer cancel()
+	}
+	return s.opts.Fallback.Decide(ctx, hits)
+}
+
 // failure decides a request whose backend call failed, by failure mode: deny
 // if any enforcing hit's mode is deny; else the local hits by the fallback;
 // else allow.
@@ -420,17 +440,17 @@ func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error
 		return rr.denied(time.Second)
 	}
 	if nlocal > 0 && s.opts.Fallback != nil {
-		hits := make([]window.Hit, 0, nlocal)
-		rules := make([]*Rule, 0, nlocal)
-		for i, r := range m.Rules {
-			if s.modeOf(r) == FailureLocal {
-				hits = append(hits, m.Hits[i])
-				rules = append(rules, r)
+		hits, rules := m.Hits, m.Rules // all local: the usual case
+		if nlocal < len(m.Rules) {
+			hits, rules = make([]window.Hit, 0, nlocal), make([]*Rule, 0, nlocal)
+			for i, r := range m.Rules {
+				if s.modeOf(r) == FailureLocal {
+					hits = append(hits, m.Hits[i])
+					rules = append(rules, r)
+				}
 			}
 		}
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.FallbackTimeout)
-		d, ferr := s.opts.Fallback.Decide(fctx, hits)
-		cancel()
+		d, ferr := s.fallback(ctx, hits)
 		if ferr == nil {
 			s.metrics.failLocal.Inc()
 			return s.respond(rs, rules, d, shadowDeny || m.Missing != nil, m.Missing)
