@@ -64,6 +64,12 @@ type guardEntry struct {
 	denials     atomic.Int64
 }
 
+// madeFor reports whether e was made for limit l ("full until" holds only
+// for the limit it was measured under).
+func (e *guardEntry) madeFor(l Limit) bool {
+	return e.requests == int64(l.Requests) && e.window == int64(l.Window)
+}
+
 // NewGuard returns a Guard in front of next.
 func NewGuard(next Limiter, opts GuardOptions) (*Guard, error) {
 	if next == nil {
@@ -133,7 +139,7 @@ func (g *Guard) remote(ctx context.Context, hits []Hit, now int64) (Decision, er
 	}
 	h := &hits[d.Index]
 	e, ok := g.cache.Get(h.Key)
-	if !ok || e == nil || e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) || e.ban != g.banOf(h) {
+	if !ok || e == nil || !e.madeFor(h.Limit) || e.ban != g.banOf(h) {
 		// First denial, or the rule changed: a fresh entry for the rule as
 		// it is now, keeping a ban that still holds.
 		ne := &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window), ban: g.banOf(h)}
@@ -176,7 +182,7 @@ func (g *Guard) local(hits []Hit, now int64) (Decision, bool) {
 			g.denied(h, e, now)
 			return localDecision(i, h, until-now, SourceLocalBanned), true
 		}
-		if e.requests != int64(h.Limit.Requests) || e.window != int64(h.Limit.Window) {
+		if !e.madeFor(h.Limit) {
 			continue
 		}
 		if until := e.fullUntil.Load(); now < until {
