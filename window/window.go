@@ -67,13 +67,17 @@ var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.
 // reporting only. A Shadow hit is counted and reported but never denies: when
 // it is over its limit the request is still admitted (and not recorded in
 // that full window). Ban, when non-nil, overrides the [Guard]'s default
-// penalty box for this hit.
+// penalty box for this hit. LocalShare, when positive, is how many
+// admissions per window this process may make on its own for the hit while
+// the shared backend is unavailable (see [Fallback]); 0 means ceil(Requests
+// / fleet size).
 type Hit struct {
-	Key    string
-	Rule   string
-	Limit  Limit
-	Shadow bool
-	Ban    *Ban
+	Key        string
+	Rule       string
+	Limit      Limit
+	Shadow     bool
+	Ban        *Ban
+	LocalShare int
 }
 
 // Source tells what produced a [Decision].
