@@ -42,7 +42,7 @@ func NewKeys(prefix string) (Keys, error) {
 	if prefix == "" {
 		return Keys{}, fmt.Errorf("key prefix is empty")
 	}
-	if len(prefix) > MaxPrefix || !verbatim(prefix) {
+	if len(prefix) > MaxPrefix || !SafeName(prefix) {
 		return Keys{}, fmt.Errorf("key prefix %q: must be 1 to %d characters of A-Z a-z 0-9 . _ -", prefix, MaxPrefix)
 	}
 	return Keys{prefix: prefix}, nil
@@ -110,7 +110,13 @@ func writeHashed(b *strings.Builder, sum [sha256.Size]byte) {
 	b.Write(enc[:22])
 }
 
-// verbatim reports whether s uses only [A-Za-z0-9._-].
+// SafeName reports whether s uses only the characters A-Z a-z 0-9 . _ -,
+// the alphabet a key keeps verbatim (the empty string passes). Callers that
+// name things put into keys (rule names, domains, prefixes) check it so that
+// those names stay readable in every key. It is safe for concurrent use.
+func SafeName(s string) bool { return verbatim(s) }
+
+// verbatim is SafeName for a string or a byte slice.
 func verbatim[S ~string | ~[]byte](s S) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]

@@ -33,3 +33,23 @@ func TestKeyBytes(t *testing.T) {
 		})
 	}
 }
+
+func TestSafeName(t *testing.T) {
+	tests := map[string]bool{
+		"":                true,
+		"per_uid-1.v2":    true,
+		"ABCxyz0189":      true,
+		"per ip":          false,
+		"a:b":             false,
+		"{tag}":           false,
+		"caf\u00e9":       false,
+		"/api/coupon/*":   false,
+		"x\x00y":          false,
+		"#hashed-segment": false,
+	}
+	for s, want := range tests {
+		if got := SafeName(s); got != want {
+			t.Errorf("SafeName(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
