@@ -9,13 +9,6 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// MaxValueLen is the longest value pattern a descriptor may have in the
-// descriptors file. Request values have no such cap: a value of any length
-// (up to the gRPC message limit) is a bucket of its own, hashed into a
-// bounded key by window.Keys, so padding a header cannot escape a rule.
-// Matching a descriptor's value pattern uses the whole request value.
-const MaxValueLen = 1024
-
 // Mapping is the outcome of [Config.Map] for one request. Reuse one across
 // requests to spare allocations; it is not safe for concurrent use.
 type Mapping struct {

@@ -1,0 +1,597 @@
+package extauthz
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml/ast"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// This file is the descriptors compiler: from the YAML tree of a
+// descriptors file to a Config of Rules, with defaults applied, inherited
+// settings passed down and everything validated.
+
+// cfgParser compiles one descriptors file; its methods report errors at the
+// offending node.
+type cfgParser struct {
+	strictYAML
+	cfg    *Config
+	srcIdx map[string]int
+	// srcNodes holds where each declared source is, to report unused ones.
+	srcNodes map[string]ast.Node
+	used     map[string]bool
+	names    map[string]*Rule
+}
+
+// compile builds the Config of the document body read by y.
+func compile(y strictYAML, body ast.Node) (*Config, error) {
+	p := &cfgParser{
+		strictYAML: y,
+		cfg:        &Config{Name: y.file},
+		srcIdx:     map[string]int{},
+		srcNodes:   map[string]ast.Node{},
+		used:       map[string]bool{},
+		names:      map[string]*Rule{},
+	}
+	if err := p.top(body); err != nil {
+		return nil, err
+	}
+	return p.cfg, nil
+}
+
+// top compiles the document: domain, sources, client_ip, descriptors.
+func (p *cfgParser) top(body ast.Node) error {
+	fs, err := p.fields(body, "the descriptors file", "domain", "sources", "client_ip", "descriptors")
+	if err != nil {
+		return err
+	}
+	var domainSet bool
+	var descs *field
+	for i := range fs {
+		f := &fs[i]
+		switch f.key {
+		case "domain":
+			d, err := p.str(f.value, "domain")
+			if err != nil {
+				return err
+			}
+			if d == "" {
+				return p.errf(f.value, "domain is empty")
+			}
+			if len(d) > MaxRuleName || !window.SafeName(d) {
+				return p.errf(f.value, "domain %q must be 1 to %d characters of A-Z a-z 0-9 . _ -", d, MaxRuleName)
+			}
+			p.cfg.Domain, domainSet = d, true
+		case "sources":
+			if err := p.sources(f.value); err != nil {
+				return err
+			}
+		case "client_ip":
+			if err := p.clientIP(f.value); err != nil {
+				return err
+			}
+		case "descriptors":
+			descs = f
+		}
+	}
+	if !domainSet {
+		return p.errf(body, "domain is missing: name the rules' domain, such as domain: flashsale")
+	}
+	if descs == nil {
+		return p.errf(body, "descriptors is missing: the file declares no rules")
+	}
+	if err := p.descriptors(descs.value, nil, inherited{}, 1); err != nil {
+		return err
+	}
+	if len(p.cfg.Rules) == 0 {
+		return p.errf(descs.keyN, "no descriptor has a rate_limit: the file declares no rules")
+	}
+	// Sources declared but never used are likely typos.
+	for _, k := range slices.Sorted(maps.Keys(p.srcNodes)) {
+		if !p.used[k] {
+			return p.errf(p.srcNodes[k], "source %q is not used by any descriptor", k)
+		}
+	}
+	return nil
+}
+
+func (p *cfgParser) clientIP(n ast.Node) error {
+	fs, err := p.fields(n, "client_ip", "trusted_hops")
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		hops, err := p.integer(f.value, "trusted_hops")
+		if err != nil {
+			return err
+		}
+		if hops < 0 || hops > MaxTrustedHops {
+			return p.errf(f.value, "trusted_hops %d must be between 0 and %d", hops, MaxTrustedHops)
+		}
+		p.cfg.ClientIP.TrustedHops = hops
+	}
+	return nil
+}
+
+// defaultSources are the descriptor keys that need no entry under sources.
+var defaultSources = map[string]Source{
+	"remote_address": {Kind: SourceRemoteAddress},
+	"path":           {Kind: SourcePath},
+	"method":         {Kind: SourceMethod},
+	"authority":      {Kind: SourceAuthority},
+	"host":           {Kind: SourceAuthority},
+}
+
+func (p *cfgParser) sources(n ast.Node) error {
+	fs, err := p.fields(n, "sources")
+	if err != nil {
+		return err
+	}
+	for _, f := range fs {
+		if f.key == "" || !window.SafeName(f.key) {
+			return p.errf(f.keyN, "descriptor key %q must be characters of A-Z a-z 0-9 . _ -", f.key)
+		}
+		src, err := p.source(f.key, f.value)
+		if err != nil {
+			return err
+		}
+		if len(p.cfg.sources) == MaxSources {
+			return p.errf(f.keyN, "more than %d sources", MaxSources)
+		}
+		p.srcIdx[f.key] = len(p.cfg.sources)
+		p.srcNodes[f.key] = f.keyN
+		p.cfg.sources = append(p.cfg.sources, src)
+		p.cfg.sourceKeys = append(p.cfg.sourceKeys, f.key)
+	}
+	return nil
+}
+
+func (p *cfgParser) source(key string, n ast.Node) (Source, error) {
+	what := fmt.Sprintf("source %q", key)
+	fs, err := p.fields(n, what)
+	if err != nil {
+		return Source{}, err
+	}
+	if len(fs) != 1 {
+		return Source{}, p.errf(n, "%s must have exactly one of %s", what, sourceKindList)
+	}
+	f := fs[0]
+	kind, ok := sourceKinds[f.key]
+	if !ok {
+		return Source{}, p.errf(f.keyN, "unknown source %q; known sources: %s", f.key, sourceKindList)
+	}
+	src := Source{Kind: kind}
+	switch kind {
+	case SourceHeader:
+		opts, err := p.fields(f.value, f.key, "header_name")
+		if err != nil {
+			return Source{}, err
+		}
+		if len(opts) == 0 {
+			return Source{}, p.errf(f.value, "request_headers needs header_name")
+		}
+		name, err := p.str(opts[0].value, "header_name")
+		if err != nil {
+			return Source{}, err
+		}
+		if !headerName(name) {
+			return Source{}, p.errf(opts[0].value, "header_name %q is not a valid HTTP header name", name)
+		}
+		src.Name = strings.ToLower(name)
+	case SourceContextExtension:
+		opts, err := p.fields(f.value, f.key, "key")
+		if err != nil {
+			return Source{}, err
+		}
+		if len(opts) == 0 {
+			return Source{}, p.errf(f.value, "context_extension needs key")
+		}
+		name, err := p.str(opts[0].value, "key")
+		if err != nil {
+			return Source{}, err
+		}
+		if name == "" {
+			return Source{}, p.errf(opts[0].value, "context_extension key is empty")
+		}
+		src.Name = name
+	default:
+		opts, err := p.fields(f.value, f.key)
+		if err != nil {
+			return Source{}, err
+		}
+		if len(opts) > 0 {
+			return Source{}, p.errf(opts[0].keyN, "%s takes no options: write %s: {}", f.key, f.key)
+		}
+	}
+	return src, nil
+}
+
+// headerName reports whether s is an HTTP/2 header name (token characters,
+// optionally with a leading ':' for pseudo-headers).
+func headerName(s string) bool {
+	s = strings.TrimPrefix(s, ":")
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// inherited are the settings a descriptor passes to nested ones.
+type inherited struct {
+	shadow    bool
+	failure   FailureMode
+	onMissing OnMissing
+	ban       *window.Ban
+}
+
+func (p *cfgParser) descriptors(n ast.Node, path []Match, inh inherited, depth int) error {
+	if err := p.plain(n); err != nil {
+		return err
+	}
+	seq, ok := n.(*ast.SequenceNode)
+	if !ok {
+		return p.errf(n, "descriptors must be a list, not %s", kindOf(n))
+	}
+	if depth > MaxDepth {
+		return p.errf(n, "descriptors are nested deeper than %d levels", MaxDepth)
+	}
+	for _, item := range seq.Values {
+		if err := p.descriptor(item, path, inh, depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var descriptorKeys = []string{"key", "value", "name", "rate_limit", "shadow_mode", "failure_mode", "ban", "on_missing", "descriptors"}
+
+func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth int) error {
+	fs, err := p.fields(n, "a descriptor", descriptorKeys...)
+	if err != nil {
+		return err
+	}
+	if len(fs) == 0 {
+		return p.errf(n, "a descriptor needs a key")
+	}
+	get := func(k string) *field {
+		for i := range fs {
+			if fs[i].key == k {
+				return &fs[i]
+			}
+		}
+		return nil
+	}
+	kf := get("key")
+	if kf == nil {
+		return p.errf(n, "a descriptor needs a key")
+	}
+	key, err := p.str(kf.value, "key")
+	if err != nil {
+		return err
+	}
+	if key == "" {
+		return p.errf(kf.value, "key is empty")
+	}
+	m := Match{Key: key}
+	if i, ok := p.srcIdx[key]; ok {
+		m.src, m.Source = i, p.cfg.sources[i]
+		p.used[key] = true
+	} else if src, ok := defaultSources[key]; ok {
+		if len(p.cfg.sources) == MaxSources {
+			return p.errf(kf.value, "more than %d sources", MaxSources)
+		}
+		p.srcIdx[key] = len(p.cfg.sources)
+		p.cfg.sources = append(p.cfg.sources, src)
+		p.cfg.sourceKeys = append(p.cfg.sourceKeys, key)
+		m.src, m.Source = p.srcIdx[key], src
+	} else {
+		return p.errf(kf.value, "descriptor key %q has no source: declare it under sources (for example %s: {request_headers: {header_name: x-%s}})", key, key, key)
+	}
+	for _, earlier := range path {
+		if earlier.Key == key {
+			return p.errf(kf.value, "descriptor key %q is already used by an enclosing descriptor", key)
+		}
+	}
+	if vf := get("value"); vf != nil {
+		v, err := p.str(vf.value, "value")
+		if err != nil {
+			return err
+		}
+		if err := p.pattern(vf.value, v, &m); err != nil {
+			return err
+		}
+	}
+	path = append(path[:len(path):len(path)], m)
+
+	if f := get("shadow_mode"); f != nil {
+		if inh.shadow, err = p.boolean(f.value, "shadow_mode"); err != nil {
+			return err
+		}
+	}
+	if f := get("failure_mode"); f != nil {
+		s, err := p.str(f.value, "failure_mode")
+		if err != nil {
+			return err
+		}
+		if inh.failure, err = ParseFailureMode(s); err != nil {
+			return p.errf(f.value, "failure_mode %q must be local, allow or deny", s)
+		}
+	}
+	if f := get("on_missing"); f != nil {
+		s, err := p.str(f.value, "on_missing")
+		if err != nil {
+			return err
+		}
+		var ok bool
+		if inh.onMissing, ok = parseOnMissing(s); !ok {
+			return p.errf(f.value, "on_missing %q must be skip or deny", s)
+		}
+	}
+	if f := get("ban"); f != nil {
+		b, err := p.ban(f.value)
+		if err != nil {
+			return err
+		}
+		inh.ban = b
+	}
+
+	rl, nested := get("rate_limit"), get("descriptors")
+	nf := get("name")
+	if rl == nil && nested == nil {
+		return p.errf(n, "descriptor %q has neither rate_limit nor nested descriptors", key)
+	}
+	if nf != nil && rl == nil {
+		return p.errf(nf.keyN, "name is set on a descriptor without rate_limit")
+	}
+	if rl != nil {
+		limit, err := p.rateLimit(rl.value)
+		if err != nil {
+			return err
+		}
+		line, col := nodePos(n)
+		r := &Rule{
+			Limit: limit, Match: path, Shadow: inh.shadow, FailureMode: inh.failure,
+			OnMissing: inh.onMissing, Ban: inh.ban, Line: line, Column: col,
+		}
+		var at ast.Node = kf.value
+		if nf != nil {
+			name, err := p.str(nf.value, "name")
+			if err != nil {
+				return err
+			}
+			if name == "" || len(name) > MaxRuleName || !window.SafeName(name) {
+				return p.errf(nf.value, "rule name %q must be 1 to %d characters of A-Z a-z 0-9 . _ -", name, MaxRuleName)
+			}
+			r.Name, at = name, nf.value
+		} else {
+			r.Name = derivedName(path)
+			if len(r.Name) > MaxRuleName {
+				return p.errf(n, "the derived rule name %q is longer than %d characters: set name", r.Name, MaxRuleName)
+			}
+		}
+		if prev, dup := p.names[r.Name]; dup {
+			return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)
+		}
+		p.names[r.Name] = r
+		r.finish()
+		r.idx = len(p.cfg.Rules)
+		p.cfg.Rules = append(p.cfg.Rules, r)
+	}
+	if nested != nil {
+		if err := p.descriptors(nested.value, path, inh, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish precomputes what the request mapping needs: the number of
+// variable key parts and, when there is none, the joined constant key.
+func (r *Rule) finish() {
+	var parts []string
+	for _, m := range r.Match {
+		if m.HasValue {
+			parts = append(parts, m.Pattern())
+		} else {
+			r.nvar++
+		}
+	}
+	if r.nvar == 0 {
+		r.constKey = joinParts(parts)
+	}
+}
+
+// derivedName names a rule after its path: "path.api_coupon.uid".
+func derivedName(path []Match) string {
+	var b strings.Builder
+	for i, m := range path {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(m.Key)
+		if m.HasValue {
+			v := sanitize(m.Value)
+			if v != "" {
+				b.WriteByte('_')
+				b.WriteString(v)
+			}
+		}
+	}
+	return b.String()
+}
+
+// sanitize keeps [A-Za-z0-9] and turns runs of anything else into one '_'.
+func sanitize(s string) string {
+	var b strings.Builder
+	under := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			b.WriteByte(c)
+			under = false
+		} else if !under && b.Len() > 0 {
+			b.WriteByte('_')
+			under = true
+		}
+	}
+	return strings.TrimSuffix(b.String(), "_")
+}
+
+func (p *cfgParser) pattern(n ast.Node, v string, m *Match) error {
+	if v == "" {
+		return p.errf(n, "value is empty: omit value to limit per request value")
+	}
+	if v == "*" {
+		return p.errf(n, "value \"*\" matches every value: omit value to limit per request value")
+	}
+	body := strings.TrimSuffix(v, "*")
+	if strings.Contains(body, "*") {
+		return p.errf(n, "value %q has a * that is not at the end; only a trailing * (prefix match) is supported", v)
+	}
+	if len(body) > MaxValueLen {
+		return p.errf(n, "value is longer than %d bytes", MaxValueLen)
+	}
+	m.HasValue, m.Value, m.Prefix, m.pattern = true, body, len(body) < len(v), v
+	return nil
+}
+
+var units = map[string]time.Duration{
+	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
+}
+
+func (p *cfgParser) rateLimit(n ast.Node) (window.Limit, error) {
+	fs, err := p.fields(n, "rate_limit", "requests", "window", "unit", "requests_per_unit")
+	if err != nil {
+		return window.Limit{}, err
+	}
+	var l window.Limit
+	var reqN, winN, unitN, rpuN ast.Node
+	for _, f := range fs {
+		switch f.key {
+		case "requests":
+			reqN = f.value
+		case "window":
+			winN = f.value
+		case "unit":
+			unitN = f.value
+		case "requests_per_unit":
+			rpuN = f.value
+		}
+	}
+	switch {
+	case (reqN != nil || winN != nil) && (unitN != nil || rpuN != nil):
+		return l, p.errf(n, "rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form")
+	case reqN != nil || winN != nil:
+		if reqN == nil {
+			return l, p.errf(n, "rate_limit needs requests")
+		}
+		if winN == nil {
+			return l, p.errf(n, "rate_limit needs window")
+		}
+		if l.Requests, err = p.integer(reqN, "requests"); err != nil {
+			return l, err
+		}
+		if l.Window, err = p.duration(winN, "window"); err != nil {
+			return l, err
+		}
+	case unitN != nil || rpuN != nil:
+		if unitN == nil {
+			return l, p.errf(n, "rate_limit needs unit")
+		}
+		if rpuN == nil {
+			return l, p.errf(n, "rate_limit needs requests_per_unit")
+		}
+		if l.Requests, err = p.integer(rpuN, "requests_per_unit"); err != nil {
+			return l, err
+		}
+		u, err := p.str(unitN, "unit")
+		if err != nil {
+			return l, err
+		}
+		d, ok := units[u]
+		if !ok {
+			return l, p.errf(unitN, "unit %q must be second, minute, hour or day", u)
+		}
+		l.Window, winN = d, unitN
+	default:
+		return l, p.errf(n, "rate_limit needs requests and window, such as {requests: 5, window: 1s}")
+	}
+	if l.Requests < 1 {
+		return l, p.errf(firstNonNil(reqN, rpuN), "the limit must allow at least 1 request, not %d", l.Requests)
+	}
+	if l.Requests > window.MaxRequests {
+		return l, p.errf(firstNonNil(reqN, rpuN), "the limit allows at most %d requests per window, not %d", window.MaxRequests, l.Requests)
+	}
+	if err := l.Validate(); err != nil {
+		return l, p.errf(winN, "%s", err.Error())
+	}
+	return l, nil
+}
+
+func firstNonNil(ns ...ast.Node) ast.Node {
+	for _, n := range ns {
+		if n != nil {
+			return n
+		}
+	}
+	return nil
+}
+
+func (p *cfgParser) ban(n ast.Node) (*window.Ban, error) {
+	fs, err := p.fields(n, "ban", "threshold", "window", "duration")
+	if err != nil {
+		return nil, err
+	}
+	var b window.Ban
+	var thrN, winN, durN ast.Node
+	for _, f := range fs {
+		switch f.key {
+		case "threshold":
+			thrN = f.value
+			if b.Threshold, err = p.integer(f.value, "threshold"); err != nil {
+				return nil, err
+			}
+		case "window":
+			winN = f.value
+			if b.Window, err = p.duration(f.value, "ban window"); err != nil {
+				return nil, err
+			}
+		case "duration":
+			durN = f.value
+			if b.Duration, err = p.duration(f.value, "ban duration"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if durN == nil {
+		return nil, p.errf(n, "ban needs duration (0 disables the penalty box)")
+	}
+	if b.Duration < 0 {
+		return nil, p.errf(durN, "ban duration %s must not be negative", b.Duration)
+	}
+	if b.Duration == 0 {
+		return &window.Ban{}, nil
+	}
+	if thrN == nil || winN == nil {
+		return nil, p.errf(n, "ban needs threshold, window and duration")
+	}
+	if b.Threshold < 1 {
+		return nil, p.errf(thrN, "ban threshold must be at least 1, not %d", b.Threshold)
+	}
+	if b.Window <= 0 {
+		return nil, p.errf(winN, "ban window must be positive, not %s", b.Window)
+	}
+	return &b, nil
+}

@@ -1,0 +1,77 @@
+package extauthz
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"fmt"
+	"io"
+	"os"
+)
+
+//go:embed flashsale.yaml
+var exampleYAML []byte
+
+// ExampleName is the file name under which the built-in example is reported
+// in errors and logs.
+const ExampleName = "built-in:flashsale.yaml"
+
+// ExampleYAML returns a copy of the built-in example descriptors file
+// (domain "flashsale"), byte for byte the shipped extauthz/flashsale.yaml.
+func ExampleYAML() []byte { return append([]byte(nil), exampleYAML...) }
+
+// ExampleConfig parses the built-in example. It fails only if the embedded
+// file is broken, which a test rules out.
+func ExampleConfig() (*Config, error) { return ParseConfig(ExampleName, exampleYAML) }
+
+// LoadFile reads, parses, defaults and validates the descriptors file at
+// path. Errors about the content are *ConfigError.
+func LoadFile(path string) (*Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseConfig(path, data)
+	if err != nil {
+		return nil, err
+	}
+	c.path = path
+	return c, nil
+}
+
+// readFile reads at most MaxFileSize+1 bytes of path, enough for
+// ParseConfig to tell a file that is too large.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read descriptors file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read descriptors file: %w", err)
+	}
+	return data, nil
+}
+
+// ParseConfig parses, defaults and validates a descriptors file; name is
+// used in error positions. Every error about the content is a *ConfigError
+// ("name:line:col: sentence"); the first one found is returned.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	y := strictYAML{file: name}
+	if len(data) > MaxFileSize {
+		return nil, y.errAt(1, 1, "the file is larger than %d bytes", MaxFileSize)
+	}
+	body, err := y.document(data)
+	if err != nil {
+		return nil, err
+	}
+	if body == nil {
+		return nil, y.errAt(1, 1, "the file is empty: it needs at least domain and descriptors")
+	}
+	c, err := compile(y, body)
+	if err != nil {
+		return nil, err
+	}
+	c.sum = sha256.Sum256(data)
+	return c, nil
+}

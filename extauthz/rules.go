@@ -1,0 +1,306 @@
+package extauthz
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// This file holds the model of a descriptors file: what [ParseConfig]
+// produces and [Config.Map] reads. compile.go builds it; request.go only
+// reads it.
+
+// Limits of a descriptors file.
+const (
+	// MaxRuleName is the longest rule name, so that rule names stay verbatim
+	// in limit keys.
+	MaxRuleName = window.MaxVerbatim
+	// MaxSources is the most sources a file may declare.
+	MaxSources = 64
+	// MaxDepth is the deepest nesting of descriptors.
+	MaxDepth = 8
+	// MaxFileSize is the largest descriptors file accepted.
+	MaxFileSize = 1 << 20
+	// MaxTrustedHops bounds client_ip.trusted_hops.
+	MaxTrustedHops = 16
+	// MaxValueLen is the longest value pattern a descriptor may have in the
+	// descriptors file. Request values have no such cap: a value of any
+	// length (up to the gRPC message limit) is a bucket of its own, hashed
+	// into a bounded key by window.Keys, so padding a header cannot escape a
+	// rule. Matching a descriptor's value pattern uses the whole request
+	// value.
+	MaxValueLen = 1024
+)
+
+// FailureMode says what to do with a hit when the backend cannot decide.
+type FailureMode uint8
+
+const (
+	// FailureDefault: use the server's default (Options.FailureMode).
+	FailureDefault FailureMode = iota
+	// FailureLocal: decide the hit with the in-process fallback limiter.
+	FailureLocal
+	// FailureAllow: admit as far as this hit is concerned.
+	FailureAllow
+	// FailureDeny: refuse the request.
+	FailureDeny
+)
+
+// String returns "local", "allow", "deny" or "default".
+func (m FailureMode) String() string {
+	switch m {
+	case FailureLocal:
+		return "local"
+	case FailureAllow:
+		return "allow"
+	case FailureDeny:
+		return "deny"
+	default:
+		return "default"
+	}
+}
+
+// ParseFailureMode parses "local", "allow" or "deny" (the --failure-mode
+// flag and the per-rule failure_mode).
+func ParseFailureMode(s string) (FailureMode, error) {
+	switch s {
+	case "local":
+		return FailureLocal, nil
+	case "allow":
+		return FailureAllow, nil
+	case "deny":
+		return FailureDeny, nil
+	}
+	return FailureDefault, fmt.Errorf("failure mode %q is not one of local, allow, deny", s)
+}
+
+// OnMissing says what a rule does with a request lacking one of its values.
+type OnMissing uint8
+
+const (
+	// MissingSkip: the rule does not apply to the request (the default).
+	MissingSkip OnMissing = iota
+	// MissingDeny: the request is refused (admitted with the shadow header if
+	// the rule is in shadow mode).
+	MissingDeny
+)
+
+// String returns "skip" or "deny".
+func (o OnMissing) String() string {
+	if o == MissingDeny {
+		return "deny"
+	}
+	return "skip"
+}
+
+// parseOnMissing parses "skip" or "deny" (the per-rule on_missing).
+func parseOnMissing(s string) (OnMissing, bool) {
+	switch s {
+	case "skip":
+		return MissingSkip, true
+	case "deny":
+		return MissingDeny, true
+	}
+	return MissingSkip, false
+}
+
+// SourceKind is where a descriptor key's value comes from.
+type SourceKind uint8
+
+const (
+	// SourceHeader: a request header (request_headers: {header_name}).
+	SourceHeader SourceKind = iota + 1
+	// SourceRemoteAddress: the client IP (remote_address: {}), see ClientIP.
+	SourceRemoteAddress
+	// SourcePath: the request path without query (request_path: {}).
+	SourcePath
+	// SourceMethod: the request method (request_method: {}).
+	SourceMethod
+	// SourceAuthority: the host / :authority (authority: {}).
+	SourceAuthority
+	// SourceContextExtension: an Envoy per-route ext_authz
+	// context_extensions entry (context_extension: {key}).
+	SourceContextExtension
+)
+
+// sourceKinds maps the YAML name of each SourceKind to it.
+var sourceKinds = map[string]SourceKind{
+	"request_headers":   SourceHeader,
+	"remote_address":    SourceRemoteAddress,
+	"request_path":      SourcePath,
+	"request_method":    SourceMethod,
+	"authority":         SourceAuthority,
+	"context_extension": SourceContextExtension,
+}
+
+// sourceKindList is the keys of sourceKinds in declaration order, for errors.
+const sourceKindList = "request_headers, remote_address, request_path, request_method, authority, context_extension"
+
+// String returns the YAML name of k.
+func (k SourceKind) String() string {
+	for name, v := range sourceKinds {
+		if v == k {
+			return name
+		}
+	}
+	return "unknown"
+}
+
+// Source is where one descriptor key's value comes from.
+type Source struct {
+	Kind SourceKind
+	// Name is the lower-case header name (SourceHeader) or the
+	// context_extensions key (SourceContextExtension); empty otherwise.
+	Name string
+}
+
+// String describes s for people: "header x-uid", "client IP", ...
+func (s Source) String() string {
+	switch s.Kind {
+	case SourceHeader:
+		return "header " + s.Name
+	case SourceRemoteAddress:
+		return "client IP"
+	case SourcePath:
+		return "path"
+	case SourceMethod:
+		return "method"
+	case SourceAuthority:
+		return "authority"
+	case SourceContextExtension:
+		return "context_extension " + s.Name
+	}
+	return "unknown"
+}
+
+// Match is one level of a rule's descriptor path.
+type Match struct {
+	// Key is the descriptor key; Source where its value comes from.
+	Key    string
+	Source Source
+	// HasValue: the descriptor sets a value, so the request's value must
+	// equal Value (Prefix false) or start with it (Prefix true, the trailing
+	// "*" removed), and the limit key holds the pattern, not the request's
+	// value. Without a value, any present value matches and becomes part of
+	// the limit key.
+	HasValue bool
+	Value    string
+	Prefix   bool
+
+	src     int    // index into Config.sources
+	pattern string // Pattern(), precomputed
+}
+
+// Pattern returns the value as written in the file ("/api/coupon/*"), or "".
+func (m Match) Pattern() string {
+	if m.pattern != "" {
+		return m.pattern
+	}
+	if m.Prefix {
+		return m.Value + "*"
+	}
+	return m.Value
+}
+
+// Rule is one descriptor with a rate_limit, with the settings it inherits.
+// A Rule is immutable once its Config is built.
+//
+// The limit key of a hit is window.Keys.Key(Name, v), v being the key parts
+// of the rule's Match levels, in order, joined by joinParts: for a level
+// with a value its Pattern, otherwise the request's value.
+type Rule struct {
+	// Name is unique in its Config: given, or derived from the path.
+	Name string
+	// Limit is enforced per distinct tuple of request values.
+	Limit window.Limit
+	// Match is the descriptor path from the top level down to this rule.
+	Match []Match
+	// Shadow: decide and count, but never deny (shadow_mode).
+	Shadow bool
+	// FailureMode overrides the server's default when not FailureDefault.
+	FailureMode FailureMode
+	// OnMissing: what to do when a value the rule needs is absent.
+	OnMissing OnMissing
+	// Ban, when non-nil, overrides the penalty box for this rule.
+	Ban *window.Ban
+	// Line and Column locate the descriptor in the file.
+	Line, Column int
+
+	idx      int    // index in Config.Rules
+	nvar     int    // number of Match levels without a value (request values in the key)
+	constKey string // when nvar is 0: the joined key parts, the same for every request
+}
+
+// ClientIP says how the client IP (remote_address) is found.
+type ClientIP struct {
+	// TrustedHops: 0 uses Envoy's source.address; N > 0 takes the Nth
+	// address from the right of x-forwarded-for (the one the farthest
+	// trusted proxy appended), falling back to source.address when the header
+	// has fewer than N entries.
+	TrustedHops int
+}
+
+// Config is a loaded, defaulted and validated descriptors file. It is
+// immutable and safe for concurrent use.
+type Config struct {
+	// Name is the file name given to ParseConfig (or the path to LoadFile).
+	Name string
+	// Domain is the file's domain, used as a metric label.
+	Domain string
+	// ClientIP configures remote_address.
+	ClientIP ClientIP
+	// Rules are the descriptors with a rate_limit, in file order.
+	Rules []*Rule
+
+	sources    []Source
+	sourceKeys []string // descriptor key of each source, for reports
+	path       string   // the file LoadFile read, for Server.Reload
+	sum        [32]byte // SHA-256 of the content
+}
+
+// Sources returns the descriptor keys in use and where their values come
+// from (a new map on each call).
+func (c *Config) Sources() map[string]Source {
+	m := make(map[string]Source, len(c.sources))
+	for i, s := range c.sources {
+		m[c.sourceKeys[i]] = s
+	}
+	return m
+}
+
+// ConfigError is a descriptors file error at a position.
+type ConfigError struct {
+	File         string
+	Line, Column int
+	// Msg is a plain sentence, without position.
+	Msg string
+}
+
+// Error returns "FILE:LINE:COL: message".
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
+}
+
+// joinParts joins key parts unambiguously: one part is itself, several are
+// each prefixed by their length ("13:/api/coupon/*7:user-42").
+func joinParts(parts []string) string {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	n := 0
+	for _, s := range parts {
+		n += len(s) + 8
+	}
+	return string(appendJoined(make([]byte, 0, n), parts))
+}
+
+// appendJoined appends joinParts(parts) to b, for two parts or more.
+func appendJoined(b []byte, parts []string) []byte {
+	for _, s := range parts {
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(b, ':')
+		b = append(b, s...)
+	}
+	return b
+}

@@ -1,0 +1,277 @@
+package extauthz
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// strictYAML reads one YAML file strictly, on goccy/go-yaml's syntax tree:
+// one document, no anchors, aliases, tags or merge keys, no duplicate or
+// unknown keys, scalars of the expected type. It knows nothing of
+// descriptors; every error it returns is a *ConfigError at FILE:LINE:COL.
+type strictYAML struct {
+	file string // the name errors carry
+}
+
+func (y strictYAML) errAt(line, col int, format string, args ...any) error {
+	return &ConfigError{File: y.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (y strictYAML) errf(n ast.Node, format string, args ...any) error {
+	line, col := nodePos(n)
+	return y.errAt(line, col, format, args...)
+}
+
+// nodePos returns where a node starts, as people read it.
+func nodePos(n ast.Node) (int, int) {
+	switch m := n.(type) {
+	case nil:
+		return 1, 1
+	case *ast.MappingNode:
+		if !m.IsFlowStyle && len(m.Values) > 0 {
+			return nodePos(m.Values[0])
+		}
+	case *ast.MappingValueNode:
+		return nodePos(m.Key)
+	case *ast.SequenceNode:
+		if !m.IsFlowStyle && len(m.Values) > 0 {
+			line, col := nodePos(m.Values[0])
+			return line, max(col-2, 1)
+		}
+	}
+	tk := n.GetToken()
+	if tk == nil || tk.Position == nil {
+		return 1, 1
+	}
+	return tk.Position.Line, tk.Position.Column
+}
+
+// document parses data and returns the body of its one document, or nil if
+// the file holds none (empty, or only comments).
+func (y strictYAML) document(data []byte) (ast.Node, error) {
+	f, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil, y.yamlError(err)
+	}
+	var body ast.Node
+	for _, d := range f.Docs {
+		if d.Body == nil {
+			continue
+		}
+		if body != nil {
+			return nil, y.errf(d.Body, "the file holds more than one YAML document; keep one")
+		}
+		body = d.Body
+	}
+	return body, nil
+}
+
+// yamlError turns a goccy/go-yaml error into a *ConfigError.
+func (y strictYAML) yamlError(err error) error {
+	var ye yaml.Error
+	if errors.As(err, &ye) && ye.GetToken() != nil && ye.GetToken().Position != nil {
+		pos := ye.GetToken().Position
+		msg := ye.GetMessage()
+		if key, line, ok := duplicateKey(msg); ok {
+			return y.errAt(pos.Line, pos.Column, "duplicate key %s (first set on line %s)", key, line)
+		}
+		return y.errAt(pos.Line, pos.Column, "invalid YAML: %s", msg)
+	}
+	return y.errAt(1, 1, "invalid YAML: %s", err.Error())
+}
+
+// dupKeyRE matches goccy/go-yaml's message for a key set twice in one
+// mapping, `mapping key "a" already defined at [4:5]`.
+//
+// The library reports this case only as text (no error type or field names
+// the key or the first position), so this reads its English message: the
+// one place that depends on the library's wording. If an upgrade rewords it,
+// duplicateKey stops matching and the error falls back to "invalid YAML:
+// <library message>", still at the right position; the duplicate_key
+// fixture of TestConfigErrors fails and shows the new wording.
+var dupKeyRE = regexp.MustCompile(`^mapping key ("[^"]*") already defined at \[(\d+):\d+\]`)
+
+// duplicateKey reads goccy/go-yaml's duplicate-key message: the quoted key
+// and the line where it was first set; ok is false for any other message.
+func duplicateKey(msg string) (quotedKey, firstLine string, ok bool) {
+	m := dupKeyRE.FindStringSubmatch(msg)
+	if m == nil {
+		return "", "", false
+	}
+	return m[1], m[2], true
+}
+
+// field is one key: value of a mapping.
+type field struct {
+	key   string
+	keyN  ast.Node
+	value ast.Node
+}
+
+// fields returns the entries of a mapping node, refusing keys outside known,
+// duplicates, anchors, aliases and tags. what names the mapping in errors.
+// With no known keys, any key is accepted.
+func (y strictYAML) fields(n ast.Node, what string, known ...string) ([]field, error) {
+	if err := y.plain(n); err != nil {
+		return nil, err
+	}
+	var vals []*ast.MappingValueNode
+	switch m := n.(type) {
+	case *ast.MappingNode:
+		vals = m.Values
+	case *ast.MappingValueNode:
+		vals = []*ast.MappingValueNode{m}
+	case *ast.NullNode:
+		return nil, nil
+	default:
+		return nil, y.errf(n, "%s must be a mapping of keys to values, not %s", what, kindOf(n))
+	}
+	out := make([]field, 0, len(vals))
+	seen := map[string]bool{}
+	for _, v := range vals {
+		if err := y.plain(v.Key); err != nil {
+			return nil, err
+		}
+		k, ok := scalarText(v.Key)
+		if !ok {
+			return nil, y.errf(v.Key, "keys of %s must be plain words", what)
+		}
+		if seen[k] {
+			return nil, y.errf(v.Key, "duplicate key %q in %s", k, what)
+		}
+		seen[k] = true
+		if known != nil && !contains(known, k) {
+			return nil, y.errf(v.Key, "unknown key %q in %s; known keys: %s", k, what, strings.Join(known, ", "))
+		}
+		if err := y.plain(v.Value); err != nil {
+			return nil, err
+		}
+		out = append(out, field{key: k, keyN: v.Key, value: v.Value})
+	}
+	return out, nil
+}
+
+// plain refuses anchors, aliases, tags and merge keys, which would make the
+// file harder to read than it needs to be.
+func (y strictYAML) plain(n ast.Node) error {
+	switch n.(type) {
+	case *ast.AnchorNode, *ast.AliasNode:
+		return y.errf(n, "anchors and aliases are not supported in a descriptors file")
+	case *ast.TagNode:
+		return y.errf(n, "YAML tags are not supported in a descriptors file")
+	case *ast.MergeKeyNode:
+		return y.errf(n, "merge keys (<<) are not supported in a descriptors file")
+	}
+	return nil
+}
+
+// contains reports whether list holds s.
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// kindOf names the kind of n for errors: "a mapping", "a string", ...
+func kindOf(n ast.Node) string {
+	switch n.(type) {
+	case *ast.MappingNode, *ast.MappingValueNode:
+		return "a mapping"
+	case *ast.SequenceNode:
+		return "a list"
+	case *ast.NullNode:
+		return "empty"
+	case *ast.StringNode, *ast.LiteralNode:
+		return "a string"
+	case *ast.IntegerNode, *ast.FloatNode, *ast.InfinityNode, *ast.NanNode:
+		return "a number"
+	case *ast.BoolNode:
+		return "a boolean"
+	}
+	return "a " + n.Type().String()
+}
+
+// scalarText returns the text of a scalar node.
+func scalarText(n ast.Node) (string, bool) {
+	switch s := n.(type) {
+	case *ast.StringNode:
+		return s.Value, true
+	case *ast.LiteralNode:
+		return s.Value.Value, true
+	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode:
+		return n.GetToken().Value, true
+	}
+	return "", false
+}
+
+// str returns the text of a scalar; what names it in errors.
+func (y strictYAML) str(n ast.Node, what string) (string, error) {
+	if err := y.plain(n); err != nil {
+		return "", err
+	}
+	s, ok := scalarText(n)
+	if !ok {
+		return "", y.errf(n, "%s must be a string, not %s", what, kindOf(n))
+	}
+	return s, nil
+}
+
+// integer returns a whole number in the int32 range.
+func (y strictYAML) integer(n ast.Node, what string) (int, error) {
+	in, ok := n.(*ast.IntegerNode)
+	if !ok {
+		return 0, y.errf(n, "%s must be a whole number, not %s", what, kindOf(n))
+	}
+	switch v := in.Value.(type) {
+	case int64:
+		if v > math.MaxInt32 || v < math.MinInt32 {
+			return 0, y.errf(n, "%s %d is out of range", what, v)
+		}
+		return int(v), nil
+	case uint64:
+		if v > math.MaxInt32 {
+			return 0, y.errf(n, "%s %d is out of range", what, v)
+		}
+		return int(v), nil
+	}
+	return 0, y.errf(n, "%s must be a whole number", what)
+}
+
+// boolean returns a true or false.
+func (y strictYAML) boolean(n ast.Node, what string) (bool, error) {
+	b, ok := n.(*ast.BoolNode)
+	if !ok {
+		return false, y.errf(n, "%s must be true or false, not %s", what, kindOf(n))
+	}
+	return b.Value, nil
+}
+
+// duration parses a Go duration string ("1s", "250ms"); a bare 0 is zero.
+func (y strictYAML) duration(n ast.Node, what string) (time.Duration, error) {
+	if in, ok := n.(*ast.IntegerNode); ok {
+		if t := in.GetToken().Value; t == "0" {
+			return 0, nil
+		}
+		return 0, y.errf(n, "%s %s has no unit: write a duration such as 1s or 500ms", what, in.GetToken().Value)
+	}
+	s, ok := n.(*ast.StringNode)
+	if !ok {
+		return 0, y.errf(n, "%s must be a duration such as 1s or 500ms, not %s", what, kindOf(n))
+	}
+	d, err := time.ParseDuration(s.Value)
+	if err != nil {
+		return 0, y.errf(n, "%s %q is not a duration such as 1s or 500ms", what, s.Value)
+	}
+	return d, nil
+}
