@@ -22,6 +22,11 @@ const (
 // DefaultRedisTimeout is the default budget of one Redis round trip.
 const DefaultRedisTimeout = 25 * time.Millisecond
 
+// DefaultMinIdleConns is the default of ClientConfig.MinIdleConns: the
+// auto-pipeline's round trips in flight plus room for heartbeats and checks
+// sent on their own.
+const DefaultMinIdleConns = DefaultPipelineWorkers + 2
+
 // minDialTimeout is the least time a new connection may take: a TLS
 // handshake does not fit a 25 ms budget on every network.
 const minDialTimeout = 250 * time.Millisecond
@@ -56,6 +61,11 @@ type ClientConfig struct {
 	// (MaxActiveConns), and pipelines (Cluster mode) share that pool instead
 	// of a dedicated one. 0 means go-redis's default of 10 per CPU.
 	PoolSize int
+	// MinIdleConns is how many connections per node the client keeps open
+	// while idle (re-dialled in the background after a reconnect), so that
+	// a burst after a quiet spell does not wait on dials. 0 means
+	// DefaultMinIdleConns, bounded by the pool size; negative means none.
+	MinIdleConns int
 	// Timeout is the budget of one round trip: it bounds reads, writes and
 	// waits for a pooled connection; dials get at least 250 ms. 0 means
 	// DefaultRedisTimeout. A context deadline, when shorter, cuts a command
@@ -130,7 +140,17 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 	if poolSize == 0 {
 		poolSize = 10 * runtime.GOMAXPROCS(0)
 	}
+	minIdle := cfg.MinIdleConns
+	switch {
+	case minIdle == 0:
+		minIdle = min(DefaultMinIdleConns, poolSize)
+	case minIdle < 0:
+		minIdle = 0
+	case minIdle > poolSize:
+		return nil, fmt.Errorf("redis client: %d idle connections exceed the pool size of %d", minIdle, poolSize)
+	}
 	o := &redis.UniversalOptions{
+		MinIdleConns:          minIdle,
 		Addrs:                 cfg.Addrs,
 		MasterName:            cfg.MasterName,
 		Username:              cfg.Username,

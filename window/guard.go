@@ -29,7 +29,10 @@ type GuardOptions struct {
 }
 
 // Guard is the local over-limit cache and penalty box in front of a
-// [Limiter]. Requests it can refuse from memory never reach the backend:
+// [Limiter], the outermost layer of the stack (Guard(Breaker(Budget(Redis)))
+// or Guard(Memory)). Requests it can refuse from memory never reach the
+// layers behind it: no deadline is armed and the breaker is not consulted,
+// so a known-full key is refused even while the breaker holds Redis off.
 //
 //  1. Full until: when the backend denies a key with retry-after R, the key
 //     is refused locally until send time + R. That is exact, not a guess: a
@@ -116,21 +119,6 @@ func (g *Guard) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	return g.remote(ctx, hits, now)
 }
 
-// Instant reports whether the backend decides without waiting on I/O (a
-// [Memory]): then a Guard over it never waits either.
-func (g *Guard) Instant() bool {
-	i, ok := g.next.(interface{ Instant() bool })
-	return ok && i.Instant()
-}
-
-// DecideRemote is the backend half of Decide, for a caller that has just
-// had DecideLocal say no refusal and puts its own bounds (a deadline, a
-// circuit breaker) around the backend call only: it asks the backend and
-// learns from a denial as Decide does.
-func (g *Guard) DecideRemote(ctx context.Context, hits []Hit) (Decision, error) {
-	return g.remote(ctx, hits, g.now().UnixNano())
-}
-
 // remote asks the backend; now is the send time.
 func (g *Guard) remote(ctx context.Context, hits []Hit, now int64) (Decision, error) {
 	d, err := g.next.Decide(ctx, hits)
@@ -155,14 +143,6 @@ func (g *Guard) remote(ctx context.Context, hits []Hit, now int64) (Decision, er
 	g.denied(h, e, now)
 	g.store(h, e)
 	return d, nil
-}
-
-// DecideLocal is the local half of Decide: a refusal (true) if some
-// enforcing hit is known full or banned, without asking the backend. Callers
-// that hold the backend off (a circuit breaker) still refuse what is known;
-// see DecideRemote for the other half.
-func (g *Guard) DecideLocal(hits []Hit) (Decision, bool) {
-	return g.local(hits, g.now().UnixNano())
 }
 
 // local looks every enforcing hit up in the cache. "Full until" holds only

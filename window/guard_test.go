@@ -71,58 +71,6 @@ func TestGuardFullUntil(t *testing.T) {
 	}
 }
 
-// TestGuardHalves: DecideLocal then DecideRemote decide as Decide does: the
-// remote half asks the backend every time and learns from its denial, which
-// the local half then answers alone.
-func TestGuardHalves(t *testing.T) {
-	g, backend, clock := newTestGuard(t, Ban{})
-	h := hit("k", 2, time.Second)
-	ctx := context.Background()
-	for i := range 3 {
-		if _, refused := g.DecideLocal([]Hit{h}); refused {
-			t.Fatalf("request %d refused locally before any denial", i)
-		}
-		d, err := g.DecideRemote(ctx, []Hit{h})
-		if err != nil || d.Allowed != (i < 2) || d.Source != SourceBackend {
-			t.Fatalf("request %d: %+v, %v", i, d, err)
-		}
-		clock.Advance(100 * time.Millisecond)
-	}
-	g.Wait()
-	calls := backend.calls.Load()
-	if calls != 3 {
-		t.Fatalf("backend called %d times for 3 remote decisions", calls)
-	}
-	d, refused := g.DecideLocal([]Hit{h})
-	if !refused || d.Allowed || d.Source != SourceLocalFull || d.RetryAfter != 700*time.Millisecond {
-		t.Fatalf("after the backend's denial: %+v %v, want a local full denial, retry 700ms (full until 1s)", d, refused)
-	}
-	if backend.calls.Load() != calls {
-		t.Fatal("DecideLocal called the backend")
-	}
-}
-
-// TestGuardInstant: a Guard never waits exactly when its backend never
-// waits (Memory), so servers can skip the deadline for both.
-func TestGuardInstant(t *testing.T) {
-	g, _, clock := newTestGuard(t, Ban{}) // over a countingLimiter: no Instant
-	if g.Instant() {
-		t.Fatal("a Guard over a limiter that may wait says Instant")
-	}
-	mem := newTestMemory(t, clock, 0)
-	if !mem.Instant() {
-		t.Fatal("Memory.Instant() = false")
-	}
-	g2, err := NewGuard(mem, GuardOptions{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g2.Close)
-	if !g2.Instant() {
-		t.Fatal("a Guard over Memory does not say Instant")
-	}
-}
-
 func TestGuardLimitChangeInvalidates(t *testing.T) {
 	g, _, _ := newTestGuard(t, Ban{})
 	h := hit("k", 1, time.Second)
@@ -242,9 +190,6 @@ func TestGuardReloadLiftsBan(t *testing.T) {
 	if d := mustDecide(t, g, h); d.Allowed || d.Source != SourceLocalBanned {
 		t.Fatalf("%+v: want banned", d)
 	}
-	if d, refused := g.DecideLocal([]Hit{h}); !refused || d.Source != SourceLocalBanned {
-		t.Fatalf("DecideLocal: %+v %v, want banned", d, refused)
-	}
 	// A reload lowers the limit: the ban stays.
 	lowered := hit("nat-ip", 1, 20*time.Millisecond)
 	if d := mustDecide(t, g, lowered); d.Allowed || d.Source != SourceLocalBanned {
@@ -258,7 +203,7 @@ func TestGuardReloadLiftsBan(t *testing.T) {
 	// A reload that disables the penalty box lifts it too.
 	off := h
 	off.Ban = &Ban{}
-	if _, refused := g.DecideLocal([]Hit{off}); refused {
-		t.Fatal("penalty box disabled, yet the key is still refused")
+	if d := mustDecide(t, g, off); d.Source != SourceBackend {
+		t.Fatalf("penalty box disabled, yet the key is still refused locally: %+v", d)
 	}
 }

@@ -64,6 +64,11 @@ type memLog struct {
 	ts     []int64
 	start  int   // ts[start:] are live
 	window int64 // the window of the last decision, for idleness
+	// seen is the count the shared backend last reported for the key, and
+	// seenUntil (UnixNano) when all of those entries have surely left the
+	// window: a Fallback's seed (see Fallback.Observe). 0 for a plain Memory.
+	seen      int
+	seenUntil int64
 }
 
 func (l *memLog) len() int { return len(l.ts) - l.start }
@@ -85,10 +90,18 @@ func (l *memLog) trim(now, window int64) {
 	}
 }
 
-// idle reports whether every entry has left the window by now.
-func (l *memLog) idle(now int64) bool {
-	return l.len() == 0 || l.ts[len(l.ts)-1] <= now-l.window
+// idleAt returns the instant (UnixNano) from which the log holds nothing
+// that matters: every entry and the seed have left the window.
+func (l *memLog) idleAt() int64 {
+	at := l.seenUntil
+	if l.len() > 0 {
+		at = max(at, l.ts[len(l.ts)-1]+l.window)
+	}
+	return at
 }
+
+// idle reports whether every entry (and the seed) has left the window by now.
+func (l *memLog) idle(now int64) bool { return l.idleAt() <= now }
 
 // NewMemory returns an empty in-process limiter.
 func NewMemory(opts MemoryOptions) (*Memory, error) {
@@ -127,13 +140,18 @@ func (m *Memory) Len() int {
 // maxStackHits is how many hits Decide handles without allocating.
 const maxStackHits = 8
 
-// Instant reports true: Decide never waits on I/O (it holds shard locks
-// for a bounded time), so no deadline could interrupt it and callers need
-// not arm one.
-func (m *Memory) Instant() bool { return true }
-
 // Decide implements [Limiter]. It fails only for invalid hits or a done ctx.
 func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	return m.decide(ctx, hits, nil)
+}
+
+// allowFunc returns how many entries a hit's window may hold in a scaled
+// decision (a Fallback's share), given its log; 0 refuses.
+type allowFunc func(h *Hit, l *memLog, now int64) int
+
+// decide is Decide with each hit's limit replaced by allow's answer when
+// allow is not nil.
+func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc) (Decision, error) {
 	if err := validateHits(hits); err != nil {
 		return Decision{}, err
 	}
@@ -195,11 +213,22 @@ func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 		logs[i] = l
 		n := l.len()
 		st[i] = hitState{count: n}
-		if n >= h.Limit.Requests {
-			// The entry that must leave before one more fits.
-			oldest := l.ts[l.start+n-h.Limit.Requests]
+		limit := h.Limit.Requests
+		if allow != nil {
+			limit = allow(h, l, now)
+			st[i].allow, st[i].scaled = limit, true
+		}
+		if n >= limit {
 			st[i].over = true
-			st[i].retryAfter = time.Duration(max(oldest+w-now, 1))
+			retry := l.seenUntil - now // the seed leaves: the allowance grows
+			if limit > 0 {
+				// The entry that must leave before one more fits.
+				oldest := l.ts[l.start+n-limit]
+				if retry <= 0 || oldest+w-now < retry {
+					retry = oldest + w - now
+				}
+			}
+			st[i].retryAfter = time.Duration(max(retry, 1))
 		}
 	}
 	admit := true
@@ -268,7 +297,7 @@ func (m *Memory) insertLocked(sh *memShard, key string, now int64, hits []Hit) *
 			// The cost of evicting a live key is the history it forgets,
 			// which matters until its newest entry leaves the window: evict
 			// the one that would go idle soonest.
-			if t := l.ts[len(l.ts)-1] + l.window; victim == "" || t < last {
+			if t := l.idleAt(); victim == "" || t < last {
 				victim, last = k, t
 			}
 			if probes++; probes == 8 {

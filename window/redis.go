@@ -200,6 +200,29 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
+// Warm readies the limiter for a burst before it is put in service: it
+// loads the script (SCRIPT LOAD, on every master of a Cluster), so that the
+// first checks do not each send its body after a NOSCRIPT, and opens conns
+// connections at once (concurrent PINGs), so that the first checks do not
+// wait on dials. The client keeps them open (ClientConfig.MinIdleConns).
+// Call it with a deadline; it returns the first error.
+func (r *Redis) Warm(ctx context.Context, conns int) error {
+	if err := r.client.ScriptLoad(ctx, slidingLua).Err(); err != nil {
+		return fmt.Errorf("redis warm-up: script load: %w", err)
+	}
+	errs := make(chan error, max(conns, 1))
+	for range max(conns, 1) {
+		go func() { errs <- r.client.Ping(ctx).Err() }()
+	}
+	var first error
+	for range max(conns, 1) {
+		if err := <-errs; err != nil && first == nil {
+			first = fmt.Errorf("redis warm-up: ping: %w", err)
+		}
+	}
+	return first
+}
+
 // Decide implements [Limiter]: all hits of one request together, all or
 // nothing, with a fresh member id. See [Redis] for Cluster's guarantees.
 func (r *Redis) Decide(ctx context.Context, hits []Hit) (Decision, error) {

@@ -166,6 +166,16 @@ type hitState struct {
 	count      int           // entries in the window after the decision
 	over       bool          // the window was full before this request
 	retryAfter time.Duration // when over: until the window admits again
+	scaled     bool          // allow replaces the hit's Limit.Requests
+	allow      int
+}
+
+// limit returns the entries the hit's window may hold in this decision.
+func (s *hitState) limit(h *Hit) int {
+	if s.scaled {
+		return s.allow
+	}
+	return h.Limit.Requests
 }
 
 // decide turns per-hit states into a Decision. admitted must be true iff no
@@ -193,7 +203,7 @@ func decide(hits []Hit, st []hitState) Decision {
 		return d
 	}
 	for i := range hits {
-		rem := max(hits[i].Limit.Requests-st[i].count, 0)
+		rem := max(st[i].limit(&hits[i])-st[i].count, 0)
 		if d.Index < 0 || rem < d.Remaining {
 			d.Index, d.Limit, d.Count, d.Remaining = i, hits[i].Limit, st[i].count, rem
 		}

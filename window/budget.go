@@ -1,0 +1,106 @@
+package window
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// BudgetOptions configures a [Budget].
+type BudgetOptions struct {
+	// Min is the least time a call is given (--redis-timeout); required.
+	Min time.Duration
+	// Max is the most time a call is given, whatever the latency: it must
+	// leave room, within Envoy's ext_authz timeout, for the failure mode and
+	// the reply (--check-deadline less a reserve). Required, ≥ Min.
+	Max time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Budget is a [Limiter] decorator that gives each call a deadline that
+// follows the backend's observed latency, as TCP's retransmission timeout
+// follows the round-trip time (RFC 6298): smoothed latency plus four times
+// its smoothed deviation, never below Min nor above Max. When Redis slows
+// down, checks wait longer for it (up to Max) instead of timing out and
+// taking their failure mode; when it is fast again the budget shrinks back
+// to Min. A call that runs out of budget counts as having taken the whole
+// budget, so a run of timeouts raises it.
+//
+// A deadline already in ctx that is sooner is kept. Budget is safe for
+// concurrent use; its estimate is updated with atomics (a racing update may
+// be lost: it is a sample).
+type Budget struct {
+	next     Limiter
+	now      func() time.Time
+	min, max int64
+	srtt     atomic.Int64 // smoothed latency, ns; 0 before the first sample
+	rttvar   atomic.Int64 // smoothed mean deviation, ns
+}
+
+var _ Limiter = (*Budget)(nil)
+
+// NewBudget returns a Budget in front of next.
+func NewBudget(next Limiter, o BudgetOptions) (*Budget, error) {
+	if next == nil {
+		return nil, errors.New("budget: the limiter behind it is nil")
+	}
+	if o.Min <= 0 || o.Max < o.Min {
+		return nil, fmt.Errorf("budget: min %s and max %s: want 0 < min ≤ max", o.Min, o.Max)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Budget{next: next, now: o.Now, min: int64(o.Min), max: int64(o.Max)}, nil
+}
+
+// Current returns the deadline the next call gets.
+func (b *Budget) Current() time.Duration {
+	srtt := b.srtt.Load()
+	if srtt == 0 {
+		return time.Duration(b.min)
+	}
+	return time.Duration(min(max(srtt+4*b.rttvar.Load(), b.min), b.max))
+}
+
+// Decide implements [Limiter]: next's decision within the current budget.
+func (b *Budget) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	budget := b.Current()
+	cctx, cancel := context.WithTimeout(ctx, budget)
+	start := b.now()
+	d, err := b.next.Decide(cctx, hits)
+	took := b.now().Sub(start)
+	cancel()
+	switch {
+	case err == nil:
+		b.observe(int64(took))
+	case ctx.Err() == nil && cctx.Err() != nil:
+		// Out of budget (the caller is still waiting): as slow as the budget.
+		b.observe(int64(max(took, budget)))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (budget %s)", err, budget)
+		} else {
+			err = fmt.Errorf("no answer within the budget of %s: %w", budget, err)
+		}
+	}
+	return d, err
+}
+
+// observe folds one latency sample into the estimate (RFC 6298, 2.2–2.3).
+func (b *Budget) observe(r int64) {
+	srtt := b.srtt.Load()
+	if srtt == 0 {
+		b.srtt.Store(max(r, 1))
+		b.rttvar.Store(r / 2)
+		return
+	}
+	dev := srtt - r
+	if dev < 0 {
+		dev = -dev
+	}
+	v := b.rttvar.Load()
+	b.rttvar.Store(v + (dev-v)/4)
+	b.srtt.Store(max(srtt+(r-srtt)/8, 1))
+}

@@ -1,0 +1,139 @@
+package window
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// FallbackOptions configures a [Fallback]. The zero value is usable: a
+// fleet of one.
+type FallbackOptions struct {
+	// Size returns the live fleet size N (a [Fleet]'s count, or a fixed
+	// --fleet-size); nil, or an answer below 1, means 1.
+	Size func() int
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// MaxKeys bounds the keys tracked, as MemoryOptions.MaxKeys does.
+	MaxKeys int
+}
+
+// Fallback is the in-process limiter of failure mode "local": what one
+// sidecar enforces on its own while the shared Redis cannot decide. It is
+// fleet-aware, so that N sidecars enforcing at once stay near the limit
+// rather than at N times it:
+//
+//   - Share: each hit is enforced at its share, Hit.LocalShare, or
+//     ceil(Limit.Requests / N) by default, with N the live fleet size.
+//   - Seed: while it could still be live, what Redis last reported for the
+//     key counts too. [Fallback.Observe] (or a limiter wrapped by
+//     [Fallback.Watch]) records, for the binding hit of every decision Redis
+//     made, the count it reported; until one window after that reply, the
+//     hit may admit at most min(share, ceil((limit - count) / N)) locally:
+//     the unclaimed rest of the window, split N ways. A key Redis reported
+//     full admits nothing locally until the window after the reply.
+//
+// Bound: for a key every sidecar has seen from Redis within the window, no
+// span of the window's length admits more than limit + N - 1 requests across
+// the fleet during an outage (count + N × ceil((limit - count) / N)); for a
+// key some sidecars had not seen, up to limit + (N - 1) × share at the
+// outage's start, then N × share. With a per-rule share S, N × S. When Redis
+// comes back it does not know what the fleet admitted locally: in the window
+// after recovery a key may admit up to the local admissions of the window
+// before, on top of its limit.
+//
+// Only the binding hit of a decision is seeded (the tightest admission, or
+// the denying hit); other hits of a multi-rule request are enforced at their
+// share. A key's state is an exact log, bounded like [Memory]'s.
+//
+// Fallback is safe for concurrent use.
+type Fallback struct {
+	mem  *Memory
+	size func() int
+	now  func() time.Time
+}
+
+var _ Limiter = (*Fallback)(nil)
+
+// NewFallback returns an empty Fallback.
+func NewFallback(o FallbackOptions) (*Fallback, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Size == nil {
+		o.Size = func() int { return 1 }
+	}
+	mem, err := NewMemory(MemoryOptions{Now: o.Now, MaxKeys: o.MaxKeys})
+	if err != nil {
+		return nil, fmt.Errorf("fallback: %w", err)
+	}
+	return &Fallback{mem: mem, size: o.Size, now: o.Now}, nil
+}
+
+// Len returns the keys held (see [Memory.Len]).
+func (f *Fallback) Len() int { return f.mem.Len() }
+
+// Evictions returns the live keys evicted at MaxKeys (see [Memory.Evictions]).
+func (f *Fallback) Evictions() uint64 { return f.mem.Evictions() }
+
+// Decide implements [Limiter]: hits decided together, all or nothing, each
+// at its local allowance (see [Fallback]). The Decision's Limit is the
+// hit's own; Remaining counts against the allowance.
+func (f *Fallback) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	n := max(f.size(), 1)
+	return f.mem.decide(ctx, hits, func(h *Hit, l *memLog, now int64) int {
+		return allowance(h, l, now, n)
+	})
+}
+
+// allowance is a hit's local allowance in a fleet of n (see [Fallback]).
+func allowance(h *Hit, l *memLog, now int64, n int) int {
+	share := h.LocalShare
+	if share <= 0 {
+		share = ceilDiv(h.Limit.Requests, n)
+	}
+	if now < l.seenUntil {
+		return min(share, ceilDiv(max(h.Limit.Requests-l.seen, 0), n))
+	}
+	return share
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// Observe seeds the Fallback with a decision the shared backend made on
+// hits: the binding hit's count, live until one window from now. Local
+// answers (d.Source other than SourceBackend) teach nothing and are
+// ignored.
+func (f *Fallback) Observe(hits []Hit, d Decision) {
+	if d.Source != SourceBackend || d.Index < 0 || d.Index >= len(hits) {
+		return
+	}
+	h := &hits[d.Index]
+	now := f.now().UnixNano()
+	sh := &f.mem.shards[shardOf(h.Key)]
+	sh.mu.Lock()
+	l := sh.logs[h.Key]
+	if l == nil {
+		l = f.mem.insertLocked(sh, h.Key, now, hits[d.Index:d.Index+1])
+		l.window = int64(h.Limit.Window)
+	}
+	l.seen, l.seenUntil = d.Count, now+int64(h.Limit.Window)
+	sh.mu.Unlock()
+}
+
+// Watch returns next with every successful decision observed by f: the
+// layer of the stack that seeds the fallback (Guard(f.Watch(Breaker(…)))).
+func (f *Fallback) Watch(next Limiter) Limiter { return watched{f: f, next: next} }
+
+type watched struct {
+	f    *Fallback
+	next Limiter
+}
+
+func (w watched) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	d, err := w.next.Decide(ctx, hits)
+	if err == nil {
+		w.f.Observe(hits, d)
+	}
+	return d, err
+}
