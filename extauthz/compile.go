@@ -234,6 +234,10 @@ type inherited struct {
 	failure   FailureMode
 	onMissing OnMissing
 	ban       *window.Ban
+	// localShare is the local_share in force (0: none), written at
+	// localShareN.
+	localShare  int
+	localShareN ast.Node
 }
 
 func (p *cfgParser) descriptors(n ast.Node, path []Match, inh inherited, depth int) error {
@@ -255,7 +259,7 @@ func (p *cfgParser) descriptors(n ast.Node, path []Match, inh inherited, depth i
 	return nil
 }
 
-var descriptorKeys = []string{"key", "value", "name", "rate_limit", "shadow_mode", "failure_mode", "ban", "on_missing", "descriptors"}
+var descriptorKeys = []string{"key", "value", "name", "rate_limit", "shadow_mode", "failure_mode", "local_share", "ban", "on_missing", "descriptors"}
 
 func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth int) error {
 	fs, err := p.fields(n, "a descriptor", descriptorKeys...)
@@ -329,6 +333,15 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 			return p.errf(f.value, "failure_mode %q must be local, allow or deny", s)
 		}
 	}
+	if f := get("local_share"); f != nil {
+		if inh.localShare, err = p.integer(f.value, "local_share"); err != nil {
+			return err
+		}
+		if inh.localShare < 1 {
+			return p.errf(f.value, "local_share must be at least 1, not %d (omit it to share the limit evenly among the live sidecars)", inh.localShare)
+		}
+		inh.localShareN = f.value
+	}
 	if f := get("on_missing"); f != nil {
 		s, err := p.str(f.value, "on_missing")
 		if err != nil {
@@ -363,7 +376,7 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 		line, col := nodePos(n)
 		r := &Rule{
 			Limit: limit, Match: path, Shadow: inh.shadow, FailureMode: inh.failure,
-			OnMissing: inh.onMissing, Ban: inh.ban, Line: line, Column: col,
+			LocalShare: inh.localShare, OnMissing: inh.onMissing, Ban: inh.ban, Line: line, Column: col,
 		}
 		var at ast.Node = kf.value
 		if nf != nil {
@@ -383,6 +396,10 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 		}
 		if prev, dup := p.names[r.Name]; dup {
 			return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)
+		}
+		if r.LocalShare > limit.Requests {
+			// Where local_share is written: on this descriptor or inherited.
+			return p.errf(inh.localShareN, "local_share %d is more than the %d requests per window of rule %q", r.LocalShare, limit.Requests, r.Name)
 		}
 		p.names[r.Name] = r
 		r.finish()

@@ -17,40 +17,43 @@ import (
 // exact position and sentence of its error.
 func TestConfigErrors(t *testing.T) {
 	tests := map[string]string{
-		"anchor":               "4:17: anchors and aliases are not supported in a descriptors file",
-		"bad_ban":              "5:22: ban threshold must be at least 1, not 0",
-		"bad_duration":         `4:39: window "1 sec" is not a duration such as 1s or 500ms`,
-		"bad_failure_mode":     `4:19: failure_mode "open" must be local, allow or deny`,
-		"bad_header_name":      `3:40: header_name "x uid" is not a valid HTTP header name`,
-		"bad_on_missing":       `4:17: on_missing "allow" must be skip or deny`,
-		"bad_rule_name":        `4:11: rule name "per ip" must be 1 to 64 characters of A-Z a-z 0-9 . _ -`,
-		"bad_shadow_mode":      "4:18: shadow_mode must be true or false, not a string",
-		"bad_trusted_hops":     "2:27: trusted_hops -1 must be between 0 and 16",
-		"bad_unit":             `4:24: unit "fortnight" must be second, minute, hour or day`,
-		"bad_value_pattern":    `4:12: value "/api/*/coupon" has a * that is not at the end; only a trailing * (prefix match) is supported`,
-		"bad_yaml":             "4:17: invalid YAML: could not find flow mapping end token '}'",
-		"descriptors_not_list": "3:3: descriptors must be a list, not a mapping",
-		"duplicate_key":        `5:5: duplicate key "rate_limit" (first set on line 4)`,
-		"duplicate_rule_name":  `9:11: rule name "limit" is already used by the rule on line 5`,
-		"empty_domain":         "1:9: domain is empty",
-		"empty_file":           "1:1: the file is empty: it needs at least domain and descriptors",
-		"empty_value":          "4:12: value is empty: omit value to limit per request value",
-		"key_reused_in_path":   `6:14: descriptor key "path" is already used by an enclosing descriptor`,
-		"missing_domain":       "1:1: domain is missing: name the rules' domain, such as domain: flashsale",
-		"mixed_rate_limit":     "4:17: rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form",
-		"negative_limit":       "4:28: the limit must allow at least 1 request, not -3",
-		"no_rate_limit":        `3:5: descriptor "remote_address" has neither rate_limit nor nested descriptors`,
-		"requests_not_number":  "4:28: requests must be a whole number, not a string",
-		"short_window":         "4:39: window 100µs: must be at least 1ms",
-		"too_many_requests":    "4:28: the limit allows at most 1000000 requests per window, not 2000000",
-		"two_documents":        "6:1: the file holds more than one YAML document; keep one",
-		"undeclared_key":       `3:10: descriptor key "uid" has no source: declare it under sources (for example uid: {request_headers: {header_name: x-uid}})`,
-		"unknown_key":          `4:5: unknown key "rate_limt" in a descriptor; known keys: key, value, name, rate_limit, shadow_mode, failure_mode, ban, on_missing, descriptors`,
-		"unknown_source":       `3:9: unknown source "cookie"; known sources: request_headers, remote_address, request_path, request_method, authority, context_extension`,
-		"unknown_top_key":      `2:1: unknown key "descriptor" in the descriptors file; known keys: domain, sources, client_ip, descriptors`,
-		"unused_source":        `4:3: source "devcie" is not used by any descriptor`,
-		"window_without_unit":  "4:39: window 60 has no unit: write a duration such as 1s or 500ms",
-		"zero_limit":           "4:28: the limit must allow at least 1 request, not 0",
+		"anchor":                 "4:17: anchors and aliases are not supported in a descriptors file",
+		"bad_ban":                "5:22: ban threshold must be at least 1, not 0",
+		"bad_duration":           `4:39: window "1 sec" is not a duration such as 1s or 500ms`,
+		"bad_failure_mode":       `4:19: failure_mode "open" must be local, allow or deny`,
+		"bad_header_name":        `3:40: header_name "x uid" is not a valid HTTP header name`,
+		"bad_on_missing":         `4:17: on_missing "allow" must be skip or deny`,
+		"bad_rule_name":          `4:11: rule name "per ip" must be 1 to 64 characters of A-Z a-z 0-9 . _ -`,
+		"bad_shadow_mode":        "4:18: shadow_mode must be true or false, not a string",
+		"bad_trusted_hops":       "2:27: trusted_hops -1 must be between 0 and 16",
+		"bad_unit":               `4:24: unit "fortnight" must be second, minute, hour or day`,
+		"bad_value_pattern":      `4:12: value "/api/*/coupon" has a * that is not at the end; only a trailing * (prefix match) is supported`,
+		"bad_yaml":               "4:17: invalid YAML: could not find flow mapping end token '}'",
+		"descriptors_not_list":   "3:3: descriptors must be a list, not a mapping",
+		"duplicate_key":          `5:5: duplicate key "rate_limit" (first set on line 4)`,
+		"duplicate_rule_name":    `9:11: rule name "limit" is already used by the rule on line 5`,
+		"empty_domain":           "1:9: domain is empty",
+		"empty_file":             "1:1: the file is empty: it needs at least domain and descriptors",
+		"empty_value":            "4:12: value is empty: omit value to limit per request value",
+		"key_reused_in_path":     `6:14: descriptor key "path" is already used by an enclosing descriptor`,
+		"local_share_not_number": "4:18: local_share must be a whole number, not a string",
+		"local_share_over_limit": `5:18: local_share 3 is more than the 2 requests per window of rule "coupon_per_ip"`,
+		"missing_domain":         "1:1: domain is missing: name the rules' domain, such as domain: flashsale",
+		"mixed_rate_limit":       "4:17: rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form",
+		"negative_limit":         "4:28: the limit must allow at least 1 request, not -3",
+		"no_rate_limit":          `3:5: descriptor "remote_address" has neither rate_limit nor nested descriptors`,
+		"requests_not_number":    "4:28: requests must be a whole number, not a string",
+		"short_window":           "4:39: window 100µs: must be at least 1ms",
+		"too_many_requests":      "4:28: the limit allows at most 1000000 requests per window, not 2000000",
+		"two_documents":          "6:1: the file holds more than one YAML document; keep one",
+		"undeclared_key":         `3:10: descriptor key "uid" has no source: declare it under sources (for example uid: {request_headers: {header_name: x-uid}})`,
+		"unknown_key":            `4:5: unknown key "rate_limt" in a descriptor; known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors`,
+		"unknown_source":         `3:9: unknown source "cookie"; known sources: request_headers, remote_address, request_path, request_method, authority, context_extension`,
+		"unknown_top_key":        `2:1: unknown key "descriptor" in the descriptors file; known keys: domain, sources, client_ip, descriptors`,
+		"unused_source":          `4:3: source "devcie" is not used by any descriptor`,
+		"window_without_unit":    "4:39: window 60 has no unit: write a duration such as 1s or 500ms",
+		"zero_limit":             "4:28: the limit must allow at least 1 request, not 0",
+		"zero_local_share":       "4:18: local_share must be at least 1, not 0 (omit it to share the limit evenly among the live sidecars)",
 	}
 	files, err := filepath.Glob("testdata/config/*.yaml")
 	if err != nil {
@@ -120,4 +123,50 @@ func TestExampleConfig(t *testing.T) {
 		}
 	}
 	t.Logf("\n%s", b.String())
+}
+
+// localShareYAML sets local_share on a parent, overrides it on one nested
+// rule, and leaves a third rule to the default.
+const localShareYAML = `
+domain: d
+sources:
+  uid: {request_headers: {header_name: x-uid}}
+descriptors:
+  - key: path
+    value: /api/*
+    failure_mode: local
+    local_share: 2
+    descriptors:
+      - key: uid
+        name: inherited
+        rate_limit: {requests: 5, window: 1s}
+      - key: method
+        name: overridden
+        local_share: 10
+        rate_limit: {requests: 10, window: 1s}
+  - key: remote_address
+    name: default
+    rate_limit: {requests: 100, window: 1s}
+`
+
+// TestLocalShare: local_share defaults to 0, is inherited by nested
+// descriptors like failure_mode, a nested descriptor may override it, and
+// the table shows it.
+func TestLocalShare(t *testing.T) {
+	cfg := parse(t, localShareYAML)
+	want := map[string]int{"inherited": 2, "overridden": 10, "default": 0}
+	var got []string
+	for _, r := range cfg.Rules {
+		got = append(got, r.Name)
+		if r.LocalShare != want[r.Name] {
+			t.Errorf("rule %s: LocalShare %d, want %d", r.Name, r.LocalShare, want[r.Name])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("rules %q, want the %d of %v", got, len(want), want)
+	}
+	var b strings.Builder
+	if err := cfg.WriteTable(&b); err != nil || !strings.Contains(b.String(), "local_share=2") {
+		t.Errorf("table (error %v) lacks local_share=2:\n%s", err, b.String())
+	}
 }

@@ -91,6 +91,7 @@ func (c *Config) Map(req *authv3.CheckRequest, keys window.Keys, m *Mapping) {
 		}
 		m.Hits = append(m.Hits, window.Hit{
 			Key: key, Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow, Ban: r.Ban,
+			LocalShare: r.LocalShare,
 		})
 		m.Rules = append(m.Rules, r)
 	}

@@ -86,3 +86,19 @@ descriptors:
 		t.Errorf("header name %q not lower-cased", src.Name)
 	}
 }
+
+// TestMappingLocalShare: each hit carries its rule's local_share.
+func TestMappingLocalShare(t *testing.T) {
+	cfg := parse(t, localShareYAML)
+	var m Mapping
+	cfg.Map(req{path: "/api/x", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1"}}.proto(), window.Keys{}, &m)
+	want := []int{2, 10, 0}
+	if len(m.Hits) != len(want) {
+		t.Fatalf("%d hits, want %d", len(m.Hits), len(want))
+	}
+	for i, h := range m.Hits {
+		if h.LocalShare != want[i] {
+			t.Errorf("hit %s: LocalShare %d, want %d", h.Rule, h.LocalShare, want[i])
+		}
+	}
+}

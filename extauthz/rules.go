@@ -220,6 +220,12 @@ type Rule struct {
 	Shadow bool
 	// FailureMode overrides the server's default when not FailureDefault.
 	FailureMode FailureMode
+	// LocalShare (local_share) is how many admissions per window one
+	// sidecar may make on its own for this rule while the shared backend is
+	// unavailable and the rule's failure mode is local: 1 to Limit.Requests.
+	// 0, the default, means ceil(Limit.Requests / live fleet size), which the
+	// fallback limiter computes.
+	LocalShare int
 	// OnMissing: what to do when a value the rule needs is absent.
 	OnMissing OnMissing
 	// Ban, when non-nil, overrides the penalty box for this rule.

@@ -48,6 +48,9 @@ func (c *Config) WriteTable(w io.Writer) error {
 		if r.FailureMode != FailureDefault {
 			opts = append(opts, "failure_mode="+r.FailureMode.String())
 		}
+		if r.LocalShare > 0 {
+			opts = append(opts, fmt.Sprintf("local_share=%d", r.LocalShare))
+		}
 		if r.OnMissing == MissingDeny {
 			opts = append(opts, "on_missing=deny")
 		}
