@@ -12,13 +12,13 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-func benchServer(b *testing.B, lim window.Limiter, detach bool) *Server {
+func benchServer(b *testing.B, lim window.Limiter) *Server {
 	b.Helper()
 	cfg, err := ExampleConfig()
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := NewServer(cfg, Options{Limiter: lim, Registerer: prometheus.NewRegistry(), Detach: detach})
+	s, err := NewServer(cfg, Options{Limiter: lim, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -28,23 +28,11 @@ func benchServer(b *testing.B, lim window.Limiter, detach bool) *Server {
 // BenchmarkCheckMemory: the example's three rules (uid, device, IP) on the
 // Memory backend, admitted (many users, so windows never fill).
 func BenchmarkCheckMemory(b *testing.B) {
-	for _, detach := range []bool{false, true} {
-		b.Run("detach="+strconv.FormatBool(detach), func(b *testing.B) { benchCheckMemory(b, detach) })
-	}
-}
-
-func benchCheckMemory(b *testing.B, detach bool) {
 	mem, err := window.NewMemory(window.MemoryOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	var lim window.Limiter = mem
-	if detach {
-		// Memory never waits and is never detached (see instant): hide
-		// that, to measure the detached path itself.
-		lim = struct{ window.Limiter }{mem}
-	}
-	s := benchServer(b, lim, detach)
+	s := benchServer(b, mem)
 	reqs := make([]req, 4096)
 	for i := range reqs {
 		reqs[i] = req{path: "/api/coupon/claim?x=1", ip: "10.1." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256),
@@ -76,7 +64,7 @@ func BenchmarkCheckGuardDeny(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer g.Close()
-	s := benchServer(b, g, false)
+	s := benchServer(b, g)
 	r := req{path: "/api/coupon/claim", headers: map[string]string{"x-uid": "hot", "x-device-fp": "hot"}}.proto()
 	ctx := context.Background()
 	for range 6 {

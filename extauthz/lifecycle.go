@@ -79,43 +79,6 @@ func (s *Server) SetServing(serving bool) {
 // Serving reports what SetServing last set (false after Shutdown).
 func (s *Server) Serving() bool { return s.serving.Load() && !s.closed.Load() }
 
-// WaitReady pings the backend (Options.Pinger) every interval until it
-// answers, then turns health SERVING (rules are loaded since NewServer). It
-// returns ctx's error if ctx ends first. Without a Pinger it turns SERVING
-// at once. Once SERVING, a failing backend does not turn it back: the
-// failure modes answer for it.
-func (s *Server) WaitReady(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		interval = 250 * time.Millisecond
-	}
-	if s.pinger == nil {
-		s.SetServing(true)
-		return nil
-	}
-	logged := false
-	for {
-		pctx, cancel := context.WithTimeout(ctx, max(s.opts.Timeout, time.Second))
-		err := s.pinger.Ping(pctx)
-		cancel()
-		if err == nil {
-			s.SetServing(true)
-			s.log.Info("backend answered; serving")
-			return nil
-		}
-		if !logged {
-			s.log.Warn("backend does not answer yet; not serving", "error", err)
-			logged = true
-		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("wait for the backend: %w", ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
 // HTTPHandler serves /metrics (the injected registry), /healthz (200 while
 // the process runs) and /readyz (200 when gRPC health is SERVING, else 503).
 func (s *Server) HTTPHandler() http.Handler {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/window"
 )
 
 // Decision labels of flashgate_checks_total.
@@ -14,16 +16,9 @@ const (
 	decisionError        = "error"
 )
 
-// Backend error kinds of flashgate_backend_errors_total.
-const (
-	kindTimeout     = "timeout"
-	kindCanceled    = "canceled"
-	kindBreakerOpen = "breaker_open"
-	kindInvalidHit  = "invalid_hit"
-	kindConnection  = "connection"
-	kindOther       = "other"
-	kindFallback    = "fallback"
-)
+// kindFallback labels flashgate_backend_errors_total for a failed local
+// fallback; the other kinds are window.ErrKind's.
+const kindFallback = "fallback"
 
 // metrics are the Prometheus metrics of DESIGN.md. Labels never carry
 // request values: rule and domain come from the descriptors file.
@@ -41,7 +36,8 @@ type metrics struct {
 	// and backend errors every answer during an outage.
 	localFull, localBanned         prometheus.Counter
 	failLocal, failAllow, failDeny prometheus.Counter
-	errsByKind                     map[string]prometheus.Counter
+	errsByKind                     [window.KindOther + 1]prometheus.Counter
+	fallbackErr                    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -83,10 +79,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	m.errsByKind = map[string]prometheus.Counter{}
-	for _, k := range []string{kindTimeout, kindCanceled, kindBreakerOpen, kindInvalidHit, kindConnection, kindOther, kindFallback} {
-		m.errsByKind[k] = m.backendErrs.WithLabelValues(k)
+	for k := window.KindTimeout; k <= window.KindOther; k++ {
+		m.errsByKind[k] = m.backendErrs.WithLabelValues(k.String())
 	}
+	m.fallbackErr = m.backendErrs.WithLabelValues(kindFallback)
 	m.localFull, m.localBanned = m.localDenials.WithLabelValues("full"), m.localDenials.WithLabelValues("banned")
 	for _, r := range []string{"success", "error"} {
 		m.reloads.WithLabelValues(r)
@@ -95,13 +91,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// backendErr is the flashgate_backend_errors_total child of kind (one of
-// the kind constants).
-func (m *metrics) backendErr(kind string) prometheus.Counter {
-	if c, ok := m.errsByKind[kind]; ok {
-		return c
+// backendErr is the flashgate_backend_errors_total child of kind.
+func (m *metrics) backendErr(kind window.ErrKind) prometheus.Counter {
+	if kind > window.KindNone && kind <= window.KindOther {
+		return m.errsByKind[kind]
 	}
-	return m.backendErrs.WithLabelValues(kind)
+	return m.errsByKind[window.KindOther]
 }
 
 // ruleCounters are the flashgate_checks_total children of one rule,

@@ -47,9 +47,16 @@ func TestRedisFailureModes(t *testing.T) {
 			t.Fatal(err)
 		}
 		reg := prometheus.NewRegistry()
+		bud, err := window.NewBudget(red, window.BudgetOptions{Min: timeout, Max: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		br, err := window.NewBreaker(bud, window.BreakerOptions{Cooldown: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
 		s, err := NewServer(cfg, Options{
-			Limiter: red, Fallback: mem, Keys: keys, FailureMode: mode, Timeout: timeout,
-			Registerer: reg, Breaker: BreakerOptions{Failures: 3, Cooldown: 100 * time.Millisecond},
+			Limiter: br, Fallback: mem, Keys: keys, FailureMode: mode, Registerer: reg,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -61,9 +68,10 @@ func TestRedisFailureModes(t *testing.T) {
 
 	for _, mode := range modes {
 		e := envs[mode]
-		if err := e.srv.WaitReady(ctx, 0); err != nil {
+		if err := red.Ping(ctx); err != nil {
 			t.Fatalf("%s: %v", mode, err)
 		}
+		e.srv.SetServing(true)
 		if got := e.run(req{path: "/api/coupon/a", headers: uid("up")}, 7); got != 5 {
 			t.Errorf("%s, Redis up: allowed %d of 7, want 5", mode, got)
 		}
@@ -94,7 +102,7 @@ func TestRedisFailureModes(t *testing.T) {
 				t.Errorf("failure_mode{%s} = %v, want 7", mode, got)
 			}
 			var errs float64
-			for _, k := range []string{kindConnection, kindTimeout, kindBreakerOpen, kindOther} {
+			for _, k := range []string{window.KindConnection.String(), window.KindTimeout.String(), window.KindBreakerOpen.String(), window.KindOther.String()} {
 				errs += e.counter("backend_errors", k)
 			}
 			if errs != 7 {

@@ -36,39 +36,31 @@ func (s *Server) Reload() error {
 // reloadFrom loads path and swaps the rules in if its content changed (or
 // force). It reports whether the rules changed.
 func (s *Server) reloadFrom(path string, force bool) (bool, error) {
-	s.reloadOp.Lock()
-	defer s.reloadOp.Unlock()
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
 	data, err := readFile(path)
 	if err != nil {
-		return false, s.reloadFailed(path, [32]byte{}, err)
+		return false, s.reloadFailedLocked(path, [32]byte{}, err)
 	}
 	sum := sha256.Sum256(data)
-	s.reloadMu.Lock()
 	same := sum == s.rules.Load().cfg.sum && path == s.path
 	known := sum == s.badHash
-	s.reloadMu.Unlock()
 	if same && !force || known && !force {
 		return false, nil
 	}
 	cfg, err := ParseConfig(path, data)
 	if err != nil {
-		return false, s.reloadFailed(path, sum, err)
+		return false, s.reloadFailedLocked(path, sum, err)
 	}
 	cfg.path = path
-	s.reloadMu.Lock()
 	s.badHash = [32]byte{}
-	s.reloadMu.Unlock()
-	if err := s.SetConfig(cfg); err != nil {
-		return false, err
-	}
+	s.installLocked(cfg)
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	return true, nil
 }
 
-func (s *Server) reloadFailed(path string, sum [32]byte, err error) error {
-	s.reloadMu.Lock()
+func (s *Server) reloadFailedLocked(path string, sum [32]byte, err error) error {
 	s.badHash = sum
-	s.reloadMu.Unlock()
 	s.metrics.reloads.WithLabelValues("error").Inc()
 	s.log.Error("descriptors file reload failed; the previous rules stay in force", "file", path, "error", err)
 	return fmt.Errorf("reload: %w", err)

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -28,32 +26,18 @@ import (
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
 
-// Pinger is what readiness needs of a backend: window.Redis has it.
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// Defaults of [Options].
-const (
-	// DefaultTimeout is the backend budget of one check (--redis-timeout).
-	DefaultTimeout = 25 * time.Millisecond
-	// DefaultFallbackTimeout is the extra budget of the local fallback.
-	DefaultFallbackTimeout = 5 * time.Millisecond
-)
-
 // Options configure a [Server]. Only Limiter is required.
 type Options struct {
-	// Limiter decides hits: window.Memory, window.Redis, usually behind a
-	// window.Guard (whose GuardOptions.Ban is the default penalty box; a
-	// rule's ban overrides it through window.Hit.Ban). It must honour ctx
-	// cancellation; the Server stops waiting at the deadline regardless.
+	// Limiter decides hits: the whole stack the wiring built, e.g.
+	// window.Guard(Breaker(Budget(Redis))) or window.Guard(Memory). Whether a
+	// call has a deadline, a breaker or a local cache in front is the
+	// stack's business; the Server calls Decide and, on an error, applies
+	// the failure modes.
 	Limiter window.Limiter
 	// Fallback decides the hits of failure mode "local" when Limiter fails:
-	// an in-process window.Memory. Nil makes "local" behave as "allow".
+	// an in-process limiter that never waits (window.Fallback). Nil makes
+	// "local" behave as "allow".
 	Fallback window.Limiter
-	// Pinger tells readiness (gRPC health, /readyz) that the backend
-	// answers. Nil: Limiter if it is a Pinger, else ready at once.
-	Pinger Pinger
 	// Keys builds limit keys; the zero Keys uses the prefix "fg".
 	Keys window.Keys
 	// FailureMode applies to rules that set none; FailureDefault means
@@ -62,25 +46,6 @@ type Options struct {
 	// Shadow makes every hit a shadow hit (--shadow): decide and count, but
 	// admit everything.
 	Shadow bool
-	// Timeout is the backend budget of one check; 0 means DefaultTimeout.
-	// A check answers within Timeout + FallbackTimeout (plus scheduling),
-	// whatever the backend does. A limiter whose Instant method reports true
-	// (window.Memory, a window.Guard over one) never waits, so no deadline is
-	// armed for it.
-	Timeout time.Duration
-	// Detach runs each backend call on its own goroutine and stops waiting
-	// at the deadline even if the limiter ignores ctx (the call then finishes
-	// alone). window.Memory, window.Guard and window.Redis honour ctx, so
-	// this is insurance against a limiter that does not; it costs about a
-	// microsecond and a few allocations per check. An Instant limiter is
-	// never detached.
-	Detach bool
-	// FallbackTimeout is the budget of the local fallback after a backend
-	// failure; 0 means DefaultFallbackTimeout. Not armed for an Instant
-	// fallback (window.Memory), as Timeout is not.
-	FallbackTimeout time.Duration
-	// Breaker configures the circuit breaker; see [BreakerOptions].
-	Breaker BreakerOptions
 	// Registerer receives the metrics; nil means a new private registry
 	// (served by HTTPHandler). The global registry is never used implicitly.
 	Registerer prometheus.Registerer
@@ -89,7 +54,7 @@ type Options struct {
 	// Logger receives structured logs; nil discards them. Request values
 	// (headers, IPs) are never logged above debug level.
 	Logger *slog.Logger
-	// Now is the clock for durations and the breaker; nil means time.Now.
+	// Now is the clock for durations and log sampling; nil means time.Now.
 	Now func() time.Time
 }
 
@@ -100,15 +65,9 @@ type Server struct {
 	log      *slog.Logger
 	now      func() time.Time
 	metrics  *metrics
-	breaker  *breaker
 	health   *health.Server
 	gatherer prometheus.Gatherer
-	pinger   Pinger
 	resp     *respConsts
-	instant  bool         // the limiter never waits: no deadline, never detached (see instant)
-	split    localDecider // the limiter's two halves, if it has them (see localDecider)
-	// fallbackInstant: the fallback limiter never waits (see instant).
-	fallbackInstant bool
 
 	rules   atomic.Pointer[ruleSet]
 	serving atomic.Bool
@@ -116,15 +75,12 @@ type Server struct {
 	pool    sync.Pool // *Mapping
 	lastLog atomic.Int64
 
-	// reloadOp is held for a whole reload (read, parse, swap), so that a
-	// SIGHUP and the file watcher cannot install their files out of order.
-	reloadOp sync.Mutex
-
-	// reloadMu guards the fields below.
-	reloadMu   sync.Mutex
-	path       string // file the rules came from; "" for the built-in example
-	loadedHash [32]byte
-	badHash    [32]byte
+	// reloadMu is held for a whole reload (read, parse, swap), so that a
+	// SIGHUP and the file watcher cannot install their files out of order;
+	// it guards the fields below.
+	reloadMu sync.Mutex
+	path     string // file the rules came from; "" for the built-in example
+	badHash  [32]byte
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
@@ -136,15 +92,6 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	}
 	if opts.Limiter == nil {
 		return nil, errors.New("extauthz: no limiter given")
-	}
-	if opts.Timeout < 0 || opts.FallbackTimeout < 0 {
-		return nil, errors.New("extauthz: timeouts must not be negative")
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	if opts.FallbackTimeout == 0 {
-		opts.FallbackTimeout = DefaultFallbackTimeout
 	}
 	if opts.FailureMode == FailureDefault {
 		opts.FailureMode = FailureLocal
@@ -174,31 +121,16 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 		log:      opts.Logger,
 		now:      opts.Now,
 		metrics:  m,
-		breaker:  newBreaker(opts.Breaker, opts.Now),
 		health:   health.NewServer(),
 		gatherer: opts.Gatherer,
-		pinger:   opts.Pinger,
 		resp:     newRespConsts(),
 	}
-	if s.pinger == nil {
-		s.pinger, _ = opts.Limiter.(Pinger)
-	}
-	s.instant, s.fallbackInstant = isInstant(opts.Limiter), isInstant(opts.Fallback)
-	s.split, _ = opts.Limiter.(localDecider)
 	s.pool.New = func() any { return &Mapping{Hits: make([]window.Hit, 0, 8), Rules: make([]*Rule, 0, 8)} }
-	if opts.Fallback == nil && s.usesLocal(cfg) {
-		s.log.Warn("failure mode local has no fallback limiter: it will admit like allow")
-	}
 	s.SetServing(false)
 	if err := s.SetConfig(cfg); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// usesLocal reports whether some rule of cfg fails over to the fallback.
-func (s *Server) usesLocal(cfg *Config) bool {
-	return slices.ContainsFunc(cfg.Rules, func(r *Rule) bool { return s.modeOf(r) == FailureLocal })
 }
 
 // SetConfig swaps in cfg's rules atomically: checks already running finish
@@ -207,12 +139,21 @@ func (s *Server) SetConfig(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("extauthz: no descriptors config given")
 	}
-	s.rules.Store(s.newRuleSet(cfg))
 	s.reloadMu.Lock()
-	s.path = cfg.path
-	s.reloadMu.Unlock()
-	s.log.Info("rules loaded", "file", cfg.Name, "domain", cfg.Domain, "rules", len(cfg.Rules))
+	defer s.reloadMu.Unlock()
+	s.installLocked(cfg)
 	return nil
+}
+
+// installLocked swaps in cfg's compiled rules; reloadMu is held.
+func (s *Server) installLocked(cfg *Config) {
+	rs := s.newRuleSet(cfg)
+	if s.opts.Fallback == nil && slices.ContainsFunc(rs.rules, func(r ruleResp) bool { return r.mode == FailureLocal }) {
+		s.log.Warn("failure mode local has no fallback limiter here: it admits like allow")
+	}
+	s.rules.Store(rs)
+	s.path = cfg.path
+	s.log.Info("rules loaded", "file", cfg.Name, "domain", cfg.Domain, "rules", len(cfg.Rules))
 }
 
 // Config returns the rules in force.
@@ -231,198 +172,58 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 			m.Hits[i].Shadow = true
 		}
 	}
-	resp, keep := s.decide(ctx, rs, m)
-	if !keep {
-		m.Reset()
-		s.pool.Put(m)
-	}
+	resp := s.decide(ctx, rs, m)
+	m.Reset()
+	s.pool.Put(m)
 	s.metrics.checkDur.Observe(s.now().Sub(start).Seconds())
 	return resp, nil
 }
 
-// decide answers one mapped request; keep reports that m is still in use by
-// a backend call that outlived its budget.
-func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) (*authv3.CheckResponse, bool) {
+// decide answers one mapped request.
+func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) *authv3.CheckResponse {
 	shadowMissing := false
 	if r := m.Missing; r != nil {
 		if !r.Shadow && !s.opts.Shadow {
 			rr := &rs.rules[r.idx]
 			rr.counters.denied.Inc()
-			return rr.denied(time.Second), false
+			return rr.denied(time.Second)
 		}
 		shadowMissing = true
 	}
 	if len(m.Hits) == 0 {
 		if shadowMissing {
 			rs.rules[m.Missing.idx].counters.shadowDenied.Inc()
-			return rs.okShadow(nil, 0), false
+			return rs.okShadow(nil, 0)
 		}
 		rs.none.allowed.Inc()
-		return rs.okPlain, false
+		return rs.okPlain
 	}
-	d, err, keep := s.backend(ctx, m.Hits)
+	t0 := s.now()
+	d, err := s.opts.Limiter.Decide(ctx, m.Hits)
+	if err != nil || d.Source == window.SourceBackend {
+		s.metrics.backendDur.Observe(s.now().Sub(t0).Seconds())
+	}
 	if err != nil {
-		return s.failure(ctx, rs, m, err), keep
+		return s.failure(ctx, rs, m, err)
 	}
-	return s.respond(rs, m.Rules, d, shadowMissing, m.Missing), keep
-}
-
-type result struct {
-	d   window.Decision
-	err error
-}
-
-// localDecider is what window.Guard offers besides Decide: its two halves.
-// The server consults the local half first, so that a refusal from local
-// state alone (keys full until later, the penalty box) costs no deadline
-// timer and no breaker bookkeeping, and still answers while the breaker
-// holds the backend off (without spending its probe); only the remote half
-// runs within the backend's budget.
-//
-// A limiter must offer both halves to be split: one with DecideLocal alone
-// is called whole, through Decide.
-type localDecider interface {
-	DecideLocal(hits []window.Hit) (window.Decision, bool)
-	DecideRemote(ctx context.Context, hits []window.Hit) (window.Decision, error)
-}
-
-// instant is a limiter that decides without waiting on I/O (window.Memory,
-// a window.Guard over one): a deadline could not interrupt it, so the server
-// arms none (a timer and a context per check) and never detaches it.
-type instant interface {
-	Instant() bool
-}
-
-// isInstant reports whether lim (possibly nil) is an instant limiter.
-func isInstant(lim window.Limiter) bool {
-	i, ok := lim.(instant)
-	return ok && i.Instant()
-}
-
-// errBreakerOpen is returned instead of calling a backend the breaker holds off.
-var errBreakerOpen = errors.New("circuit breaker open")
-
-// backend decides hits: a split limiter's local half first, outside the
-// budget and the breaker; then the backend (the remote half, or the whole
-// limiter) within the budget, if the breaker lets it. keep reports that the
-// call is still running (it holds hits).
-func (s *Server) backend(ctx context.Context, hits []window.Hit) (window.Decision, error, bool) {
-	if s.split != nil {
-		if d, refused := s.split.DecideLocal(hits); refused {
-			return d, nil, false
-		}
-	}
-	ok, probe := s.breaker.allow()
-	if !ok {
-		return window.Decision{}, errBreakerOpen, false
-	}
-	start := s.now()
-	if s.instant {
-		d, err := s.callBackend(ctx, hits)
-		return s.backendDone(ctx, start, result{d, err}, false, probe)
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	if !s.opts.Detach {
-		d, err := s.callBackend(cctx, hits)
-		return s.backendDone(ctx, start, result{d, err}, false, probe)
-	}
-	ch := make(chan result, 1)
-	go func() {
-		d, err := s.callBackend(cctx, hits)
-		ch <- result{d, err}
-	}()
-	var r result
-	keep := false
-	select {
-	case r = <-ch:
-	case <-cctx.Done():
-		// The limiter overran its deadline: answer now, let it finish alone.
-		select {
-		case r = <-ch:
-		default:
-			r.err, keep = fmt.Errorf("backend did not answer within %s: %w", s.opts.Timeout, cctx.Err()), true
-		}
-	}
-	return s.backendDone(ctx, start, r, keep, probe)
-}
-
-// callBackend asks the backend: the remote half of a split limiter (whose
-// local half has been consulted), or the whole limiter.
-func (s *Server) callBackend(ctx context.Context, hits []window.Hit) (window.Decision, error) {
-	if s.split != nil {
-		return s.split.DecideRemote(ctx, hits)
-	}
-	return s.opts.Limiter.Decide(ctx, hits)
-}
-
-// backendDone records a backend call's outcome (metrics, breaker).
-// A probe (see breaker.allow) is always settled here.
-func (s *Server) backendDone(ctx context.Context, start time.Time, r result, keep bool, probe uint64) (window.Decision, error, bool) {
-	if r.err == nil && r.d.Source != window.SourceBackend {
-		// A local guard answer says nothing about the backend's health.
-		if probe != 0 {
-			s.breaker.release(probe)
-		}
-		return r.d, nil, keep
-	}
-	s.metrics.backendDur.Observe(s.now().Sub(start).Seconds())
-	if r.err != nil && ctx.Err() != nil && !errors.Is(r.err, context.DeadlineExceeded) {
-		// Envoy gave up on this check; not the backend's fault.
-		if probe != 0 {
-			s.breaker.release(probe)
-		}
-		return r.d, r.err, keep
-	}
-	s.breaker.record(r.err == nil || errors.Is(r.err, window.ErrInvalidHit))
-	return r.d, r.err, keep
-}
-
-// errKind classifies a backend error for flashgate_backend_errors_total.
-func errKind(err error) string {
-	var ne net.Error
-	switch {
-	case errors.Is(err, errBreakerOpen):
-		return kindBreakerOpen
-	case errors.Is(err, window.ErrInvalidHit):
-		return kindInvalidHit
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return kindTimeout
-	case errors.Is(err, context.Canceled):
-		return kindCanceled
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), errors.As(err, &ne):
-		return kindConnection
-	}
-	return kindOther
-}
-
-// fallback decides hits on the fallback limiter, within FallbackTimeout
-// unless it never waits (see instant), and even if Envoy has given up on
-// the check.
-func (s *Server) fallback(ctx context.Context, hits []window.Hit) (window.Decision, error) {
-	ctx = context.WithoutCancel(ctx)
-	if !s.fallbackInstant {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.FallbackTimeout)
-		defer cancel()
-	}
-	return s.opts.Fallback.Decide(ctx, hits)
+	return s.respond(rs, m.Rules, d, shadowMissing, m.Missing)
 }
 
 // failure decides a request whose backend call failed, by failure mode: deny
 // if any enforcing hit's mode is deny; else the local hits by the fallback;
 // else allow.
 func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error) *authv3.CheckResponse {
-	kind := errKind(err)
+	kind := window.Classify(err)
 	s.metrics.backendErr(kind).Inc()
-	s.logSampled("backend failed; deciding by failure mode", "kind", kind, "error", err)
+	if kind != window.KindBreakerOpen { // the breaker logs when it opens, not per check
+		s.logSampled("backend failed; deciding by failure mode", "kind", kind.String(), "error", err)
+	}
 
 	var denyRule *Rule
 	shadowDeny := false
 	nlocal := 0
 	for i, r := range m.Rules {
-		switch s.modeOf(r) {
+		switch rs.rules[r.idx].mode {
 		case FailureDeny:
 			if m.Hits[i].Shadow {
 				shadowDeny = true
@@ -444,18 +245,20 @@ func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error
 		if nlocal < len(m.Rules) {
 			hits, rules = make([]window.Hit, 0, nlocal), make([]*Rule, 0, nlocal)
 			for i, r := range m.Rules {
-				if s.modeOf(r) == FailureLocal {
+				if rs.rules[r.idx].mode == FailureLocal {
 					hits = append(hits, m.Hits[i])
 					rules = append(rules, r)
 				}
 			}
 		}
-		d, ferr := s.fallback(ctx, hits)
+		// The fallback is in process and never waits; it decides even if
+		// Envoy has given up on this check, so that its log stays whole.
+		d, ferr := s.opts.Fallback.Decide(context.WithoutCancel(ctx), hits)
 		if ferr == nil {
 			s.metrics.failLocal.Inc()
 			return s.respond(rs, rules, d, shadowDeny || m.Missing != nil, m.Missing)
 		}
-		s.metrics.backendErr(kindFallback).Inc()
+		s.metrics.fallbackErr.Inc()
 		s.logSampled("fallback limiter failed; admitting", "error", ferr)
 	}
 	s.metrics.failAllow.Inc()
@@ -464,13 +267,6 @@ func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error
 		return rs.okShadow(nil, 0)
 	}
 	return rs.okPlain
-}
-
-func (s *Server) modeOf(r *Rule) FailureMode {
-	if r.FailureMode != FailureDefault {
-		return r.FailureMode
-	}
-	return s.opts.FailureMode
 }
 
 // respond turns a Decision on hits produced by rules into a response, and
@@ -599,6 +395,7 @@ type ruleResp struct {
 	okResps  []atomic.Pointer[authv3.CheckResponse]
 	bodyHead string
 	counters ruleCounters
+	mode     FailureMode // resolved: the rule's, else the server's default
 }
 
 func (s *Server) newRuleSet(cfg *Config) *ruleSet {
@@ -623,6 +420,10 @@ func (s *Server) newRuleSet(cfg *Config) *ruleSet {
 		rr.okResps = make([]atomic.Pointer[authv3.CheckResponse], len(rr.remaining))
 		rr.bodyHead = `{"error":"too_many_requests","rule":"` + r.Name + `","retry_after_ms":`
 		rr.counters = s.metrics.forRule(cfg.Domain, r.Name)
+		rr.mode = r.FailureMode
+		if rr.mode == FailureDefault {
+			rr.mode = s.opts.FailureMode
+		}
 	}
 	return rs
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/flashgate/flashgate/window"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 )
@@ -44,10 +43,11 @@ and serve exits 0.`,
 		Example: `  flashgate serve --config /etc/flashgate/descriptors.yaml --backend redis --redis-addr 127.0.0.1:6379`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.check(cmd.Flags().Changed); err != nil {
+			c, err := o.parse(cmd.Flags().Changed)
+			if err != nil {
 				return err
 			}
-			return runServe(cmd.Context(), e, &o)
+			return runServe(cmd.Context(), e, c)
 		},
 	}
 	o.addFlags(cmd.Flags())
@@ -69,7 +69,7 @@ const (
 
 // runServe runs the server until ctx ends, then drains it and returns nil;
 // it returns an error if it cannot start or a listener fails.
-func runServe(ctx context.Context, e env, o *serveOptions) error {
+func runServe(ctx context.Context, e env, o *serveConfig) error {
 	log, err := newLogger(e.stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		return err
@@ -81,39 +81,27 @@ func runServe(ctx context.Context, e env, o *serveOptions) error {
 	if o.config == "" {
 		log.Warn("no --config given: enforcing the built-in example rules", "file", extauthz.ExampleName)
 	}
-	keys, err := window.NewKeys(o.keyPrefix)
-	if err != nil {
-		return fmt.Errorf("--key-prefix: %w", err)
-	}
-	b, err := newBackend(o, log)
+	b, err := newBackend(o, o.keys, cfg.Domain, log)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	failureMode, _ := extauthz.ParseFailureMode(o.failureMode) // checked by o.check
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "flashgate_memory_evictions_total",
-			Help: "Live keys the in-process limiter (memory backend or local fallback) evicted at --memory-max-keys; each forgot its history.",
-		}, func() float64 { return float64(b.memory.Evictions()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "flashgate_memory_keys",
-			Help: "Keys the in-process limiter (memory backend or local fallback) holds.",
-		}, func() float64 { return float64(b.memory.Len()) }))
-	srv, err := extauthz.NewServer(cfg, extauthz.Options{
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(b.collectors()...)
+	opts := extauthz.Options{
 		Limiter:     b.limiter,
-		Fallback:    b.fallback,
-		Pinger:      b.pinger,
-		Keys:        keys,
-		FailureMode: failureMode,
+		Keys:        o.keys,
+		FailureMode: o.failureMode,
 		Shadow:      o.shadow,
-		Timeout:     b.timeout,
-		Breaker:     extauthz.BreakerOptions{Failures: o.breakerFailures, Cooldown: o.breakerCooldown},
 		Registerer:  reg,
 		Logger:      log,
-	})
+	}
+	if b.fallback != nil { // a nil *Fallback must not become a non-nil Limiter
+		opts.Fallback = b.fallback
+	}
+	srv, err := extauthz.NewServer(cfg, opts)
 	if err != nil {
 		return err
 	}
@@ -153,6 +141,7 @@ func runServe(ctx context.Context, e env, o *serveOptions) error {
 		})
 	}
 	wg.Go(func() { waitBackend(ctx, srv, b, log) })
+	wg.Go(func() { b.run(ctx, log) })
 	if o.config != "" {
 		wg.Go(func() { _ = srv.WatchFile(ctx, o.config, 0) })
 	}
@@ -186,82 +175,6 @@ func runServe(ctx context.Context, e env, o *serveOptions) error {
 	return runErr
 }
 
-// backend is the limiter stack serve builds from its flags.
-type backend struct {
-	limiter  window.Limiter  // the Guard in front of Memory or Redis
-	fallback window.Limiter  // failure mode local's in-process limiter
-	pinger   extauthz.Pinger // Redis; nil for memory
-	memory   *window.Memory  // the memory backend, or the local fallback
-	timeout  time.Duration   // budget of one backend call; 0: extauthz's default
-	describe string
-	close    func()
-}
-
-func newBackend(o *serveOptions, log *slog.Logger) (*backend, error) {
-	b := &backend{close: func() {}}
-	var store window.Limiter
-	switch o.backend {
-	case "memory":
-		mem, err := window.NewMemory(window.MemoryOptions{MaxKeys: o.memoryMaxKeys})
-		if err != nil {
-			return nil, fmt.Errorf("memory backend: %w", err)
-		}
-		// The memory backend is its own fallback (failure mode local): it
-		// fails only on an invalid hit or a missed deadline.
-		store, b.fallback, b.memory, b.describe = mem, mem, mem, "memory"
-	case "redis":
-		clock, err := parseClock(o.clock)
-		if err != nil {
-			return nil, err
-		}
-		client, err := window.NewClient(window.ClientConfig{
-			Addrs: o.redisAddrs, Mode: o.redisMode, MasterName: o.redisMasterName,
-			Username: o.redisUsername, Password: o.redisPassword, DB: o.redisDB, TLS: o.redisTLS,
-			PoolSize: o.redisPoolSize, Timeout: o.redisTimeout,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("redis backend: %w", err)
-		}
-		// go-redis logs dial failures through a package-level logger of its
-		// own; route it into ours so --log-format json stays JSON. SetLogger
-		// is atomic, and the last serve to start wins, which is the only one
-		// in a real process.
-		redis.SetLogger(redisLogger{log})
-		r, err := window.NewRedis(client, window.RedisOptions{Clock: clock, AutoPipeline: o.redisAutoPipe})
-		if err != nil {
-			client.Close()
-			return nil, fmt.Errorf("redis backend: %w", err)
-		}
-		fallback, err := window.NewMemory(window.MemoryOptions{MaxKeys: o.memoryMaxKeys})
-		if err != nil {
-			r.Close()
-			client.Close()
-			return nil, fmt.Errorf("local failure-mode limiter: %w", err)
-		}
-		store, b.pinger, b.fallback, b.memory, b.timeout = r, r, fallback, fallback, o.redisTimeout
-		b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(o.redisAddrs, ","), modeName(o))
-		if o.redisAutoPipe && modeName(o) != window.ModeCluster {
-			b.describe += ", auto-pipelined"
-		}
-		b.close = func() {
-			r.Close() // stops the auto-pipeline before its client
-			client.Close()
-		}
-	}
-	guard, err := window.NewGuard(store, window.GuardOptions{Budget: int64(o.localCacheSize), Ban: o.ban()})
-	if err != nil {
-		b.close()
-		return nil, fmt.Errorf("local cache: %w", err)
-	}
-	b.limiter = guard
-	closeStore := b.close
-	b.close = func() {
-		guard.Close()
-		closeStore()
-	}
-	return b, nil
-}
-
 func modeName(o *serveOptions) string {
 	switch {
 	case o.redisMode != "":
@@ -274,29 +187,30 @@ func modeName(o *serveOptions) string {
 	return window.ModeCluster
 }
 
-// waitBackend PINGs the backend until it answers, with exponential backoff
-// between pingBackoffMin and pingBackoffMax, logging every failure, then
-// turns health SERVING. Without a backend to ping it turns SERVING at once.
+// waitBackend warms the backend up (see backend.warm) until it succeeds,
+// with exponential backoff between pingBackoffMin and pingBackoffMax,
+// logging every failure, then turns health SERVING. The memory backend is
+// ready at once.
 func waitBackend(ctx context.Context, srv *extauthz.Server, b *backend, log *slog.Logger) {
-	if b.pinger == nil {
-		srv.SetServing(true)
-		log.Info("rules loaded; serving")
-		return
-	}
 	pause := pingBackoffMin
 	for attempt := 1; ; attempt++ {
-		pctx, cancel := context.WithTimeout(ctx, max(b.timeout, time.Second))
-		err := b.pinger.Ping(pctx)
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := b.warm(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
 			srv.SetServing(true)
-			log.Info("redis answered PING; serving", "attempts", attempt)
+			if b.redis == nil {
+				log.Info("rules loaded; serving")
+			} else {
+				log.Info("redis warm (script loaded, connections open, fleet counted); serving",
+					"attempts", attempt, "fleet_size", b.fleetSize())
+			}
 			return
 		}
-		log.Error("redis does not answer PING; not serving, will retry", "backend", b.describe,
+		log.Error("redis is not ready; not serving, will retry", "backend", b.describe,
 			"attempt", attempt, "retry_in", pause, "error", err)
 		t := time.NewTimer(pause)
 		select {
@@ -361,12 +275,4 @@ func addrOf(l net.Listener) string {
 		return ""
 	}
 	return l.Addr().String()
-}
-
-// redisLogger adapts go-redis's internal log lines to slog, at warn level:
-// they report dial and pool failures that the failure mode then handles.
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }

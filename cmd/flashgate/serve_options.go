@@ -42,7 +42,12 @@ type serveOptions struct {
 	shadow         bool
 
 	breakerFailures int
+	breakerRate     float64
+	breakerMinCalls int
 	breakerCooldown time.Duration
+	checkDeadline   time.Duration
+	fleetSize       int
+	fleetTTL        time.Duration
 
 	drainTimeout time.Duration
 	pprof        bool
@@ -75,73 +80,118 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.Var(&o.localCacheSize, "local-cache-size", "memory budget of the local over-limit cache and penalty box (e.g. 32MiB)")
 	f.IntVar(&o.memoryMaxKeys, "memory-max-keys", 0, "keys the memory backend (and the local failure mode) track at most (0: the window package's default)")
 	f.BoolVar(&o.shadow, "shadow", false, "decide and count, but admit everything (x-ratelimit-shadow: 1 on would-be denials)")
-	f.IntVar(&o.breakerFailures, "breaker-failures", 5, "consecutive backend errors that open the circuit breaker (then checks take the failure mode without calling Redis); negative: no breaker")
-	f.DurationVar(&o.breakerCooldown, "breaker-cooldown", extauthz.DefaultBreakerCooldown, "how long an open breaker holds Redis calls off before one probe")
+	f.IntVar(&o.breakerFailures, "breaker-failures", window.DefaultBreakerConnFailures, "connection errors in a row (Redis refused or reset: down, not slow) that open the circuit breaker at once; negative: no breaker")
+	f.Float64Var(&o.breakerRate, "breaker-failure-rate", window.DefaultBreakerFailureRate, "share of failed Redis calls (errors and timeouts) within a second that opens the circuit breaker")
+	f.IntVar(&o.breakerMinCalls, "breaker-min-calls", window.DefaultBreakerMinCalls, "calls within a second before --breaker-failure-rate can open the breaker")
+	f.DurationVar(&o.breakerCooldown, "breaker-cooldown", window.DefaultBreakerCooldown, "how long an open breaker holds Redis calls off before one probe")
+	f.DurationVar(&o.checkDeadline, "check-deadline", defaultCheckDeadline, "the most a check may wait for Redis in all, below Envoy's ext_authz timeout (the shipped envoy.yaml: 50ms); the Redis budget follows Redis's latency from --redis-timeout up to 90% of this")
+	f.IntVar(&o.fleetSize, "fleet-size", 0, "sidecars sharing the Redis, for failure mode local's per-sidecar share ceil(limit/N) (0: discover them by heartbeat)")
+	f.DurationVar(&o.fleetTTL, "fleet-ttl", window.DefaultFleetTTL, "how long a sidecar's heartbeat counts it in the fleet (beats every third of it)")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM: how long in-flight checks may take before the server stops")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on --http-addr (profiling; keep --http-addr private)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "json", "json or text")
 }
 
-// check validates the flags together. changed reports whether a flag was
-// set (on the command line or in the environment).
-func (o *serveOptions) check(changed func(string) bool) error {
+// defaultCheckDeadline is --check-deadline's default: below the shipped
+// Envoy configs' ext_authz timeout of 50ms, with room for the answer.
+const defaultCheckDeadline = 40 * time.Millisecond
+
+// serveConfig is serve's flags parsed, defaulted and validated once.
+type serveConfig struct {
+	serveOptions
+	clock         window.Clock
+	failureMode   extauthz.FailureMode
+	redisModeName string
+	ban           window.Ban
+	keys          window.Keys
+	// budgetMax is the most one Redis call is given: 90% of
+	// --check-deadline, and never less than --redis-timeout.
+	budgetMax time.Duration
+}
+
+// parse validates the flags together and resolves them. changed reports
+// whether a flag was set (on the command line or in the environment).
+func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
+	c := &serveConfig{serveOptions: *o}
 	switch o.backend {
 	case "memory":
 		for _, name := range []string{"redis-addr", "redis-mode", "redis-master-name", "redis-username", "redis-password",
-			"redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "redis-autopipeline", "clock"} {
+			"redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "redis-autopipeline", "clock",
+			"check-deadline", "fleet-size", "fleet-ttl"} {
 			if changed(name) {
-				return fmt.Errorf("--%s is only for --backend redis (the backend is memory)", name)
+				return nil, fmt.Errorf("--%s is only for --backend redis (the backend is memory)", name)
 			}
 		}
 	case "redis":
 		if len(o.redisAddrs) == 0 {
-			return fmt.Errorf("--backend redis needs --redis-addr")
+			return nil, fmt.Errorf("--backend redis needs --redis-addr")
 		}
 		if o.redisTimeout <= 0 {
-			return fmt.Errorf("--redis-timeout %s: must be positive", o.redisTimeout)
+			return nil, fmt.Errorf("--redis-timeout %s: must be positive", o.redisTimeout)
 		}
-		if _, err := parseClock(o.clock); err != nil {
-			return err
+		clock, err := parseClock(o.clock)
+		if err != nil {
+			return nil, err
 		}
+		c.clock = clock
+		c.redisModeName = modeName(o)
 	default:
-		return fmt.Errorf("--backend %q: want memory or redis", o.backend)
+		return nil, fmt.Errorf("--backend %q: want memory or redis", o.backend)
 	}
-	if _, err := extauthz.ParseFailureMode(o.failureMode); err != nil {
-		return fmt.Errorf("--failure-mode: %w", err)
+	if o.checkDeadline <= 0 {
+		return nil, fmt.Errorf("--check-deadline %s: must be positive", o.checkDeadline)
 	}
+	if changed("check-deadline") && changed("redis-timeout") && o.redisTimeout > o.checkDeadline {
+		return nil, fmt.Errorf("--redis-timeout %s is longer than --check-deadline %s", o.redisTimeout, o.checkDeadline)
+	}
+	c.budgetMax = max(o.checkDeadline*9/10, o.redisTimeout)
+	fm, err := extauthz.ParseFailureMode(o.failureMode)
+	if err != nil {
+		return nil, fmt.Errorf("--failure-mode: %w", err)
+	}
+	c.failureMode = fm
 	if o.banThreshold < 0 || o.banWindow < 0 || o.banDuration < 0 {
-		return fmt.Errorf("--ban-threshold, --ban-window and --ban-duration must not be negative")
+		return nil, fmt.Errorf("--ban-threshold, --ban-window and --ban-duration must not be negative")
 	}
 	if o.banDuration > 0 && (o.banThreshold == 0 || o.banWindow == 0) {
-		return fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to disable the penalty box)", o.banDuration)
+		return nil, fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to disable the penalty box)", o.banDuration)
 	}
-	if _, err := window.NewKeys(o.keyPrefix); err != nil {
-		return fmt.Errorf("--key-prefix: %w", err)
+	c.ban = window.Ban{Threshold: o.banThreshold, Window: o.banWindow, Duration: o.banDuration}
+	if c.keys, err = window.NewKeys(o.keyPrefix); err != nil {
+		return nil, fmt.Errorf("--key-prefix: %w", err)
 	}
 	if o.memoryMaxKeys < 0 {
-		return fmt.Errorf("--memory-max-keys %d: must not be negative", o.memoryMaxKeys)
+		return nil, fmt.Errorf("--memory-max-keys %d: must not be negative", o.memoryMaxKeys)
 	}
 	if o.breakerFailures == 0 {
-		return fmt.Errorf("--breaker-failures 0: want a positive count, or negative to disable the breaker")
+		return nil, fmt.Errorf("--breaker-failures 0: want a positive count, or negative to disable the breaker")
+	}
+	if o.breakerRate <= 0 || o.breakerRate > 1 {
+		return nil, fmt.Errorf("--breaker-failure-rate %g: want a share in (0, 1]", o.breakerRate)
+	}
+	if o.breakerMinCalls < 1 {
+		return nil, fmt.Errorf("--breaker-min-calls %d: must be at least 1", o.breakerMinCalls)
 	}
 	if o.breakerCooldown <= 0 {
-		return fmt.Errorf("--breaker-cooldown %s: must be positive", o.breakerCooldown)
+		return nil, fmt.Errorf("--breaker-cooldown %s: must be positive", o.breakerCooldown)
+	}
+	if o.fleetSize < 0 {
+		return nil, fmt.Errorf("--fleet-size %d: must not be negative (0: discover)", o.fleetSize)
+	}
+	if o.fleetTTL < 30*time.Millisecond {
+		return nil, fmt.Errorf("--fleet-ttl %s: must be at least 30ms", o.fleetTTL)
 	}
 	if o.drainTimeout <= 0 {
-		return fmt.Errorf("--drain-timeout %s: must be positive", o.drainTimeout)
+		return nil, fmt.Errorf("--drain-timeout %s: must be positive", o.drainTimeout)
 	}
 	if o.pprof && o.httpAddr == "" {
-		return fmt.Errorf("--pprof needs --http-addr")
+		return nil, fmt.Errorf("--pprof needs --http-addr")
 	}
 	if o.grpcAddr == "" {
-		return fmt.Errorf("--grpc-addr is empty")
+		return nil, fmt.Errorf("--grpc-addr is empty")
 	}
-	return nil
-}
-
-func (o *serveOptions) ban() window.Ban {
-	return window.Ban{Threshold: o.banThreshold, Window: o.banWindow, Duration: o.banDuration}
+	return c, nil
 }
 
 func parseClock(s string) (window.Clock, error) {

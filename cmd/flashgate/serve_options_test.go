@@ -107,7 +107,7 @@ func TestServeFlagCombinations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = o.check(func(n string) bool { return fs.Changed(n) })
+			_, err = o.parse(func(n string) bool { return fs.Changed(n) })
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)

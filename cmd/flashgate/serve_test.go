@@ -329,7 +329,7 @@ func TestServeWaitsForRedis(t *testing.T) {
 	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--redis-timeout", "1s")
 	// Not serving, and saying why, again and again.
 	waitFor(t, 5*time.Second, "two failed PINGs", func() bool {
-		return strings.Count(s.logs.String(), "redis does not answer PING") >= 2
+		return strings.Count(s.logs.String(), "redis is not ready") >= 2
 	})
 	if s.server.Serving() {
 		t.Fatal("SERVING without Redis")
@@ -353,7 +353,7 @@ func TestServeStopsWhileWaitingForRedis(t *testing.T) {
 	r.Kill()
 	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr())
 	waitFor(t, 5*time.Second, "a failed PING", func() bool {
-		return strings.Contains(s.logs.String(), "redis does not answer PING")
+		return strings.Contains(s.logs.String(), "redis is not ready")
 	})
 	start := time.Now()
 	if err := s.stop(); err != nil {

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// backend is the limiter stack serve builds from its flags, once:
+//
+//	memory: Guard(Memory)
+//	redis:  Guard(Fallback.Watch(Breaker(Budget(Redis)))), failure mode
+//	        local decided by the Fallback, N from the Fleet heartbeat
+type backend struct {
+	limiter  window.Limiter   // the whole stack
+	fallback *window.Fallback // failure mode local's limiter; nil for memory
+	memory   *window.Memory   // the memory backend; nil for redis
+	redis    *window.Redis
+	breaker  *window.Breaker // nil when disabled or for memory
+	budget   *window.Budget
+	fleet    *window.Fleet // nil for memory or a fixed --fleet-size
+	// fleetSize returns N for the fallback (fixed or discovered).
+	fleetSize func() int
+	describe  string
+	close     func()
+}
+
+// newBackend builds the stack of the flags; domain names the fleet.
+func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logger) (*backend, error) {
+	b := &backend{close: func() {}}
+	var store window.Limiter
+	switch c.backend {
+	case "memory":
+		mem, err := window.NewMemory(window.MemoryOptions{MaxKeys: c.memoryMaxKeys})
+		if err != nil {
+			return nil, fmt.Errorf("memory backend: %w", err)
+		}
+		store, b.memory, b.describe = mem, mem, "memory"
+		b.fleetSize = func() int { return 1 }
+	case "redis":
+		var err error
+		if store, err = b.redisStack(c, keys, domain, log); err != nil {
+			return nil, err
+		}
+	}
+	guard, err := window.NewGuard(store, window.GuardOptions{Budget: int64(c.localCacheSize), Ban: c.ban})
+	if err != nil {
+		b.close()
+		return nil, fmt.Errorf("local cache: %w", err)
+	}
+	b.limiter = guard
+	closeStore := b.close
+	b.close = func() {
+		guard.Close()
+		closeStore()
+	}
+	return b, nil
+}
+
+// redisStack builds Fallback.Watch(Breaker(Budget(Redis))) and the fleet.
+func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, log *slog.Logger) (window.Limiter, error) {
+	client, err := window.NewClient(window.ClientConfig{
+		Addrs: c.redisAddrs, Mode: c.redisMode, MasterName: c.redisMasterName,
+		Username: c.redisUsername, Password: c.redisPassword, DB: c.redisDB, TLS: c.redisTLS,
+		PoolSize: c.redisPoolSize, Timeout: c.budgetMax,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis backend: %w", err)
+	}
+	// go-redis logs dial failures through a package-level logger of its
+	// own; route it into ours so --log-format json stays JSON. SetLogger is
+	// atomic, and the last serve to start wins, which is the only one in a
+	// real process.
+	redis.SetLogger(redisLogger{log})
+	r, err := window.NewRedis(client, window.RedisOptions{Clock: c.clock, AutoPipeline: c.redisAutoPipe})
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redis backend: %w", err)
+	}
+	b.redis = r
+	b.close = func() {
+		r.Close() // stops the auto-pipeline before its client
+		client.Close()
+	}
+	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(c.redisAddrs, ","), c.redisModeName)
+	if c.redisAutoPipe && c.redisModeName != window.ModeCluster {
+		b.describe += ", auto-pipelined"
+	}
+	if b.budget, err = window.NewBudget(r, window.BudgetOptions{Min: c.redisTimeout, Max: c.budgetMax}); err != nil {
+		b.close()
+		return nil, fmt.Errorf("redis budget: %w", err)
+	}
+	var stack window.Limiter = b.budget
+	if c.breakerFailures >= 0 {
+		b.breaker, err = window.NewBreaker(b.budget, window.BreakerOptions{
+			ConnFailures: c.breakerFailures, FailureRate: c.breakerRate, MinCalls: c.breakerMinCalls,
+			Cooldown: c.breakerCooldown,
+		})
+		if err != nil {
+			b.close()
+			return nil, fmt.Errorf("circuit breaker: %w", err)
+		}
+		stack = b.breaker
+	}
+	if c.fleetSize > 0 {
+		n := c.fleetSize
+		b.fleetSize = func() int { return n }
+	} else {
+		if b.fleet, err = window.NewFleet(client, window.FleetOptions{Key: keys.Fleet(domain), TTL: c.fleetTTL}); err != nil {
+			b.close()
+			return nil, fmt.Errorf("fleet heartbeat: %w", err)
+		}
+		b.fleetSize = func() int { n, _ := b.fleet.Size(); return n }
+	}
+	if b.fallback, err = window.NewFallback(window.FallbackOptions{Size: b.fleetSize, MaxKeys: c.memoryMaxKeys}); err != nil {
+		b.close()
+		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
+	}
+	return b.fallback.Watch(stack), nil
+}
+
+// warm readies the backend before health turns SERVING: PING, the script
+// loaded, the pool's idle connections dialled, and (unless --fleet-size is
+// fixed) a first heartbeat, so that the fallback knows N from the first
+// check on. The memory backend is ready at once.
+func (b *backend) warm(ctx context.Context) error {
+	if b.redis == nil {
+		return nil
+	}
+	if err := b.redis.Ping(ctx); err != nil {
+		return err
+	}
+	if err := b.redis.Warm(ctx, window.DefaultMinIdleConns); err != nil {
+		return err
+	}
+	if b.fleet != nil {
+		if _, err := b.fleet.Beat(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run keeps what the backend runs in the background (the fleet heartbeat)
+// going until ctx ends; the fleet then leaves.
+func (b *backend) run(ctx context.Context, log *slog.Logger) {
+	if b.fleet == nil {
+		return
+	}
+	var lastLog time.Time
+	b.fleet.Run(ctx, func(err error) {
+		if time.Since(lastLog) >= 10*time.Second {
+			lastLog = time.Now()
+			n, _ := b.fleet.Size()
+			log.Warn("fleet heartbeat failed; keeping the last fleet size", "fleet_size", n, "error", err)
+		}
+	})
+}
+
+// collectors are the backend's gauges and counters for /metrics.
+func (b *backend) collectors() []prometheus.Collector {
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_fleet_size",
+			Help: "Live sidecars sharing the Redis (heartbeats, or --fleet-size); failure mode local enforces ceil(limit / this) per sidecar.",
+		}, func() float64 { return float64(b.fleetSize()) }),
+	}
+	mem := func() (int, uint64) {
+		if b.memory != nil {
+			return b.memory.Len(), b.memory.Evictions()
+		}
+		return b.fallback.Len(), b.fallback.Evictions()
+	}
+	cs = append(cs,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_memory_evictions_total",
+			Help: "Live keys the in-process limiter (memory backend or local fallback) evicted at --memory-max-keys; each forgot its history.",
+		}, func() float64 { _, e := mem(); return float64(e) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_memory_keys",
+			Help: "Keys the in-process limiter (memory backend or local fallback) holds.",
+		}, func() float64 { n, _ := mem(); return float64(n) }))
+	if b.budget != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_redis_budget_seconds",
+			Help: "The deadline a Redis call gets now: it follows the observed latency between --redis-timeout and --check-deadline.",
+		}, func() float64 { return b.budget.Current().Seconds() }))
+	}
+	if b.breaker != nil {
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "flashgate_breaker_open",
+				Help: "1 while the circuit breaker holds Redis off (checks take their failure mode), else 0.",
+			}, func() float64 {
+				if b.breaker.Open() {
+					return 1
+				}
+				return 0
+			}),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "flashgate_breaker_opened_total",
+				Help: "Times the circuit breaker opened.",
+			}, func() float64 { return float64(b.breaker.Opened()) }))
+	}
+	return cs
+}
+
+// redisLogger adapts go-redis's internal log lines to slog, at warn level:
+// they report dial and pool failures that the failure mode then handles.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}
