@@ -1,7 +1,7 @@
 package e2e
 
 import (
-	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,6 +18,7 @@ type proxy struct {
 
 	delay     atomic.Int64 // ns added before forwarding each chunk to Redis
 	blackhole atomic.Bool
+	jitter    atomic.Pointer[jitter] // delays some replies; nil: none
 
 	Conns    atomic.Int64 // connections accepted
 	BytesUp  atomic.Int64 // bytes read from clients (what flashgate sent)
@@ -47,6 +48,23 @@ func (p *proxy) Addr() string { return p.ln.Addr().String() }
 
 // SetDelay makes every chunk towards Redis wait d (0: none).
 func (p *proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// jitter delays a share of the chunks Redis sends back by lo to hi.
+type jitter struct {
+	share  float64
+	lo, hi time.Duration
+}
+
+// SetReplyJitter delays a share (0..1) of the reply chunks from Redis by a
+// random lo..hi each; later replies on the same connection wait behind a
+// delayed one, as on a real TCP connection. share 0 turns it off.
+func (p *proxy) SetReplyJitter(share float64, lo, hi time.Duration) {
+	if share <= 0 {
+		p.jitter.Store(nil)
+		return
+	}
+	p.jitter.Store(&jitter{share: share, lo: lo, hi: hi})
+}
 
 // SetBlackhole makes the proxy swallow everything clients send.
 func (p *proxy) SetBlackhole(on bool) { p.blackhole.Store(on) }
@@ -112,9 +130,23 @@ func (p *proxy) handle(client net.Conn) {
 	}
 	defer p.untrack(server)
 	go func() {
-		// Redis → client, unchanged.
-		_, _ = io.Copy(client, server)
-		client.Close()
+		// Redis → client, each chunk possibly delayed (SetReplyJitter).
+		defer client.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := server.Read(buf)
+			if n > 0 {
+				if j := p.jitter.Load(); j != nil && rand.Float64() < j.share {
+					time.Sleep(j.lo + time.Duration(rand.Int64N(int64(j.hi-j.lo)+1)))
+				}
+				if _, werr := client.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	// Client → Redis: a reader stamps each chunk on arrival, so that the
 	// added latency delays every chunk by the same amount without

@@ -67,7 +67,11 @@ func newEnv(t *testing.T, cfg *Config, mod func(*Options)) *env {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	opts := Options{Limiter: mem, Fallback: mem, Registerer: reg, Now: clk.Now}
+	fb, err := window.NewFallback(window.FallbackOptions{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Limiter: mem, Fallback: fb, Registerer: reg, Now: clk.Now}
 	if mod != nil {
 		mod(&opts)
 	}

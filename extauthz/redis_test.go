@@ -38,7 +38,7 @@ func TestRedisFailureModes(t *testing.T) {
 	modes := []FailureMode{FailureLocal, FailureAllow, FailureDeny}
 	envs := map[FailureMode]*env{}
 	for _, mode := range modes {
-		mem, err := window.NewMemory(window.MemoryOptions{})
+		mem, err := window.NewFallback(window.FallbackOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,9 +35,9 @@ type Options struct {
 	// the failure modes.
 	Limiter window.Limiter
 	// Fallback decides the hits of failure mode "local" when Limiter fails:
-	// an in-process limiter that never waits (window.Fallback). Nil makes
-	// "local" behave as "allow".
-	Fallback window.Limiter
+	// an in-process limiter that never waits (window.Fallback), told why
+	// the backend failed. Nil makes "local" behave as "allow".
+	Fallback Fallback
 	// Keys builds limit keys; the zero Keys uses the prefix "fg".
 	Keys window.Keys
 	// FailureMode applies to rules that set none; FailureDefault means
@@ -56,6 +56,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for durations and log sampling; nil means time.Now.
 	Now func() time.Time
+}
+
+// Fallback is what failure mode "local" needs: window.Fallback. It decides
+// hits in process after the backend failed with cause; it must not wait.
+type Fallback interface {
+	DecideAfter(ctx context.Context, hits []window.Hit, cause error) (window.Decision, error)
 }
 
 // Server is the ext_authz Check server. Build it with [NewServer]. All its
@@ -253,7 +259,7 @@ func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error
 		}
 		// The fallback is in process and never waits; it decides even if
 		// Envoy has given up on this check, so that its log stays whole.
-		d, ferr := s.opts.Fallback.Decide(context.WithoutCancel(ctx), hits)
+		d, ferr := s.opts.Fallback.DecideAfter(context.WithoutCancel(ctx), hits, err)
 		if ferr == nil {
 			s.metrics.failLocal.Inc()
 			return s.respond(rs, rules, d, shadowDeny || m.Missing != nil, m.Missing)

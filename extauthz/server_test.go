@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -429,11 +432,12 @@ func TestFailureModes(t *testing.T) {
 }
 
 func TestBreaker(t *testing.T) {
-	f := &failing{err: errors.New("boom")}
+	// Redis refusing connections: dead, not slow.
+	f := &failing{err: fmt.Errorf("redis decide: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})}
 	e := newEnv(t, nil, func(o *Options) {
 		// The stack's breaker in front of a failing backend: the server
 		// takes the failure mode for its ErrBreakerOpen like any error.
-		br, err := window.NewBreaker(f, window.BreakerOptions{MinCalls: 3, Cooldown: time.Second, Now: o.Now})
+		br, err := window.NewBreaker(f, window.BreakerOptions{ConnFailures: 3, Cooldown: time.Second, Now: o.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,13 +16,19 @@ var ErrBreakerOpen = errors.New("window: circuit breaker open")
 const (
 	DefaultBreakerWindow       = time.Second
 	DefaultBreakerMinCalls     = 20
-	DefaultBreakerFailureRate  = 0.5
+	DefaultBreakerFailureRate  = 0.8
 	DefaultBreakerConnFailures = 3
 	DefaultBreakerCooldown     = 250 * time.Millisecond
 )
 
 // breakerBuckets is how many buckets the rate window is cut into.
 const breakerBuckets = 10
+
+// breakerSpread is how many of the window's buckets must have seen calls,
+// FailureRate of them mostly failing, before the rate opens the breaker:
+// the failures must be sustained across the window, not one burst (a
+// pipelined batch whose reply came late fails every call in it at once).
+const breakerSpread = 8
 
 // BreakerOptions configures a [Breaker]. The zero value takes every default.
 type BreakerOptions struct {
@@ -54,7 +60,10 @@ type BreakerOptions struct {
 // breaker, so one slow moment does not switch every check of the sidecar to
 // its failure mode. It opens when, within Window, at least MinCalls calls
 // were made and FailureRate of them failed (timeouts included), or when
-// ConnFailures connection errors came in a row. Open, it answers
+// ConnFailures connection errors came in a row. The rate must also hold
+// across the window: of its tenths that saw calls (at least 8 of them),
+// FailureRate must have failed mostly, so that one late batch of pipelined
+// calls, which fails together, does not open it. Open, it answers
 // ErrBreakerOpen at once for Cooldown, then lets one call through as a
 // probe: success closes it (and forgets the window), failure opens it again.
 //
@@ -194,12 +203,13 @@ func (b *Breaker) record(ctx context.Context, err error, probe uint64) {
 		}
 		return
 	}
-	calls, fails := b.count(true)
+	calls, fails, active, failed := b.count(true)
 	conn := kind == KindConnection && b.connRun.Add(1) >= b.connFails
 	if kind != KindConnection {
 		b.connRun.Store(0)
 	}
-	rate := calls >= b.minCalls && float64(fails) >= b.rate*float64(calls)
+	rate := calls >= b.minCalls && float64(fails) >= b.rate*float64(calls) &&
+		active >= breakerSpread && float64(failed) >= b.rate*float64(active)
 	if probe == 0 && !conn && !rate {
 		return
 	}
@@ -217,8 +227,9 @@ func (b *Breaker) record(ctx context.Context, err error, probe uint64) {
 }
 
 // count adds one call (a failure if failed) to the current bucket and, for
-// a failure, returns the calls and failures within the window.
-func (b *Breaker) count(failed bool) (calls, fails int64) {
+// a failure, returns the calls and failures within the window, the buckets
+// that saw calls and those where most calls failed.
+func (b *Breaker) count(failed bool) (calls, fails int64, active, failedBuckets int) {
 	epoch := b.now().UnixNano() / b.bucketDur
 	bk := &b.buckets[epoch%breakerBuckets]
 	if e := bk.epoch.Load(); e != epoch && bk.epoch.CompareAndSwap(e, epoch) {
@@ -229,17 +240,24 @@ func (b *Breaker) count(failed bool) (calls, fails int64) {
 	}
 	bk.calls.Add(1)
 	if !failed {
-		return 0, 0
+		return 0, 0, 0, 0
 	}
 	bk.fails.Add(1)
 	for i := range b.buckets {
 		o := &b.buckets[i]
 		if e := o.epoch.Load(); e > epoch-breakerBuckets && e <= epoch {
-			calls += o.calls.Load()
-			fails += o.fails.Load()
+			c, f := o.calls.Load(), o.fails.Load()
+			calls += c
+			fails += f
+			if c > 0 {
+				active++
+			}
+			if 2*f > c {
+				failedBuckets++
+			}
 		}
 	}
-	return calls, fails
+	return calls, fails, active, failedBuckets
 }
 
 // resetLocked forgets the window (a closed breaker starts afresh).

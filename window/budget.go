@@ -27,7 +27,9 @@ type BudgetOptions struct {
 // down, checks wait longer for it (up to Max) instead of timing out and
 // taking their failure mode; when it is fast again the budget shrinks back
 // to Min. A call that runs out of budget counts as having taken the whole
-// budget, so a run of timeouts raises it.
+// budget, so a run of timeouts raises it. Before the first sample (a cold
+// start) a call gets Max: with nothing known, the first burst is not cut
+// short.
 //
 // A deadline already in ctx that is sooner is kept. Budget is safe for
 // concurrent use; its estimate is updated with atomics (a racing update may
@@ -60,7 +62,7 @@ func NewBudget(next Limiter, o BudgetOptions) (*Budget, error) {
 func (b *Budget) Current() time.Duration {
 	srtt := b.srtt.Load()
 	if srtt == 0 {
-		return time.Duration(b.min)
+		return time.Duration(b.max)
 	}
 	return time.Duration(min(max(srtt+4*b.rttvar.Load(), b.min), b.max))
 }

@@ -3,6 +3,7 @@ package window
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,6 +33,16 @@ type FallbackOptions struct {
 //     hit may admit at most min(share, ceil((limit - count) / N)) locally:
 //     the unclaimed rest of the window, split N ways. A key Redis reported
 //     full admits nothing locally until the window after the reply.
+//   - In flight: calls to Redis this sidecar still has in flight for a key
+//     may yet be admitted there, so each takes one from the allowance (they
+//     are counted by the limiter [Fallback.Watch] wraps, in a fixed table of
+//     counters by key hash: a collision can only make the count larger).
+//   - Timed out: a call that timed out may have been admitted by Redis all
+//     the same, so [Fallback.DecideAfter] records its request in the local
+//     window even when it denies it. Together these keep a burst whose
+//     first calls all time out (a cold start on a busy machine) from
+//     admitting locally what Redis admits too: the key's own concurrent
+//     calls use up its allowance.
 //
 // Bound: for a key every sidecar has seen from Redis within the window, no
 // span of the window's length admits more than limit + N - 1 requests across
@@ -48,9 +59,18 @@ type FallbackOptions struct {
 //
 // Fallback is safe for concurrent use.
 type Fallback struct {
-	mem  *Memory
-	size func() int
-	now  func() time.Time
+	mem     *Memory
+	size    func() int
+	now     func() time.Time
+	pending [pendingSlots]atomic.Int32 // calls in flight by key hash (Watch)
+}
+
+// pendingSlots is the size of the in-flight table: 16 KiB.
+const pendingSlots = 4096
+
+// pendingOf returns the calls in flight for key (or a colliding key).
+func (f *Fallback) pendingOf(key string) int {
+	return int(f.pending[fnv32("", key)%pendingSlots].Load())
 }
 
 var _ Limiter = (*Fallback)(nil)
@@ -78,12 +98,22 @@ func (f *Fallback) Evictions() uint64 { return f.mem.Evictions() }
 
 // Decide implements [Limiter]: hits decided together, all or nothing, each
 // at its local allowance (see [Fallback]). The Decision's Limit is the
-// hit's own; Remaining counts against the allowance.
+// hit's own; Remaining counts against the allowance. It is DecideAfter with
+// no cause.
 func (f *Fallback) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	return f.DecideAfter(ctx, hits, nil)
+}
+
+// DecideAfter decides hits locally after the shared backend failed with
+// cause. When cause is a timeout (Classify: KindTimeout) Redis may have
+// admitted the request anyway, so it is recorded in every local window
+// under its hit's limit even if denied here; after any other failure Redis
+// did not decide it, and only a local admission is recorded.
+func (f *Fallback) DecideAfter(ctx context.Context, hits []Hit, cause error) (Decision, error) {
 	n := max(f.size(), 1)
 	return f.mem.decide(ctx, hits, func(h *Hit, l *memLog, now int64) int {
-		return allowance(h, l, now, n)
-	})
+		return max(allowance(h, l, now, n)-f.pendingOf(h.Key), 0)
+	}, Classify(cause) == KindTimeout)
 }
 
 // allowance is a hit's local allowance in a fleet of n (see [Fallback]).
@@ -131,7 +161,17 @@ type watched struct {
 }
 
 func (w watched) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	var stack [maxStackHits]uint32
+	slots := stack[:0]
+	for i := range hits {
+		slot := fnv32("", hits[i].Key) % pendingSlots
+		w.f.pending[slot].Add(1)
+		slots = append(slots, slot)
+	}
 	d, err := w.next.Decide(ctx, hits)
+	for _, slot := range slots {
+		w.f.pending[slot].Add(-1)
+	}
 	if err == nil {
 		w.f.Observe(hits, d)
 	}

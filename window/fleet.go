@@ -20,11 +20,16 @@ const (
 )
 
 // fleetLua announces a member until now + ttl and counts the members whose
-// announcement has not expired. The score of a member is its expiry (Redis
-// TIME, ms), so every member may have its own TTL.
+// announcement is still live one beat from now. The score of a member is
+// its expiry (Redis TIME, ms), so every member may have its own TTL.
+// Counting one beat ahead makes a member that stopped beating drop out of
+// the count within its TTL as the others read it (they read it once a
+// beat); a live member, whose announcement is renewed every beat, is still
+// counted if its beats run up to TTL - 2 beats late.
 //
 // KEYS[1]: the fleet's sorted set. ARGV[1]: member. ARGV[2]: ttl in ms.
 // ARGV[3]: "1" to leave (remove the member) instead of announcing it.
+// ARGV[4]: one beat in ms (the lookahead).
 const fleetLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -36,7 +41,7 @@ else
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('PEXPIRE', KEYS[1], ttl)
-return redis.call('ZCARD', KEYS[1])
+return redis.call('ZCOUNT', KEYS[1], '(' .. (now + tonumber(ARGV[4])), '+inf')
 `
 
 // FleetOptions configures a [Fleet].
@@ -47,7 +52,7 @@ type FleetOptions struct {
 	// ID names this member; empty means 16 random hex digits.
 	ID string
 	// TTL is how long an announcement lasts: a member that stops beating
-	// (killed, partitioned) leaves the count within TTL. 0 means
+	// (killed, partitioned) leaves the others' count within TTL. 0 means
 	// DefaultFleetTTL. Beats go out every TTL/3.
 	TTL time.Duration
 	// Timeout bounds one beat; 0 means one second.
@@ -127,7 +132,7 @@ func (f *Fleet) Leave(ctx context.Context) error {
 func (f *Fleet) call(ctx context.Context, leave string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	n, err := f.script.Run(ctx, f.client, []string{f.key}, f.id, f.ttl.Milliseconds(), leave).Int64()
+	n, err := f.script.Run(ctx, f.client, []string{f.key}, f.id, f.ttl.Milliseconds(), leave, f.beat().Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("fleet heartbeat on %s: %w", f.key, err)
 	}
@@ -137,10 +142,13 @@ func (f *Fleet) call(ctx context.Context, leave string) (int, error) {
 	return int(n), nil
 }
 
+// beat is the interval between heartbeats.
+func (f *Fleet) beat() time.Duration { return f.ttl / 3 }
+
 // Run beats every TTL/3 until ctx ends, then leaves (within the timeout).
 // A failed beat keeps the last count; onErr, if not nil, is told of it.
 func (f *Fleet) Run(ctx context.Context, onErr func(error)) {
-	t := time.NewTicker(f.ttl / 3)
+	t := time.NewTicker(f.beat())
 	defer t.Stop()
 	for {
 		select {

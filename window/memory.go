@@ -142,7 +142,7 @@ const maxStackHits = 8
 
 // Decide implements [Limiter]. It fails only for invalid hits or a done ctx.
 func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
-	return m.decide(ctx, hits, nil)
+	return m.decide(ctx, hits, nil, false)
 }
 
 // allowFunc returns how many entries a hit's window may hold in a scaled
@@ -150,8 +150,10 @@ func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 type allowFunc func(h *Hit, l *memLog, now int64) int
 
 // decide is Decide with each hit's limit replaced by allow's answer when
-// allow is not nil.
-func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc) (Decision, error) {
+// allow is not nil. With recordDenied a denied request is recorded too, in
+// every window still under its hit's own limit (a request that may hold a
+// place elsewhere; see Fallback.DecideAfter).
+func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, recordDenied bool) (Decision, error) {
 	if err := validateHits(hits); err != nil {
 		return Decision{}, err
 	}
@@ -251,6 +253,12 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc) (Decis
 		for i := range hits {
 			if !st[i].over {
 				st[i].count = logs[i].len()
+			}
+		}
+	} else if recordDenied {
+		for i := range hits {
+			if logs[i].len() < hits[i].Limit.Requests && !dup(hits[:i], hits[i].Key) {
+				logs[i].ts = append(logs[i].ts, now)
 			}
 		}
 	}

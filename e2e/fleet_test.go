@@ -1,0 +1,305 @@
+package e2e
+
+import (
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/window/redistest"
+)
+
+// The fleet tests: the built-in example's coupon_per_uid rule (5 per 1 s)
+// hammered on one x-uid by 16 callers on each of three sidecars sharing one
+// Redis, with default flags except the penalty box (off, so that it cannot
+// hide what the windows admit). Each checks the promise at its worst moment:
+// a cold start, Redis killed, Redis slow, the CPU contended, a sidecar
+// killed.
+
+const (
+	fleetLimit   = 5
+	fleetWindow  = time.Second
+	fleetCallers = 16
+)
+
+// admission is when one admitted check was sent and when its reply came:
+// the admission happened somewhere in between.
+type admission struct{ sent, replied time.Time }
+
+// admissions collects the admissions of a load, safe for concurrent use.
+type admissions struct {
+	mu  sync.Mutex
+	all []admission
+}
+
+func (a *admissions) add(sent, replied time.Time) {
+	a.mu.Lock()
+	a.all = append(a.all, admission{sent, replied})
+	a.mu.Unlock()
+}
+
+// worstSpan returns the most admissions that surely fell within one span
+// shorter than w: sets whose latest reply minus earliest send is under w
+// (an admission is known only to lie between its send and its reply, so a
+// set spread wider might not share a window). It also returns one such set's
+// bounds, for the message.
+func (a *admissions) worstSpan(w time.Duration) (n int, from, to time.Time) {
+	a.mu.Lock()
+	all := slices.Clone(a.all)
+	a.mu.Unlock()
+	slices.SortFunc(all, func(x, y admission) int { return x.sent.Compare(y.sent) })
+	for i := range all {
+		start, count, last := all[i].sent, 0, all[i].sent
+		for j := i; j < len(all); j++ {
+			if all[j].replied.Sub(start) < w {
+				count++
+				if all[j].replied.After(last) {
+					last = all[j].replied
+				}
+			}
+		}
+		if count > n {
+			n, from, to = count, start, last
+		}
+	}
+	return n, from, to
+}
+
+func (a *admissions) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.all)
+}
+
+// startFleet starts n sidecars on Redis at addr at once and waits until
+// each is SERVING (and has counted the fleet, which comes before).
+func startFleet(t *testing.T, n int, addr, prefix string, extra ...string) []*proc {
+	t.Helper()
+	procs := make([]*proc, n)
+	var wg sync.WaitGroup
+	for i := range procs {
+		wg.Go(func() {
+			args := append([]string{"--backend", "redis", "--redis-addr", addr, "--key-prefix", prefix, "--ban-duration", "0"}, extra...)
+			p, err := launch(t, args)
+			if err != nil {
+				t.Errorf("start sidecar %d: %v", i, err)
+				return
+			}
+			procs[i] = p
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return procs
+}
+
+// hammer runs fleetCallers callers per sidecar on one user until stop is
+// closed, recording every admission; it returns a function that waits for
+// the callers.
+func hammer(procs []*proc, uid string, adm *admissions, stop <-chan struct{}) (wait func(), nDenied *atomic.Int64) {
+	var wg sync.WaitGroup
+	nDenied = &atomic.Int64{}
+	for _, p := range procs {
+		for range fleetCallers {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					sent := time.Now()
+					a := p.Check(coupon(uid, "10.9.9.9"))
+					replied := time.Now()
+					switch a.Verdict() {
+					case vAllowed:
+						adm.add(sent, replied)
+					case vDenied:
+						nDenied.Add(1)
+					}
+				}
+			})
+		}
+	}
+	return wg.Wait, nDenied
+}
+
+// fleetSizes reads flashgate_fleet_size of each sidecar.
+func fleetSizes(procs []*proc) []int {
+	out := make([]int, len(procs))
+	for i, p := range procs {
+		out[i] = int(p.Metrics().Value("flashgate_fleet_size"))
+	}
+	return out
+}
+
+// runFleet hammers procs for d, calling during (if not nil) at 1.5 s, and
+// fails if some span held more than bound admissions.
+func runFleet(t *testing.T, procs []*proc, d time.Duration, bound int, during func()) *admissions {
+	t.Helper()
+	adm := &admissions{}
+	stop := make(chan struct{})
+	wait, nDenied := hammer(procs, freshUID("fleet"), adm, stop)
+	if during != nil {
+		time.Sleep(1500 * time.Millisecond)
+		during()
+		time.Sleep(d - 1500*time.Millisecond)
+	} else {
+		time.Sleep(d)
+	}
+	close(stop)
+	wait()
+	n, from, to := adm.worstSpan(fleetWindow)
+	t.Logf("%d admissions, %d denials over %s; the most in one window: %d", adm.count(), nDenied.Load(), d, n)
+	if n > bound {
+		t.Errorf("%d admissions within %s (sent from %s, replied by %s after the first): want at most %d",
+			n, to.Sub(from).Round(time.Millisecond), from.Format("15:04:05.000"), to.Sub(from).Round(time.Millisecond), bound)
+	}
+	if nDenied.Load() == 0 {
+		t.Error("nothing was denied: the load did not reach the limit")
+	}
+	return adm
+}
+
+// TestFleetColdBurst: three fresh sidecars take the burst the moment they
+// are ready: Redis decides every check (warm pool, script loaded), so no
+// window holds more than the limit.
+func TestFleetColdBurst(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	procs := startFleet(t, 3, rs.Addr(), "e2ecold")
+	if got := fleetSizes(procs); !slices.Equal(got, []int{3, 3, 3}) && !slices.Contains(got, 0) {
+		t.Logf("fleet sizes at start: %v", got) // each counted the others that had beaten before it
+	}
+	runFleet(t, procs, 3*time.Second, fleetLimit, nil)
+	for i, p := range procs {
+		if m := p.Metrics(); m.Value("flashgate_failure_mode_decisions_total") > 0 {
+			t.Logf("sidecar %d took its failure mode %v times (errors: timeout %v, connection %v, breaker_open %v)", i,
+				m.Value("flashgate_failure_mode_decisions_total"), m.Value("flashgate_backend_errors_total", "kind", "timeout"),
+				m.Value("flashgate_backend_errors_total", "kind", "connection"), m.Value("flashgate_backend_errors_total", "kind", "breaker_open"))
+		}
+	}
+}
+
+// TestFleetRedisKilled: Redis is killed 1.5 s into the burst and stays
+// down. Every sidecar falls back to its share, ceil(5/3) = 2, seeded with
+// what Redis last said of the key: no window holds more than limit + N - 1
+// = 7, and the key still gets admissions (the fleet does not fail closed).
+func TestFleetRedisKilled(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	procs := startFleet(t, 3, rs.Addr(), "e2ekilled")
+	waitFleetSize(t, procs, 3, 5*time.Second)
+	var killedAt time.Time
+	adm := runFleet(t, procs, 4500*time.Millisecond, fleetLimit+3-1, func() {
+		rs.Kill()
+		killedAt = time.Now()
+	})
+	late := 0
+	adm.mu.Lock()
+	for _, a := range adm.all {
+		if a.sent.After(killedAt.Add(fleetWindow)) {
+			late++
+		}
+	}
+	adm.mu.Unlock()
+	if late == 0 {
+		t.Error("no admission more than a window after Redis died: the fleet failed closed")
+	}
+	for i, p := range procs {
+		if v := p.Metrics().Value("flashgate_failure_mode_decisions_total", "mode", "local"); v == 0 {
+			t.Errorf("sidecar %d never took failure mode local with Redis dead", i)
+		}
+	}
+}
+
+// TestFleetSlowRedis: a proxy delays a fifth of Redis's replies by 30–60 ms
+// (beyond the 25 ms --redis-timeout). The budget follows the latency and
+// the breaker does not open on a minority of late replies; the checks that
+// still time out take the seeded share: no window holds more than limit +
+// share = 7.
+func TestFleetSlowRedis(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	px := startProxy(t, rs.Addr())
+	procs := startFleet(t, 3, px.Addr(), "e2eslowfleet")
+	px.SetReplyJitter(0.2, 30*time.Millisecond, 60*time.Millisecond)
+	runFleet(t, procs, 3*time.Second, fleetLimit+2, nil)
+	for i, p := range procs {
+		m := p.Metrics()
+		t.Logf("sidecar %d: budget %.1fms, breaker opened %v times, timeouts %v, failure mode local %v", i,
+			1000*m.Value("flashgate_redis_budget_seconds"), m.Value("flashgate_breaker_opened_total"),
+			m.Value("flashgate_backend_errors_total", "kind", "timeout"),
+			m.Value("flashgate_failure_mode_decisions_total", "mode", "local"))
+		if n := m.Value("flashgate_breaker_opened_total"); n > 0 {
+			t.Errorf("sidecar %d: the breaker opened %v times on a minority of late replies: slow is not dead", i, n)
+		}
+	}
+}
+
+// TestFleetCPUContended: the same burst while 4 × the cores busy goroutines
+// contend for the CPU with the sidecars: slower, but still exact.
+func TestFleetCPUContended(t *testing.T) {
+	rs := redistest.Start(t)
+	procs := startFleet(t, 3, rs.Addr(), "e2ecpu")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 * runtime.NumCPU() {
+		wg.Go(func() {
+			x := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := range 100_000 {
+					x += i
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	runFleet(t, procs, 3*time.Second, fleetLimit, nil)
+}
+
+// TestFleetSidecarKilled: a sidecar SIGKILLed mid-burst stops beating; the
+// others count it out within the heartbeat TTL (3 s).
+func TestFleetSidecarKilled(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	procs := startFleet(t, 3, rs.Addr(), "e2ekillone")
+	waitFleetSize(t, procs, 3, 5*time.Second)
+	adm := &admissions{}
+	stop := make(chan struct{})
+	wait, _ := hammer(procs, freshUID("killone"), adm, stop)
+	time.Sleep(500 * time.Millisecond)
+	procs[2].kill()
+	killed := time.Now()
+	took, ok := waitFor(10*time.Second, func() bool {
+		s := fleetSizes(procs[:2])
+		return s[0] == 2 && s[1] == 2
+	})
+	close(stop)
+	wait()
+	// The TTL is 3 s (the others count one beat ahead, so the dead one
+	// drops out within it), plus a margin for a slow box.
+	if !ok || took > 3*time.Second+margin() {
+		t.Fatalf("fleet sizes %v %s after the SIGKILL (ok %v): want 2 within the TTL", fleetSizes(procs[:2]), time.Since(killed).Round(time.Millisecond), ok)
+	}
+	t.Logf("the others counted the killed sidecar out after %s", took.Round(time.Millisecond))
+}
+
+// waitFleetSize waits until every sidecar counts n.
+func waitFleetSize(t *testing.T, procs []*proc, n int, within time.Duration) {
+	t.Helper()
+	if _, ok := waitFor(within, func() bool {
+		return !slices.ContainsFunc(fleetSizes(procs), func(s int) bool { return s != n })
+	}); !ok {
+		t.Fatalf("fleet sizes %v after %s, want all %d", fleetSizes(procs), within, n)
+	}
+}
