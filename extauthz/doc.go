@@ -1,21 +1,23 @@
 // Package extauthz is flashgate's Envoy ext_authz (gRPC, API v3) server: it
 // loads the descriptors file, maps each CheckRequest to rate-limit hits,
-// asks a window.Limiter, and answers OK or 429 as DESIGN.md specifies.
+// asks a window.Limiter, and answers OK (with x-ratelimit-limit and
+// x-ratelimit-remaining) or a 429 (with retry-after, x-ratelimit-*, and a JSON
+// body naming the rule).
 //
 // # API
 //
 //	cfg, err := extauthz.LoadFile(path)            // or ParseConfig(name, data), ExampleConfig()
 //	cfg.WriteTable(os.Stdout)                      // `flashgate validate`
 //	srv, err := extauthz.NewServer(cfg, extauthz.Options{
-//	        Limiter:  guard,                       // window.Guard in front of Memory or Redis
-//	        Fallback: memory,                      // failure mode "local"
-//	        Keys: keys, FailureMode: mode, Shadow: shadow, Timeout: redisTimeout,
+//	        Limiter:  stack,                       // e.g. Guard(fallback.Watch(Breaker(Budget(Redis)))), built once
+//	        Fallback: fallback,                    // failure mode "local": a window.Fallback
+//	        Keys: keys, FailureMode: mode, Shadow: shadow,
 //	        Registerer: reg, Logger: log,
 //	})
 //	gs := grpc.NewServer(extauthz.GRPCServerOptions()...)
 //	srv.Register(gs)                               // Check + grpc.health.v1 + reflection
 //	http.Serve(httpLis, srv.HTTPHandler())         // /metrics /healthz /readyz
-//	go srv.WaitReady(ctx, 0)                       // SERVING once the backend answers PING
+//	srv.SetServing(true)                           // once the backend is warm (the caller's job)
 //	go srv.WatchFile(ctx, path, 0)                 // hot reload (ConfigMap symlink swaps too)
 //	srv.Reload()                                   // on SIGHUP
 //	srv.Shutdown(ctx, gs)                          // NOT_SERVING, GracefulStop, hard Stop at ctx's end
@@ -44,9 +46,10 @@
 //	        shadow_mode: false
 //	        failure_mode: local        # local | allow | deny; default: Options.FailureMode
 //	        on_missing: skip           # skip | deny
+//	        local_share: 2             # per-sidecar admissions while Redis is down; default ceil(requests / fleet size)
 //	        ban: {threshold: 5, window: 10s, duration: 5m}   # duration 0 disables
 //
-// shadow_mode, failure_mode, on_missing and ban are inherited by nested
+// shadow_mode, failure_mode, on_missing, local_share and ban are inherited by nested
 // descriptors unless they set their own. A descriptor with a value puts its
 // pattern, not the request's value, in the limit key; one without puts the
 // request's value: the example has one bucket per x-uid across every
@@ -62,15 +65,15 @@
 //
 // # Decisions
 //
-// A check's hits go to Options.Limiter in one call, all or nothing, within
-// Options.Timeout (no deadline is armed for a limiter that never waits: see
-// Options.Timeout). A window.Guard's local refusals come first, outside the
-// budget and the breaker. If it fails (error, timeout, or the circuit breaker is
-// open; see [BreakerOptions]) the failure modes decide: deny if any
-// enforcing hit's mode is deny; else the hits in mode local go to
-// Options.Fallback; else allow. Check never returns a gRPC error.
+// A check's hits go to Options.Limiter in one call, all or nothing. The
+// limiter is the whole stack: its deadline, circuit breaker and local cache
+// are the wiring's choice (package window), not the server's. If it fails
+// (an error, a timeout, window.ErrBreakerOpen) the failure modes decide,
+// each rule's resolved when the rules are loaded: deny if any enforcing
+// hit's mode is deny; else the hits in mode local go to Options.Fallback,
+// told the cause; else allow. Check never returns a gRPC error.
 //
-// Metrics (DESIGN.md): flashgate_checks_total{domain,rule,decision} counts
+// Metrics: flashgate_checks_total{domain,rule,decision} counts
 // each check once, under the binding rule ("" when none matched); decision
 // "error" means the backend failed and failure mode allow or deny answered
 // without a decision (a local fallback decision counts as allowed/denied).

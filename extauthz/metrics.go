@@ -20,7 +20,7 @@ const (
 // fallback; the other kinds are window.ErrKind's.
 const kindFallback = "fallback"
 
-// metrics are the Prometheus metrics of DESIGN.md. Labels never carry
+// metrics are the Prometheus metrics listed in the README. Labels never carry
 // request values: rule and domain come from the descriptors file.
 type metrics struct {
 	checks       *prometheus.CounterVec

@@ -167,7 +167,7 @@ func (s *Server) Config() *Config { return s.rules.Load().cfg }
 
 // Check implements authv3.AuthorizationServer. It never returns an error:
 // whatever the request holds and whatever the backend does, it answers OK
-// or 429 (DESIGN.md, Responses) within the budget of [Options].
+// or 429 (the limiter's own deadline bounds how long it waits).
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	start := s.now()
 	rs := s.rules.Load()
@@ -221,7 +221,7 @@ func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) *authv3.Ch
 func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error) *authv3.CheckResponse {
 	kind := window.Classify(err)
 	s.metrics.backendErr(kind).Inc()
-	if kind != window.KindBreakerOpen { // the breaker logs when it opens, not per check
+	if kind != window.KindBreakerOpen { // serve logs the breaker's opening, not each check it holds off
 		s.logSampled("backend failed; deciding by failure mode", "kind", kind.String(), "error", err)
 	}
 
@@ -498,7 +498,9 @@ type deniedMsg struct {
 	hdrs [5]*corev3.HeaderValueOption
 }
 
-// denied is the 429 of DESIGN.md for this rule.
+// denied is the rule's 429: retry-after (whole seconds, rounded up, ≥ 1),
+// x-ratelimit-limit, x-ratelimit-remaining: 0, x-ratelimit-reset,
+// content-type: application/json and {"error":"too_many_requests","rule":…,"retry_after_ms":…}.
 func (rr *ruleResp) denied(retryAfter time.Duration) *authv3.CheckResponse {
 	ms := max((retryAfter+time.Millisecond-1)/time.Millisecond, 1)
 	secs := max((retryAfter+time.Second-1)/time.Second, 1)

@@ -51,6 +51,10 @@ type BreakerOptions struct {
 	Cooldown time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnChange, if not nil, is told when the breaker opens (true, with the
+	// error that opened it) and closes (false, nil). It runs with the
+	// breaker's lock held: it must be quick and must not call the Breaker.
+	OnChange func(open bool, cause error)
 }
 
 // Breaker is a circuit breaker [Limiter] decorator. It is driven by the
@@ -80,6 +84,7 @@ type Breaker struct {
 	rate      float64
 	connFails int32
 	cooldown  time.Duration
+	onChange  func(open bool, cause error)
 
 	buckets   [breakerBuckets]breakerBucket
 	connRun   atomic.Int32 // consecutive connection errors
@@ -132,7 +137,7 @@ func NewBreaker(next Limiter, o BreakerOptions) (*Breaker, error) {
 	}
 	return &Breaker{
 		next: next, now: o.Now, bucketDur: int64(o.Window / breakerBuckets), minCalls: int64(o.MinCalls),
-		rate: o.FailureRate, connFails: int32(o.ConnFailures), cooldown: o.Cooldown,
+		rate: o.FailureRate, connFails: int32(o.ConnFailures), cooldown: o.Cooldown, onChange: o.OnChange,
 	}, nil
 }
 
@@ -198,6 +203,9 @@ func (b *Breaker) record(ctx context.Context, err error, probe uint64) {
 				b.open.Store(false)
 				b.probing = 0
 				b.resetLocked()
+				if b.onChange != nil {
+					b.onChange(false, nil)
+				}
 			}
 			b.mu.Unlock()
 		}
@@ -220,6 +228,9 @@ func (b *Breaker) record(ctx context.Context, err error, probe uint64) {
 	}
 	if !b.open.Load() {
 		b.opened.Add(1)
+		if b.onChange != nil {
+			b.onChange(true, err)
+		}
 	}
 	b.openUntil = b.now().Add(b.cooldown)
 	b.probing = 0

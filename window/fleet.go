@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -19,17 +20,15 @@ const (
 	DefaultFleetTTL = 3 * time.Second
 )
 
-// fleetLua announces a member until now + ttl and counts the members whose
-// announcement is still live one beat from now. The score of a member is
-// its expiry (Redis TIME, ms), so every member may have its own TTL.
-// Counting one beat ahead makes a member that stopped beating drop out of
-// the count within its TTL as the others read it (they read it once a
-// beat); a live member, whose announcement is renewed every beat, is still
-// counted if its beats run up to TTL - 2 beats late.
+// fleetLua announces a member until now + ttl, drops the expired ones and
+// returns Redis's time and the expiry of every live member (ms). The score
+// of a member is its expiry (Redis TIME), so every member may have its own
+// TTL; the caller counts the members still live when it is asked, so that
+// a member that stopped beating drops out of the count at its expiry, not
+// at the next beat.
 //
 // KEYS[1]: the fleet's sorted set. ARGV[1]: member. ARGV[2]: ttl in ms.
 // ARGV[3]: "1" to leave (remove the member) instead of announcing it.
-// ARGV[4]: one beat in ms (the lookahead).
 const fleetLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -41,7 +40,12 @@ else
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('PEXPIRE', KEYS[1], ttl)
-return redis.call('ZCOUNT', KEYS[1], '(' .. (now + tonumber(ARGV[4])), '+inf')
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+local out = { now }
+for i = 2, #live, 2 do
+  out[#out + 1] = tonumber(live[i])
+end
+return out
 `
 
 // FleetOptions configures a [Fleet].
@@ -73,7 +77,16 @@ type Fleet struct {
 	key, id string
 	ttl     time.Duration
 	timeout time.Duration
-	size    atomic.Int64 // last count; 0 before the first beat answered
+	now     func() time.Time
+	// last is the last beat that answered; nil before the first.
+	last atomic.Pointer[fleetView]
+}
+
+// fleetView is what one beat learnt: when it answered and the live
+// members' expiries, on the local clock (UnixNano), sorted.
+type fleetView struct {
+	at       int64
+	expiries []int64
 }
 
 // NewFleet returns a Fleet on client; it does not contact Redis (see
@@ -104,42 +117,71 @@ func NewFleet(client rediser, o FleetOptions) (*Fleet, error) {
 		}
 		o.ID = hex.EncodeToString(b[:])
 	}
-	return &Fleet{client: client, script: redis.NewScript(fleetLua), key: o.Key, id: o.ID, ttl: o.TTL, timeout: o.Timeout}, nil
+	return &Fleet{client: client, script: redis.NewScript(fleetLua), key: o.Key, id: o.ID, ttl: o.TTL,
+		timeout: o.Timeout, now: time.Now}, nil
 }
 
 // ID returns this member's id.
 func (f *Fleet) ID() string { return f.id }
 
-// Size returns the live fleet size last counted, at least 1 (this
-// sidecar), and whether a beat has ever answered.
+// Size returns the live fleet size, at least 1 (this sidecar), and
+// whether a beat has ever answered: the members whose announcement, as of
+// the last beat that answered, has not expired yet. A member that stops
+// beating leaves the count at its expiry (seen by the others' next beat).
+// When this sidecar's beats stop answering (Redis down) or run late, the
+// count freezes one beat after the last answer, while every member that was
+// beating is still counted: an outage never shrinks N.
 func (f *Fleet) Size() (n int, known bool) {
-	s := f.size.Load()
-	return max(int(s), 1), s > 0
+	v := f.last.Load()
+	if v == nil {
+		return 1, false
+	}
+	at := min(f.now().UnixNano(), v.at+int64(f.beat()))
+	i, _ := slices.BinarySearch(v.expiries, at+1) // the first expiry after at
+	return max(len(v.expiries)-i, 1), true
 }
 
 // Beat announces this member once and returns the live fleet size.
 func (f *Fleet) Beat(ctx context.Context) (int, error) {
-	return f.call(ctx, "0")
+	if err := f.call(ctx, "0"); err != nil {
+		return 0, err
+	}
+	n, _ := f.Size()
+	return n, nil
 }
 
 // Leave removes this member's announcement, so that the others' count
 // drops at once rather than after TTL.
 func (f *Fleet) Leave(ctx context.Context) error {
-	_, err := f.call(ctx, "1")
-	return err
+	return f.call(ctx, "1")
 }
 
-func (f *Fleet) call(ctx context.Context, leave string) (int, error) {
+func (f *Fleet) call(ctx context.Context, leave string) error {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	n, err := f.script.Run(ctx, f.client, []string{f.key}, f.id, f.ttl.Milliseconds(), leave, f.beat().Milliseconds()).Int64()
+	sent := f.now()
+	res, err := f.script.Run(ctx, f.client, []string{f.key}, f.id, f.ttl.Milliseconds(), leave).Int64Slice()
 	if err != nil {
-		return 0, fmt.Errorf("fleet heartbeat on %s: %w", f.key, err)
+		return fmt.Errorf("fleet heartbeat on %s: %w", f.key, err)
 	}
-	if leave != "1" {
-		f.size.Store(max(n, 1))
+	if len(res) == 0 {
+		return fmt.Errorf("fleet heartbeat on %s: an empty reply", f.key)
 	}
-	return int(n), nil
+	if leave == "1" {
+		return nil
+	}
+	// Redis's clock to ours: Redis read TIME about halfway through the
+	// round trip.
+	got := f.now()
+	mid := sent.UnixNano() + got.Sub(sent).Nanoseconds()/2
+	offset := mid - res[0]*int64(time.Millisecond)
+	exp := make([]int64, 0, len(res)-1)
+	for _, e := range res[1:] {
+		exp = append(exp, e*int64(time.Millisecond)+offset)
+	}
+	slices.Sort(exp)
+	f.last.Store(&fleetView{at: got.UnixNano(), expiries: exp})
+	return nil
 }
 
 // beat is the interval between heartbeats.

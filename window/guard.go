@@ -24,7 +24,7 @@ type GuardOptions struct {
 	// penalty box together; 0 means DefaultGuardBudget. Minimum 64 KiB.
 	Budget int64
 	// Ban is the penalty box for hits that carry none. The zero Ban
-	// disables it; use DefaultBan for DESIGN.md's default.
+	// disables it; use DefaultBan for serve's default.
 	Ban Ban
 }
 

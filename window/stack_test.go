@@ -475,3 +475,33 @@ func TestFallbackInFlight(t *testing.T) {
 		t.Fatalf("a window later: %+v; the refused denials were recorded", d)
 	}
 }
+
+// TestFleetOutageKeepsCount: when Redis stops answering, the count stays
+// what it was: the members that were beating are not counted out.
+func TestFleetOutageKeepsCount(t *testing.T) {
+	s, c := startRedis(t)
+	key := testKeys(t).Fleet("flashsale")
+	ctx := context.Background()
+	var fleets []*Fleet
+	for _, id := range []string{"a", "b", "c"} {
+		f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fleets = append(fleets, f)
+	}
+	if n, err := fleets[0].Beat(ctx); err != nil || n != 3 {
+		t.Fatalf("a's beat after all joined: %d, %v", n, err)
+	}
+	s.Stop()
+	time.Sleep(time.Second) // three TTLs without a beat answering
+	if _, err := fleets[0].Beat(ctx); err == nil {
+		t.Fatal("a beat answered with Redis stopped")
+	}
+	if n, known := fleets[0].Size(); n != 3 || !known {
+		t.Fatalf("size during the outage = %d (known %v), want the last count, 3", n, known)
+	}
+}

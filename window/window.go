@@ -57,7 +57,7 @@ type Ban struct {
 // Enabled reports whether b refuses anything.
 func (b Ban) Enabled() bool { return b.Duration > 0 && b.Threshold > 0 && b.Window > 0 }
 
-// DefaultBan is the penalty box of DESIGN.md: 5 denials in 10s → refused 5m.
+// DefaultBan is serve's default penalty box: 5 denials in 10s → refused 5m.
 var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.Minute}
 
 // Hit is one limit applied to one key for one request.

@@ -102,6 +102,14 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		b.breaker, err = window.NewBreaker(b.budget, window.BreakerOptions{
 			ConnFailures: c.breakerFailures, FailureRate: c.breakerRate, MinCalls: c.breakerMinCalls,
 			Cooldown: c.breakerCooldown,
+			OnChange: func(open bool, cause error) {
+				if open {
+					log.Warn("circuit breaker open: checks take their failure mode without calling Redis",
+						"cooldown", c.breakerCooldown, "cause", cause)
+				} else {
+					log.Info("circuit breaker closed: Redis decides again")
+				}
+			},
 		})
 		if err != nil {
 			b.close()

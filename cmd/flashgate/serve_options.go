@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// serveOptions are the flags of serve (DESIGN.md), each also settable as
+// serveOptions are the flags of serve (the README's table), each also settable as
 // FLASHGATE_<FLAG>.
 type serveOptions struct {
 	config   string
