@@ -14,8 +14,7 @@
 //	        Keys: keys, FailureMode: mode, Shadow: shadow,
 //	        Registerer: reg, Logger: log,
 //	})
-//	gs := grpc.NewServer(extauthz.GRPCServerOptions()...)
-//	srv.Register(gs)                               // Check + grpc.health.v1 + reflection
+//	gs := srv.NewGRPCServer()                      // GRPCServerOptions; Check + grpc.health.v1 + reflection
 //	http.Serve(httpLis, srv.HTTPHandler())         // /metrics /healthz /readyz
 //	srv.SetServing(true)                           // once the backend is warm (the caller's job)
 //	go srv.WatchFile(ctx, path, 0)                 // hot reload (ConfigMap symlink swaps too)

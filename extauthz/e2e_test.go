@@ -110,8 +110,7 @@ func TestEndToEnd(t *testing.T) {
 func serveBufconn(t *testing.T, srv *Server) (*grpc.Server, *grpc.ClientConn) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(GRPCServerOptions()...)
-	srv.Register(gs)
+	gs := srv.NewGRPCServer()
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient("passthrough:///bufnet",

@@ -9,6 +9,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
@@ -53,12 +54,38 @@ func GRPCServerOptions() []grpc.ServerOption {
 	}
 }
 
-// Register registers the Check service, grpc.health.v1 and gRPC reflection
-// on gs. Call it once, before gs.Serve.
-func (s *Server) Register(gs *grpc.Server) {
-	authv3.RegisterAuthorizationServer(gs, s)
-	healthpb.RegisterHealthServer(gs, s.health)
+// NewGRPCServer returns a gRPC server with GRPCServerOptions, and auth,
+// hs (grpc.health.v1) and gRPC reflection registered on it: the one way
+// flashgate's servers (serve, and the benchmarks' do-nothing server) are
+// set up, so that they are measured alike.
+func NewGRPCServer(auth authv3.AuthorizationServer, hs *health.Server) *grpc.Server {
+	gs := grpc.NewServer(GRPCServerOptions()...)
+	authv3.RegisterAuthorizationServer(gs, auth)
+	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
+	return gs
+}
+
+// NewGRPCServer returns a gRPC server serving s (see the package-level
+// NewGRPCServer), its health included.
+func (s *Server) NewGRPCServer() *grpc.Server { return NewGRPCServer(s, s.health) }
+
+// GracefulStop stops gs gracefully (in-flight calls finish); if ctx ends
+// first it stops gs hard and returns ctx's error.
+func GracefulStop(ctx context.Context, gs *grpc.Server) error {
+	done := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		gs.Stop()
+		<-done
+		return fmt.Errorf("graceful stop: %w", ctx.Err())
+	}
 }
 
 // SetServing sets gRPC health (for "" and HealthService) and /readyz. After
@@ -110,17 +137,5 @@ func (s *Server) Shutdown(ctx context.Context, gs *grpc.Server) error {
 	if gs == nil {
 		return nil
 	}
-	done := make(chan struct{})
-	go func() {
-		gs.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		gs.Stop()
-		<-done
-		return fmt.Errorf("graceful stop: %w", ctx.Err())
-	}
+	return GracefulStop(ctx, gs)
 }

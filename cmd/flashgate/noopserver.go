@@ -8,6 +8,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/flashgate/flashgate/extauthz"
 	"github.com/spf13/cobra"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/health"
@@ -43,7 +44,7 @@ func newNoopServerCmd(e env) *cobra.Command {
 func runNoopServer(ctx context.Context, lis net.Listener, log io.Writer) error {
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s := newGRPCServer(noopAuth{}, hs)
+	s := extauthz.NewGRPCServer(noopAuth{}, hs)
 	fmt.Fprintf(log, "noop-server: ext_authz answering OK to everything on %s\n", lis.Addr())
 	return serveGRPC(ctx, s, lis, 5*time.Second)
 }

@@ -110,8 +110,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
-	gs := grpc.NewServer(extauthz.GRPCServerOptions()...)
-	srv.Register(gs)
+	gs := srv.NewGRPCServer()
 	var httpLis net.Listener
 	var hs *http.Server
 	if o.httpAddr != "" {
