@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +21,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
+
+	"github.com/flashgate/flashgate/extauthz"
 )
 
 // req describes the HTTP request an Envoy ext_authz filter asks about.
@@ -102,12 +108,17 @@ func (v verdict) String() string {
 	return [...]string{"error", "allowed", "denied"}[v]
 }
 
-// answer is one Check call's outcome.
+// answer is one Check call's outcome. The server decided it somewhere
+// between Sent and Sent+Latency.
 type answer struct {
 	Resp    *authv3.CheckResponse
 	Err     error
+	Sent    time.Time // just before the call
 	Latency time.Duration
 }
+
+// Replied is when the answer was back: the decision was made before it.
+func (a answer) Replied() time.Time { return a.Sent.Add(a.Latency) }
 
 // Verdict classifies a.
 func (a answer) Verdict() verdict {
@@ -164,7 +175,7 @@ func (p *proc) CheckRaw(cr *authv3.CheckRequest) answer {
 	defer cancel()
 	start := time.Now()
 	resp, err := p.Auth.Check(ctx, cr)
-	return answer{Resp: resp, Err: err, Latency: time.Since(start)}
+	return answer{Resp: resp, Err: err, Sent: start, Latency: time.Since(start)}
 }
 
 // mustAllowed fails unless a admits, with x-ratelimit-limit wantLimit
@@ -316,4 +327,124 @@ func load(p *proc, workers int, stop <-chan struct{}, tl *tally, next func(w, i 
 		}()
 	}
 	return &wg
+}
+
+// exampleStretched writes the built-in example rules (per x-uid 5 and per
+// x-device-fp 10 on /api/coupon/, per client IP 100) with every window
+// stretched from 1s to w, and returns the file's path. A burst whose
+// requests each take long under load (huge headers, -race, a busy machine)
+// then still falls within one window, so "the 6th is denied" is a fact of
+// the rules, not a bet on the machine's speed.
+func exampleStretched(t testing.TB, w string) string {
+	t.Helper()
+	y := extauthz.ExampleYAML()
+	from := []byte("window: 1s}")
+	if n := bytes.Count(y, from); n == 0 || n != bytes.Count(y, []byte("window:")) {
+		t.Fatalf("the built-in example has %d windows of 1s among %d: update exampleStretched\n%s", n, bytes.Count(y, []byte("window:")), y)
+	}
+	path := filepath.Join(t.TempDir(), "flashsale-"+w+".yaml")
+	if err := os.WriteFile(path, bytes.ReplaceAll(y, from, []byte("window: "+w+"}")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// clockSlack covers the drift between the test's monotonic clock and the
+// wall clock that Redis stamps admissions with, over a test's seconds.
+const clockSlack = time.Millisecond
+
+// only returns the answers of as with verdict v.
+func only(as []answer, v verdict) []answer {
+	var out []answer
+	for _, a := range as {
+		if a.Verdict() == v {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// span returns the time from the earliest send to the latest reply of as.
+func span(as []answer) time.Duration {
+	if len(as) == 0 {
+		return 0
+	}
+	first, last := as[0].Sent, as[0].Replied()
+	for _, a := range as[1:] {
+		if a.Sent.Before(first) {
+			first = a.Sent
+		}
+		if a.Replied().After(last) {
+			last = a.Replied()
+		}
+	}
+	return last.Sub(first)
+}
+
+// provablyWithin returns the size of the largest subset of as that was
+// certainly decided within one window w, whatever the load on the machine:
+// the server decides an answer between its send and its reply, so answers
+// whose latest reply is less than w after their earliest send lie in one
+// window.
+func provablyWithin(as []answer, w time.Duration) int {
+	sorted := append([]answer(nil), as...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Sent.Before(sorted[j].Sent) })
+	best := 0
+	for i, first := range sorted {
+		end := first.Sent.Add(w - clockSlack)
+		n := 0
+		for _, a := range sorted[i:] {
+			if !a.Sent.Before(end) {
+				break
+			}
+			if a.Replied().Before(end) {
+				n++
+			}
+		}
+		best = max(best, n)
+	}
+	return best
+}
+
+// unjustified returns the denials of as that cannot have been right: a
+// denial needs limit admissions that may share its window (sent before its
+// reply, replied less than w before its send). as must hold every request
+// the key saw in those windows.
+func unjustified(as []answer, limit int, w time.Duration) []answer {
+	var out []answer
+	for _, d := range only(as, vDenied) {
+		n := 0
+		for _, a := range only(as, vAllowed) {
+			if a.Sent.Before(d.Replied().Add(clockSlack)) && a.Replied().After(d.Sent.Add(-w-clockSlack)) {
+				n++
+			}
+		}
+		if n < limit {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// checkLimit fails t unless as, every request one key saw since it was
+// last idle for a window, obey a limit of limit per w as far as their send
+// and reply instants prove, whatever the load on the machine: at most limit
+// admissions provably within one window, at least k−limit denials among k
+// answers provably within one window, and no denial without limit
+// admissions that may share its window, but for excused ones (denials the
+// failure mode made, which need none). When the whole burst fits in one
+// window this is exactly "limit admitted, the rest denied".
+func checkLimit(t testing.TB, what string, as []answer, limit int, w time.Duration, excused int) {
+	t.Helper()
+	decided := append(only(as, vAllowed), only(as, vDenied)...)
+	allowed, denied := len(only(as, vAllowed)), len(only(as, vDenied))
+	if n := provablyWithin(only(as, vAllowed), w); n > limit {
+		t.Errorf("%s: %d admissions within one window of %s, over the limit of %d (%d allowed, %d denied in %s)", what, n, w, limit, allowed, denied, span(as))
+	}
+	if k := provablyWithin(decided, w); denied < k-limit {
+		t.Errorf("%s: %d requests within one window of %s but only %d denied: at most %d may pass (%d allowed in %s)", what, k, w, denied, limit, allowed, span(as))
+	}
+	if bad := unjustified(decided, limit, w); len(bad) > excused {
+		t.Errorf("%s: %d denials with fewer than %d admissions in their window, %d of them excused by the failure mode (%d allowed in %s), first: %s", what, len(bad), limit, excused, allowed, span(as), bad[0])
+	}
 }

@@ -12,9 +12,14 @@ import (
 
 // TestExactAcrossSidecars: three sidecars share one Redis, 32 callers each
 // hammer one key limited to 20 per 500ms. The union of every timestamp the
-// key's sorted set held (polled every ~20ms, since entries age out) must
-// never put more than 20 entries in any 200ms span, and the limit must be
-// reached.
+// key's sorted set held (polled, since entries age out) must never put more
+// than 20 entries in any 500ms span, and the limit must be reached.
+//
+// The timestamps are Redis's, so these checks hold however slow the
+// machine. The poll is complete when no two successive ZRANGEs (from the
+// load's start to the last one) are a window or more apart, measured from
+// one's send to the next one's reply, the widest they can have run apart;
+// only then does "every admission is in Redis" apply.
 func TestExactAcrossSidecars(t *testing.T) {
 	const (
 		limit   = 20
@@ -38,34 +43,25 @@ func TestExactAcrossSidecars(t *testing.T) {
 	stop := make(chan struct{})
 	var tl tally
 	var wgs []*sync.WaitGroup
+	// Nothing is admitted before loadStart: it counts as a poll of the
+	// empty key.
+	loadStart := time.Now()
 	for _, p := range procs {
 		wgs = append(wgs, load(p, callers, stop, &tl, func(w, i int) req { return coupon("hot", "10.0.0.1") }, nil))
 	}
 
 	// Poll the key's sorted set and union member → score.
-	// The poller starts with the load, and every gap between polls counts:
-	// a gap as long as the window could miss entries.
 	seen := map[string]float64{}
 	var key string
-	var polls, maxGap int
-	var lastPoll time.Time
-	readSet := func() {
-		zs, err := rc.ZRangeWithScores(bg(), key, 0, -1).Result()
-		if err != nil && err != redis.Nil {
-			t.Fatalf("ZRANGE %s: %v", key, err)
-		}
-		for _, z := range zs {
-			seen[z.Member.(string)] = z.Score
-		}
-	}
-	deadline := time.Now().Add(run)
-	for time.Now().Before(deadline) {
-		if !lastPoll.IsZero() {
-			maxGap = max(maxGap, int(time.Since(lastPoll)/time.Millisecond))
-		}
-		lastPoll = time.Now()
+	var polls int
+	var maxGap time.Duration
+	lastSent := loadStart
+	// poll runs one SCAN (until the key is known) or ZRANGE; a poll that
+	// finds no key sees every entry there is.
+	poll := func() {
+		sent := time.Now()
 		if key == "" {
-			keys, err := scanKeys(bg(), rc, prefix+":*")
+			keys, err := scanKeys(bg(), rc, prefix+":{*") // limit keys, not the fleet's heartbeat
 			if err != nil {
 				t.Fatalf("SCAN: %v", err)
 			}
@@ -77,32 +73,40 @@ func TestExactAcrossSidecars(t *testing.T) {
 			}
 		}
 		if key != "" {
-			readSet()
+			zs, err := rc.ZRangeWithScores(bg(), key, 0, -1).Result()
+			if err != nil && err != redis.Nil {
+				t.Fatalf("ZRANGE %s: %v", key, err)
+			}
+			for _, z := range zs {
+				seen[z.Member.(string)] = z.Score
+			}
 			polls++
 		}
+		maxGap = max(maxGap, time.Since(lastSent))
+		lastSent = sent
+	}
+	deadline := loadStart.Add(run)
+	for time.Now().Before(deadline) {
+		poll()
 		time.Sleep(20 * time.Millisecond)
 	}
 	close(stop)
 	for _, wg := range wgs {
 		wg.Wait()
 	}
+	loadEnd := time.Now()
 	// A last poll for what was admitted while the callers stopped.
-	if key != "" {
-		readSet()
-		if !lastPoll.IsZero() {
-			maxGap = max(maxGap, int(time.Since(lastPoll)/time.Millisecond))
-		}
-	}
-	t.Logf("key %s; %s; %d polls, longest gap %dms; %d distinct entries seen", key, &tl, polls, maxGap, len(seen))
+	poll()
+	t.Logf("key %s; %s; %d polls, longest gap %s; %d distinct entries seen", key, &tl, polls, maxGap, len(seen))
 	if n := tl.errors.Load(); n > 0 {
 		t.Errorf("%d checks failed, first: %v", n, tl.Errs())
 	}
 	if key == "" {
 		t.Fatalf("no key under prefix %s appeared in Redis", prefix)
 	}
-	complete := maxGap < int(window/time.Millisecond)
+	complete := maxGap < window
 	if !complete {
-		t.Logf("warning: a poll gap of %dms ≥ the window may have missed entries", maxGap)
+		t.Logf("warning: a poll gap of %s ≥ the window may have missed entries", maxGap)
 	}
 
 	scores := make([]float64, 0, len(seen))
@@ -141,11 +145,10 @@ func TestExactAcrossSidecars(t *testing.T) {
 	if a := tl.allowed.Load(); complete && a > int64(len(seen)) {
 		t.Errorf("%d checks were admitted but Redis only ever held %d entries", a, len(seen))
 	}
-	if len(scores) > 0 {
-		span := time.Duration(scores[len(scores)-1]-scores[0]) * time.Microsecond
-		maxAdmits := int64(limit) * (int64(span/window) + 1)
-		if a := tl.allowed.Load(); a > maxAdmits {
-			t.Errorf("%d admissions over %s; at most %d fit", a, span, maxAdmits)
-		}
+	// However many entries the polls missed: every admission happened
+	// between loadStart and loadEnd, so at most limit per window of that.
+	maxAdmits := int64(limit) * (int64(loadEnd.Sub(loadStart)/window) + 1)
+	if a := tl.allowed.Load(); a > maxAdmits {
+		t.Errorf("%d admissions over %s; at most %d fit", a, loadEnd.Sub(loadStart), maxAdmits)
 	}
 }

@@ -62,7 +62,7 @@ func testBinaryServeSignals(t *testing.T, bin string) {
 	})
 
 	var addr string
-	waitFor(t, 10*time.Second, "serve to listen and serve", func() bool {
+	waitFor(t, eventually, "serve to listen and serve", func() bool {
 		a, ok := logField(logs.String(), "flashgate serving", "grpc_addr")
 		addr = a
 		return ok && strings.Contains(logs.String(), "rules loaded; serving")
@@ -76,7 +76,7 @@ func testBinaryServeSignals(t *testing.T, bin string) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the SIGHUP reload", func() bool {
+	waitFor(t, eventually, "the SIGHUP reload", func() bool {
 		return strings.Contains(logs.String(), "SIGHUP: rules reloaded")
 	})
 	if n := allowedOf(t, addr, "u2", 5); n != 1 {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/window/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -70,8 +71,8 @@ func startServe(t *testing.T, args ...string) *runningServe {
 			cancel()
 			select {
 			case stopErr = <-done:
-			case <-time.After(10 * time.Second):
-				stopErr = fmt.Errorf("serve did not stop within 10s")
+			case <-time.After(eventually):
+				stopErr = fmt.Errorf("serve did not stop within %s", eventually)
 			}
 		})
 		return stopErr
@@ -82,11 +83,16 @@ func startServe(t *testing.T, args ...string) *runningServe {
 		return &runningServe{serveInfo: info, logs: logs, stop: stop}
 	case err := <-done:
 		t.Fatalf("serve exited: %v\n%s", err, logs)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("serve did not start\n%s", logs)
+	case <-time.After(eventually):
+		t.Fatalf("serve did not start within %s\n%s", eventually, logs)
 	}
 	return nil
 }
+
+// eventually bounds the wait for what must come to pass (SERVING, a
+// reload, a log line) but has no deadline of its own: far beyond what it
+// takes, so that a busy machine under -race is not taken for a hang.
+const eventually = 30 * time.Second
 
 // waitFor polls cond every 20ms until it holds or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -139,7 +145,29 @@ func checkLines(t *testing.T, addr, uid string, n int) []string {
 	return strings.Split(strings.TrimSpace(out), "\n")
 }
 
-// assertSixthDenied sends 6 checks of one uid: 5 pass, the 6th is a 429.
+// exampleStretched writes the built-in example rules with every window
+// stretched from 1s to a minute and returns the file. Six checks one after
+// the other always fit in a minute; in the example's second they need not,
+// under -race on a busy machine.
+func exampleStretched(t *testing.T) string {
+	t.Helper()
+	from, to := []byte("window: 1s}"), []byte("window: 1m}")
+	y := extauthz.ExampleYAML()
+	if n := bytes.Count(y, from); n == 0 || n != bytes.Count(y, []byte("window:")) {
+		t.Fatalf("the built-in example has %d windows of 1s among %d: update exampleStretched", n, bytes.Count(y, []byte("window:")))
+	}
+	file := filepath.Join(t.TempDir(), "flashsale.yaml")
+	if err := os.WriteFile(file, bytes.ReplaceAll(y, from, to), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+var retryAfter = regexp.MustCompile(`retry-after: (\d+)`)
+
+// assertSixthDenied sends 6 checks of one uid on the example rules, their
+// windows stretched to a minute (exampleStretched): 5 pass, the 6th is a 429
+// of coupon_per_uid with retry-after in whole seconds, 1 to 60.
 func assertSixthDenied(t *testing.T, addr, uid string) {
 	t.Helper()
 	lines := checkLines(t, addr, uid, 6)
@@ -148,14 +176,29 @@ func assertSixthDenied(t *testing.T, addr, uid string) {
 			t.Errorf("request %d: %q, want allowed", i+1, l)
 		}
 	}
-	if l := lines[5]; !strings.Contains(l, " denied 429 ") || !strings.Contains(l, "retry-after: 1") || !strings.Contains(l, "coupon_per_uid") {
+	l := lines[5]
+	if !strings.Contains(l, " denied 429 ") || !strings.Contains(l, "coupon_per_uid") {
 		t.Errorf("request 6: %q, want a 429 of coupon_per_uid", l)
+	} else if m := retryAfter.FindStringSubmatch(l); m == nil {
+		t.Errorf("request 6: %q, want a retry-after", l)
+	} else if n, _ := strconv.Atoi(m[1]); n < 1 || n > 60 {
+		t.Errorf("request 6: retry-after %d, want 1 to 60 (seconds of a one-minute window)", n)
 	}
 }
 
 func TestServeMemory(t *testing.T) {
-	s := startServe(t)
-	waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
+	// Without --config the built-in example is in force, and said so.
+	def := startServe(t)
+	waitFor(t, eventually, "SERVING", func() bool { return def.server.Serving() })
+	if err := def.stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if !strings.Contains(def.logs.String(), "built-in example") {
+		t.Errorf("logs without --config lack %q:\n%s", "built-in example", def.logs)
+	}
+
+	s := startServe(t, "--config", exampleStretched(t))
+	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
 	if st := grpcHealth(t, s.grpcAddr); st != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("gRPC health = %s", st)
 	}
@@ -191,7 +234,7 @@ func TestServeMemory(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 	logs := s.logs.String()
-	for _, want := range []string{"built-in example", "flashgate serving", "shutting down", "stopped"} {
+	for _, want := range []string{"flashgate serving", "shutting down", "stopped"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q:\n%s", want, logs)
 		}
@@ -205,12 +248,12 @@ func TestServeReloadsChangedFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, file, 3)
 	s := startServe(t, "--config", file, "--pprof")
-	waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
+	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
 	if n := allowedOf(t, s.grpcAddr, "u1", 5); n != 3 {
 		t.Fatalf("allowed %d of 5, want 3", n)
 	}
 	writeRules(t, file, 1)
-	waitFor(t, 5*time.Second, "the new rule", func() bool { return s.server.Config().Rules[0].Limit.Requests == 1 })
+	waitFor(t, eventually, "the new rule", func() bool { return s.server.Config().Rules[0].Limit.Requests == 1 })
 	if n := allowedOf(t, s.grpcAddr, "u2", 5); n != 1 {
 		t.Fatalf("after the change: allowed %d of 5, want 1", n)
 	}
@@ -218,7 +261,7 @@ func TestServeReloadsChangedFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("domain: shop\ndescriptors: [\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the reload error", func() bool { return strings.Contains(s.logs.String(), "reload failed") })
+	waitFor(t, eventually, "the reload error", func() bool { return strings.Contains(s.logs.String(), "reload failed") })
 	if n := allowedOf(t, s.grpcAddr, "u3", 5); n != 1 || !s.server.Serving() {
 		t.Fatalf("after a bad file: allowed %d of 5 (want 1), serving %v", n, s.server.Serving())
 	}
@@ -297,8 +340,8 @@ func TestServeRedis(t *testing.T) {
 	// A generous budget: these tests check decisions, not latency, on a
 	// machine other tests load too; a timeout would fall back to the local
 	// failure mode and miss Redis's count.
-	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "t1", "--redis-timeout", "1s")
-	waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "t1", "--redis-timeout", "1s", "--config", exampleStretched(t))
+	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
 	assertSixthDenied(t, s.grpcAddr, "alice")
 }
 
@@ -313,9 +356,10 @@ func TestServeRedisAutoPipeline(t *testing.T) {
 		{nil, true},
 		{[]string{"--redis-autopipeline=false"}, false},
 	} {
-		args := append([]string{"--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", fmt.Sprintf("t2-%d", i), "--redis-timeout", "1s"}, tc.args...)
+		args := append([]string{"--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", fmt.Sprintf("t2-%d", i), "--redis-timeout", "1s",
+			"--config", exampleStretched(t)}, tc.args...)
 		s := startServe(t, args...)
-		waitFor(t, 5*time.Second, "SERVING", func() bool { return s.server.Serving() })
+		waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
 		assertSixthDenied(t, s.grpcAddr, "alice")
 		if got := strings.Contains(s.logs.String(), "auto-pipelined"); got != tc.want {
 			t.Errorf("%v: the start-up log says auto-pipelined: %t, want %t:\n%s", tc.args, got, tc.want, s.logs.String())
@@ -326,9 +370,9 @@ func TestServeRedisAutoPipeline(t *testing.T) {
 func TestServeWaitsForRedis(t *testing.T) {
 	r := redistest.Start(t)
 	r.Kill()
-	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--redis-timeout", "1s")
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--redis-timeout", "1s", "--config", exampleStretched(t))
 	// Not serving, and saying why, again and again.
-	waitFor(t, 5*time.Second, "two failed PINGs", func() bool {
+	waitFor(t, eventually, "two failed PINGs", func() bool {
 		return strings.Count(s.logs.String(), "redis is not ready") >= 2
 	})
 	if s.server.Serving() {
@@ -341,7 +385,7 @@ func TestServeWaitsForRedis(t *testing.T) {
 		t.Errorf("/readyz = %d, want 503", code)
 	}
 	r.Restart()
-	waitFor(t, 10*time.Second, "SERVING after Redis is back", func() bool { return s.server.Serving() })
+	waitFor(t, eventually, "SERVING after Redis is back", func() bool { return s.server.Serving() })
 	assertSixthDenied(t, s.grpcAddr, "carol")
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
@@ -352,7 +396,7 @@ func TestServeStopsWhileWaitingForRedis(t *testing.T) {
 	r := redistest.Start(t)
 	r.Kill()
 	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr())
-	waitFor(t, 5*time.Second, "a failed PING", func() bool {
+	waitFor(t, eventually, "a failed PING", func() bool {
 		return strings.Contains(s.logs.String(), "redis is not ready")
 	})
 	start := time.Now()
@@ -366,8 +410,9 @@ func TestServeStopsWhileWaitingForRedis(t *testing.T) {
 
 func TestServeRedisCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	s := startServe(t, "--backend", "redis", "--redis-mode", "cluster", "--redis-addr", strings.Join(c.Addrs(), ","), "--redis-timeout", "1s")
-	waitFor(t, 10*time.Second, "SERVING", func() bool { return s.server.Serving() })
+	s := startServe(t, "--backend", "redis", "--redis-mode", "cluster", "--redis-addr", strings.Join(c.Addrs(), ","), "--redis-timeout", "1s",
+		"--config", exampleStretched(t))
+	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
 	assertSixthDenied(t, s.grpcAddr, "dave")
 	if !strings.Contains(s.logs.String(), "(cluster)") {
 		t.Errorf("logs do not name the cluster mode:\n%s", s.logs)
