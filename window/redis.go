@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -121,6 +122,39 @@ type Redis struct {
 
 	idPrefix [8]byte       // random, drawn once: the default member ids' prefix
 	idNext   atomic.Uint64 // the default member ids' counter
+
+	// loadMu serialises script reloads after NOSCRIPT; loads counts them.
+	loadMu sync.Mutex
+	loads  atomic.Uint64
+}
+
+// reload loads the script after a NOSCRIPT (Redis restarted, failed over, or
+// SCRIPT FLUSH): once for all the callers that met it together, not once per
+// check. seen is r.loads as the caller read it before its EVALSHA: if a load
+// completed since, the caller just tries again.
+func (r *Redis) reload(ctx context.Context, seen uint64) error {
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+	if r.loads.Load() != seen {
+		return nil
+	}
+	if err := r.client.ScriptLoad(ctx, slidingLua).Err(); err != nil {
+		return fmt.Errorf("script load after NOSCRIPT: %w", err)
+	}
+	r.loads.Add(1)
+	return nil
+}
+
+// evalSha runs the script by its hash, reloading it once on NOSCRIPT.
+func (r *Redis) evalSha(ctx context.Context, keys []string, args []any) ([]any, error) {
+	seen := r.loads.Load()
+	res, err := r.client.EvalSha(ctx, r.script.Hash(), keys, args...).Slice()
+	if isNoScript(err) {
+		if err = r.reload(ctx, seen); err == nil {
+			res, err = r.client.EvalSha(ctx, r.script.Hash(), keys, args...).Slice()
+		}
+	}
+	return res, err
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -284,7 +318,7 @@ func (r *Redis) decideOnce(ctx context.Context, hits []Hit, member, now string, 
 	if r.pipe != nil {
 		res, err = r.pipe.run(ctx, keys, args)
 	} else {
-		res, err = r.script.Run(ctx, r.client, keys, args...).Slice()
+		res, err = r.evalSha(ctx, keys, args)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("redis decide: %w", err)
@@ -295,6 +329,7 @@ func (r *Redis) decideOnce(ctx context.Context, hits []Hit, member, now string, 
 // decidePerKey runs the script once per key, pipelined, and undoes partial
 // admissions.
 func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string, st []hitState) (int64, error) {
+	seen := r.loads.Load()
 	cmds := make([]*redis.Cmd, len(hits))
 	argv := make([][]any, len(hits))
 	pipe := r.client.Pipeline()
@@ -305,14 +340,18 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 
-	// Keys whose node had no script cached: again with EVAL (which caches it).
+	// Keys whose node had no script cached: load it (on every master, once
+	// for the callers that met NOSCRIPT together), then EVALSHA again.
 	var retry redis.Pipeliner
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
 			if retry == nil {
+				if err := r.reload(ctx, seen); err != nil {
+					break // the NOSCRIPT errors stand
+				}
 				retry = r.client.Pipeline()
 			}
-			cmds[i] = r.script.Eval(ctx, retry, []string{hits[i].Key}, argv[i]...)
+			cmds[i] = retry.EvalSha(ctx, hash, []string{hits[i].Key}, argv[i]...)
 		}
 	}
 	if retry != nil {

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // scripted is a Limiter whose outcomes the test sets: each call advances
@@ -503,5 +506,39 @@ func TestFleetOutageKeepsCount(t *testing.T) {
 	}
 	if n, known := fleets[0].Size(); n != 3 || !known {
 		t.Fatalf("size during the outage = %d (known %v), want the last count, 3", n, known)
+	}
+}
+
+// TestRedisNoScriptReloadsOnce: after Redis lost its scripts (a restart, a
+// failover, SCRIPT FLUSH), a burst of checks that all meet NOSCRIPT loads
+// the script once, not once per check, and never sends its body with EVAL.
+func TestRedisNoScriptReloadsOnce(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{})
+	if err := r.Warm(context.Background(), 4); err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer admin.Close()
+	if err := admin.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := commandCalls(t, admin)
+	k := testKeys(t)
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() {
+			if _, err := r.Decide(context.Background(), []Hit{hit(k.Key("u", fmt.Sprint(i)), 5, time.Second)}); err != nil {
+				t.Errorf("decision %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	after := commandCalls(t, admin)
+	if n := after["script|load"] - before["script|load"]; n != 1 {
+		t.Errorf("32 checks after SCRIPT FLUSH sent SCRIPT LOAD %d times, want once", n)
+	}
+	if n := after["eval"] - before["eval"]; n != 0 {
+		t.Errorf("32 checks after SCRIPT FLUSH sent the script's body with EVAL %d times, want none", n)
 	}
 }
