@@ -118,20 +118,25 @@ func TestRedisCluster(t *testing.T) {
 		}, nil)
 		time.Sleep(500 * time.Millisecond)
 
-		// Find the busy IP's key, its slot and its master.
+		// Find the busy IP's key, its slot and its master: waiting for it,
+		// since on a busy machine the first paced checks may still be on
+		// their way (or answered by the failure mode, which writes none).
 		var key string
 		src := -1
-		for i, n := range nodes {
-			keys, _ := scanKeys(bg(), n, prefix+":*:per_ip:"+busyIP)
-			if len(keys) == 1 {
-				key, src = keys[0], i
+		waitFor(10*time.Second, func() bool {
+			for i, n := range nodes {
+				keys, _ := scanKeys(bg(), n, prefix+":*:per_ip:"+busyIP)
+				if len(keys) == 1 {
+					key, src = keys[0], i
+				}
 			}
-		}
+			return key != ""
+		})
 		if key == "" {
 			close(stop)
 			wg.Wait()
 			wgLoad.Wait()
-			t.Fatalf("no key for the busy IP on any master")
+			t.Fatalf("no key for the busy IP on any master within 10s of load")
 		}
 		dst := (src + 1) % len(nodes)
 		slot, err := nodes[src].ClusterKeySlot(bg(), key).Result()
