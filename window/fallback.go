@@ -133,16 +133,30 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // Observe seeds the Fallback with a decision the shared backend made on
 // hits: the binding hit's count, live until one window from now. Local
 // answers (d.Source other than SourceBackend) teach nothing and are
-// ignored.
+// ignored, and so is a count too low to lower the allowance below the share
+// (unless the key holds a seed already, which it then updates).
 func (f *Fallback) Observe(hits []Hit, d Decision) {
 	if d.Source != SourceBackend || d.Index < 0 || d.Index >= len(hits) {
 		return
 	}
 	h := &hits[d.Index]
 	now := f.now().UnixNano()
+	n := max(f.size(), 1)
+	share := h.LocalShare
+	if share <= 0 {
+		share = ceilDiv(h.Limit.Requests, n)
+	}
+	// A count that leaves the allowance at the share teaches nothing new:
+	// it is recorded only over a seed the key already has (most keys of a
+	// uniform load are never stored).
+	informative := ceilDiv(max(h.Limit.Requests-d.Count, 0), n) < share
 	sh := &f.mem.shards[shardOf(h.Key)]
 	sh.mu.Lock()
 	l := sh.logs[h.Key]
+	if l == nil && !informative {
+		sh.mu.Unlock()
+		return
+	}
 	if l == nil {
 		l = f.mem.insertLocked(sh, h.Key, now, hits[d.Index:d.Index+1])
 		l.window = int64(h.Limit.Window)

@@ -288,6 +288,12 @@ func TestFallbackSeed(t *testing.T) {
 	f.Observe([]Hit{part}, Decision{Allowed: true, Index: 0, Count: 2, Source: SourceBackend})
 	// A local answer teaches nothing.
 	f.Observe([]Hit{part}, Decision{Allowed: false, Index: 0, Count: 5, Source: SourceLocalFull})
+	// Nor does a count that leaves the share as it is (ceil(4/3) = 2): not stored.
+	keys := f.Len()
+	f.Observe([]Hit{hit("quiet", 5, time.Second)}, Decision{Allowed: true, Index: 0, Count: 1, Source: SourceBackend})
+	if f.Len() != keys {
+		t.Fatalf("a count of 1 of 5 in a fleet of 3 was stored: %d keys, want %d", f.Len(), keys)
+	}
 
 	d := mustDecide(t, f, full)
 	if d.Allowed || d.RetryAfter != time.Second {
