@@ -198,7 +198,7 @@ func mustAllowed(t testing.TB, a answer, wantLimit int, what string) {
 	}
 }
 
-// mustDenied fails unless a is a denial as DESIGN.md spells it:
+// mustDenied fails unless a is a denial as the README spells it:
 // RESOURCE_EXHAUSTED, HTTP 429, retry-after ≥ 1 whole seconds,
 // x-ratelimit-limit (wantLimit unless 0), x-ratelimit-remaining 0,
 // x-ratelimit-reset, content-type application/json and the JSON body.
@@ -213,7 +213,7 @@ func mustDenied(t testing.TB, a answer, wantLimit int, what string) {
 	}
 }
 
-// checkDeniedShape checks a denial's HTTP response against DESIGN.md.
+// checkDeniedShape checks a denial's HTTP response against the README's contract.
 func checkDeniedShape(a answer, wantLimit int) error {
 	d := a.Resp.GetDeniedResponse()
 	if d == nil {

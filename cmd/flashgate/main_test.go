@@ -72,7 +72,7 @@ func startNoop(t *testing.T) string {
 }
 
 // limitAuth admits the first limit requests of each x-uid and denies the
-// rest with a 429 built as DESIGN.md describes. It records what it saw.
+// rest with a 429 built as the README describes. It records what it saw.
 type limitAuth struct {
 	authv3.UnimplementedAuthorizationServer
 	limit int
