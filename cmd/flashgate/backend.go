@@ -20,7 +20,7 @@ import (
 //	        local decided by the Fallback, N from the Fleet heartbeat
 type backend struct {
 	limiter  window.Limiter   // the whole stack
-	fallback *window.Fallback // failure mode local's limiter; nil for memory
+	fallback *window.Fallback // failure mode local's limiter
 	memory   *window.Memory   // the memory backend; nil for redis
 	redis    *window.Redis
 	breaker  *window.Breaker // nil when disabled or for memory
@@ -31,6 +31,9 @@ type backend struct {
 	describe  string
 	close     func()
 }
+
+// fleetTimeout bounds one heartbeat (its own connection).
+const fleetTimeout = time.Second
 
 // newBackend builds the stack of the flags; domain names the fleet.
 func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logger) (*backend, error) {
@@ -44,6 +47,11 @@ func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logge
 		}
 		store, b.memory, b.describe = mem, mem, "memory"
 		b.fleetSize = func() int { return 1 }
+		// Memory fails only on an invalid hit, which loaded rules never
+		// make; a fallback of one process keeps "local" meaning local.
+		if b.fallback, err = window.NewFallback(window.FallbackOptions{MaxKeys: c.memoryMaxKeys}); err != nil {
+			return nil, fmt.Errorf("local failure-mode limiter: %w", err)
+		}
 	case "redis":
 		var err error
 		if store, err = b.redisStack(c, keys, domain, log); err != nil {
@@ -121,7 +129,25 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		n := c.fleetSize
 		b.fleetSize = func() int { return n }
 	} else {
-		if b.fleet, err = window.NewFleet(client, window.FleetOptions{Key: keys.Fleet(domain), TTL: c.fleetTTL}); err != nil {
+		// The heartbeat has a connection of its own, with a timeout of its
+		// own: the checks' client cuts every call at the checks' budget
+		// (tens of ms), and a beat that a busy moment delays must not be
+		// lost for that.
+		hbClient, err := window.NewClient(window.ClientConfig{
+			Addrs: c.redisAddrs, Mode: c.redisMode, MasterName: c.redisMasterName,
+			Username: c.redisUsername, Password: c.redisPassword, DB: c.redisDB, TLS: c.redisTLS,
+			PoolSize: 1, MinIdleConns: -1, Timeout: fleetTimeout,
+		})
+		if err != nil {
+			b.close()
+			return nil, fmt.Errorf("fleet heartbeat: %w", err)
+		}
+		closeChecks := b.close
+		b.close = func() {
+			closeChecks()
+			hbClient.Close()
+		}
+		if b.fleet, err = window.NewFleet(hbClient, window.FleetOptions{Key: keys.Fleet(domain), TTL: c.fleetTTL, Timeout: fleetTimeout}); err != nil {
 			b.close()
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
