@@ -41,6 +41,26 @@ func (m *Mapping) Reset() {
 //
 // Map is safe for concurrent use on one Config with distinct Mappings.
 func (c *Config) Map(req *authv3.CheckRequest, keys window.Keys, m *Mapping) {
+	c.mapWith(req, keys, nil, false, m)
+}
+
+// constKeys returns, by rule index, the limit key of every rule whose key
+// has no part from the request (nvar 0), built with keys; "" for the others.
+// A caller that maps many requests builds it once per Config (see mapWith).
+func (c *Config) constKeys(keys window.Keys) []string {
+	out := make([]string, len(c.Rules))
+	for i, r := range c.Rules {
+		if r.nvar == 0 {
+			out[i] = keys.Key(r.Name, r.constKey)
+		}
+	}
+	return out
+}
+
+// mapWith is Map with the constant keys prebuilt (constKeys from
+// c.constKeys(keys), or nil to build them per request), and every hit a
+// shadow hit when shadowAll (the server's --shadow).
+func (c *Config) mapWith(req *authv3.CheckRequest, keys window.Keys, constKeys []string, shadowAll bool, m *Mapping) {
 	m.Reset()
 	if c == nil {
 		return
@@ -80,6 +100,8 @@ func (c *Config) Map(req *authv3.CheckRequest, keys window.Keys, m *Mapping) {
 		}
 		var key string
 		switch {
+		case r.nvar == 0 && constKeys != nil:
+			key = constKeys[r.idx]
 		case r.nvar == 0:
 			key = keys.Key(r.Name, r.constKey)
 		case np == 1:
@@ -90,7 +112,7 @@ func (c *Config) Map(req *authv3.CheckRequest, keys window.Keys, m *Mapping) {
 			key = keys.KeyBytes(r.Name, appendJoined(buf[:0], parts[:np]))
 		}
 		m.Hits = append(m.Hits, window.Hit{
-			Key: key, Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow, Ban: r.Ban,
+			Key: key, Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow || shadowAll, Ban: r.Ban,
 			LocalShare: r.LocalShare,
 		})
 		m.Rules = append(m.Rules, r)

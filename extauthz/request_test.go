@@ -102,3 +102,37 @@ func TestMappingLocalShare(t *testing.T) {
 		}
 	}
 }
+
+// TestMappingConstKeys: the server's prebuilt constant keys give the same
+// hits as keys built per request.
+func TestMappingConstKeys(t *testing.T) {
+	cfg := parse(t, `
+domain: d
+sources:
+  path: {request_path: {}}
+  uid: {request_headers: {header_name: x-uid}}
+descriptors:
+  - key: path
+    value: /api/coupon/*
+    rate_limit: {requests: 1000, window: 1s}
+    descriptors:
+      - key: uid
+        rate_limit: {requests: 5, window: 1s}
+`)
+	keys, err := window.NewKeys("ck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req{path: "/api/coupon/claim", headers: uid("u1")}.proto()
+	var per, pre Mapping
+	cfg.Map(r, keys, &per)
+	cfg.mapWith(r, keys, cfg.constKeys(keys), false, &pre)
+	if len(per.Hits) != 2 || len(pre.Hits) != 2 {
+		t.Fatalf("hits: %d and %d, want 2 each", len(per.Hits), len(pre.Hits))
+	}
+	for i := range per.Hits {
+		if per.Hits[i] != pre.Hits[i] {
+			t.Errorf("hit %d: %+v per request, %+v prebuilt", i, per.Hits[i], pre.Hits[i])
+		}
+	}
+}

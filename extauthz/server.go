@@ -172,12 +172,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	start := s.now()
 	rs := s.rules.Load()
 	m := s.pool.Get().(*Mapping)
-	rs.cfg.Map(req, s.opts.Keys, m)
-	if s.opts.Shadow {
-		for i := range m.Hits {
-			m.Hits[i].Shadow = true
-		}
-	}
+	rs.cfg.mapWith(req, s.opts.Keys, rs.constKeys, s.opts.Shadow, m)
 	resp := s.decide(ctx, rs, m)
 	m.Reset()
 	s.pool.Put(m)
@@ -385,11 +380,14 @@ const maxCachedRemaining = 1024
 // shared by concurrent checks (protobuf messages are safe to marshal
 // concurrently).
 type ruleSet struct {
-	k       *respConsts
-	cfg     *Config
-	rules   []ruleResp // by Rule.idx
-	none    ruleCounters
-	okPlain *authv3.CheckResponse
+	k     *respConsts
+	cfg   *Config
+	rules []ruleResp // by Rule.idx
+	// constKeys are the limit keys of rules with no request part, by
+	// Rule.idx, built once here rather than per check.
+	constKeys []string
+	none      ruleCounters
+	okPlain   *authv3.CheckResponse
 }
 
 type ruleResp struct {
@@ -406,9 +404,10 @@ type ruleResp struct {
 
 func (s *Server) newRuleSet(cfg *Config) *ruleSet {
 	rs := &ruleSet{
-		k:    s.resp,
-		cfg:  cfg,
-		none: s.metrics.forRule(cfg.Domain, ""),
+		k:         s.resp,
+		cfg:       cfg,
+		constKeys: cfg.constKeys(s.opts.Keys),
+		none:      s.metrics.forRule(cfg.Domain, ""),
 		okPlain: &authv3.CheckResponse{
 			Status:       s.resp.statusOK,
 			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}},
