@@ -1,6 +1,7 @@
 package window
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -61,6 +62,8 @@ type ClientConfig struct {
 	// (MaxActiveConns), and pipelines (Cluster mode) share that pool instead
 	// of a dedicated one. 0 means go-redis's default of 10 per CPU.
 	PoolSize int
+	// Name is the connection name (CLIENT SETNAME); empty means ClientName.
+	Name string
 	// MinIdleConns is how many connections per node the client keeps open
 	// while idle (re-dialled in the background after a reconnect), so that
 	// a burst after a quiet spell does not wait on dials. 0 means
@@ -173,7 +176,7 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 		DisableIdentity:       true, // no CLIENT SETINFO round trips (Redis < 7.2 rejects it)
 		// CLIENT SETNAME on connect (once per connection): operators and
 		// tests tell flashgate's connections apart in CLIENT LIST.
-		ClientName: ClientName,
+		ClientName: cmp.Or(cfg.Name, ClientName),
 		// RESP2: the script's reply reads the same, and go-redis skips the
 		// RESP3 push-notification checks around every command (~15% of a
 		// decision's client CPU).

@@ -136,7 +136,7 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		hbClient, err := window.NewClient(window.ClientConfig{
 			Addrs: c.redisAddrs, Mode: c.redisMode, MasterName: c.redisMasterName,
 			Username: c.redisUsername, Password: c.redisPassword, DB: c.redisDB, TLS: c.redisTLS,
-			PoolSize: 1, MinIdleConns: -1, Timeout: fleetTimeout,
+			PoolSize: 1, MinIdleConns: -1, Timeout: fleetTimeout, Name: window.ClientName + "-fleet",
 		})
 		if err != nil {
 			b.close()
