@@ -40,6 +40,9 @@ type benchOptions struct {
 	json        bool
 	quiet       bool
 	cpuProfile  string
+	shape       string
+	serverPID   int
+	redisAddr   string
 }
 
 // prebuildMax is the largest --users for which every user's CheckRequest is
@@ -88,10 +91,19 @@ object with --json.`,
 	f.BoolVar(&o.json, "json", false, "print the result as one JSON object")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress display")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file")
+	f.StringVar(&o.shape, "shape", "minimal", "requests: minimal (the rule headers and a user agent) or envoy (what Envoy really sends: pseudo-headers, x-request-id, x-forwarded-*, a 1 KB cookie, ~20 headers, context_extensions)")
+	f.IntVar(&o.serverPID, "server-pid", 0, "PID of the server under test: report its CPU time per check (Linux /proc)")
+	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis: report Redis's CPU time and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
 	return cmd
 }
 
 func (o benchOptions) validate() error {
+	if o.shape != "minimal" && o.shape != "envoy" {
+		return fmt.Errorf("--shape %q: want minimal or envoy", o.shape)
+	}
+	if o.serverPID < 0 {
+		return fmt.Errorf("--server-pid %d: must not be negative", o.serverPID)
+	}
 	switch {
 	case o.duration <= 0:
 		return fmt.Errorf("--duration %s: must be positive", o.duration)
@@ -135,6 +147,16 @@ type benchResult struct {
 	// ClientCPUS is the CPU time (user + system) bench itself used during
 	// the run: on a machine it shares with the server, what the load cost.
 	ClientCPUS float64 `json:"client_cpu_s,omitempty"`
+	// Shape is the request shape (--shape).
+	Shape string `json:"shape"`
+	// The server's and Redis's CPU time over the run, and Redis's script
+	// calls, with --server-pid and --redis-addr; per check below.
+	ServerCPUS          float64 `json:"server_cpu_s,omitempty"`
+	ServerCPUPerCheck   float64 `json:"server_cpu_us_per_check,omitempty"`
+	RedisCPUS           float64 `json:"redis_cpu_s,omitempty"`
+	RedisCPUPerCheck    float64 `json:"redis_cpu_us_per_check,omitempty"`
+	ScriptCalls         int64   `json:"redis_script_calls,omitempty"`
+	ScriptCallsPerCheck float64 `json:"redis_script_calls_per_check,omitempty"`
 }
 
 type benchLatency struct {
@@ -174,11 +196,15 @@ func newUserRequests(o benchOptions) (*userRequests, error) {
 		}
 		u.fixed = ip
 	}
-	u.tmpl = buildCheckRequest(requestSpec{
+	spec := requestSpec{
 		method: strings.ToUpper(o.method), path: o.path, host: "localhost", scheme: "http",
 		headers: map[string]string{"x-uid": "", "x-device-fp": "", "user-agent": "flashgate-bench"},
 		ip:      netip.IPv4Unspecified(),
-	})
+	}
+	if o.shape == "envoy" {
+		spec = envoyShaped(spec)
+	}
+	u.tmpl = buildCheckRequest(spec)
 	return u, nil
 }
 
@@ -199,6 +225,10 @@ func (u *userRequests) encode(i int) ([]byte, error) {
 		ip = netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
 	}
 	u.tmpl.Attributes.Source.Address.GetSocketAddress().Address = ip.String()
+	if _, ok := h["x-forwarded-for"]; ok {
+		h["x-forwarded-for"] = ip.String()
+		h["x-envoy-external-address"] = ip.String()
+	}
 	b, err := u.marsh.MarshalAppend(u.encBuf[:0], u.tmpl)
 	if err != nil {
 		return nil, fmt.Errorf("encode request of user %d: %w", i, err)
@@ -266,6 +296,14 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 		}()
 	}
 
+	probe, err := newCostProbe(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer probe.close()
+	if err := probe.before(ctx); err != nil {
+		return err
+	}
 	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	end := start.Add(o.duration)
@@ -291,10 +329,15 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 	close(progressDone)
 	progressWG.Wait()
 
+	cpu1, ok := processCPU()
+	if err := probe.after(ctx); err != nil {
+		return err
+	}
 	res := summarize(o, workers, elapsed)
-	if cpu1, ok := processCPU(); cpuOK && ok {
+	if cpuOK && ok {
 		res.ClientCPUS = (cpu1 - cpu0).Seconds()
 	}
+	probe.report(&res)
 	if o.json {
 		b, err := json.Marshal(res)
 		if err != nil {
@@ -428,7 +471,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 func summarize(o benchOptions, workers []*benchWorker, elapsed time.Duration) benchResult {
 	res := benchResult{
 		Addr: o.addr, Path: o.path, Concurrency: o.concurrency, Connections: o.connections,
-		Users: o.users, Hot: o.hot, Rate: o.rate, DurationS: elapsed.Seconds(),
+		Users: o.users, Hot: o.hot, Rate: o.rate, DurationS: elapsed.Seconds(), Shape: o.shape,
 	}
 	var h histogram
 	for _, w := range workers {
@@ -465,7 +508,7 @@ func writeBenchTable(w io.Writer, r benchResult) error {
 		return fmt.Sprintf("(%.1f%%)", 100*float64(n)/float64(r.Requests))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "target\t%s %s\n", r.Addr, r.Path)
+	fmt.Fprintf(tw, "target\t%s %s (%s requests)\n", r.Addr, r.Path, r.Shape)
 	fmt.Fprintf(tw, "load\t%d workers on %d connections, %d users, hot %.2f", r.Concurrency, r.Connections, r.Users, r.Hot)
 	if r.Rate > 0 {
 		fmt.Fprintf(tw, ", paced to %.0f/s", r.Rate)
@@ -481,6 +524,12 @@ func writeBenchTable(w io.Writer, r benchResult) error {
 	fmt.Fprintf(tw, "latency\tp50 %.3fms  p90 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms\n", l.P50, l.P90, l.P99, l.P999, l.Max)
 	if r.ClientCPUS > 0 && r.Requests > 0 {
 		fmt.Fprintf(tw, "client CPU\t%.2fs (%.1f µs per request)\n", r.ClientCPUS, r.ClientCPUS*1e6/float64(r.Requests))
+	}
+	if r.ServerCPUS > 0 {
+		fmt.Fprintf(tw, "server CPU\t%.2fs (%.1f µs per check)\n", r.ServerCPUS, r.ServerCPUPerCheck)
+	}
+	if r.RedisCPUS > 0 || r.ScriptCalls > 0 {
+		fmt.Fprintf(tw, "Redis CPU\t%.3fs (%.1f µs per check), %.3f script calls per check\n", r.RedisCPUS, r.RedisCPUPerCheck, r.ScriptCallsPerCheck)
 	}
 	if r.FirstError != "" {
 		fmt.Fprintf(tw, "first error\t%s\n", r.FirstError)

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"net/netip"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/window/redistest"
+)
+
+// TestBenchCostAgainstRedis: bench with --shape envoy against serve on a
+// real Redis reports the server's CPU (this test process hosts it), Redis's
+// CPU and one script call per check that reached Redis.
+func TestBenchCostAgainstRedis(t *testing.T) {
+	r := redistest.Start(t)
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "tcost", "--redis-timeout", "1s")
+	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
+	res := benchJSON(t, "--addr", s.grpcAddr, "--duration", "1s", "--concurrency", "2", "--users", "5000",
+		"--shape", "envoy", "--server-pid", strconv.Itoa(os.Getpid()), "--redis-addr", r.Addr(), "--quiet")
+	checkBenchInvariants(t, res)
+	if res.Shape != "envoy" {
+		t.Errorf("shape %q, want envoy", res.Shape)
+	}
+	if res.Requests == 0 || res.Allowed == 0 {
+		t.Fatalf("no admitted requests: %+v", res)
+	}
+	if res.ServerCPUS <= 0 || res.ServerCPUPerCheck <= 0 {
+		t.Errorf("server CPU %gs (%g µs per check): want > 0 (the server runs in this process)", res.ServerCPUS, res.ServerCPUPerCheck)
+	}
+	// 5,000 users: a user repeats rarely and never reaches a limit, so the
+	// local cache refuses nothing and every check is one script call; the
+	// fleet heartbeat adds one a second (the warm-up health checks none).
+	if beats := int64(res.DurationS) + 2; res.ScriptCalls < int64(res.Allowed) || res.ScriptCalls > int64(res.Requests)+beats {
+		t.Errorf("%d script calls for %d checks (%d allowed): want one per check, plus at most %d heartbeats", res.ScriptCalls, res.Requests, res.Allowed, beats)
+	}
+	if res.RedisCPUS < 0 {
+		t.Errorf("Redis CPU %gs", res.RedisCPUS)
+	}
+}
+
+// TestEnvoyShapedRequest: --shape envoy's request is what Envoy sends:
+// about twenty headers with the pseudo-headers, a 1 KB cookie, the client
+// IP in x-forwarded-for, context_extensions; the rules' headers survive.
+func TestEnvoyShapedRequest(t *testing.T) {
+	u, err := newUserRequests(benchOptions{shape: "envoy", method: "POST", path: "/api/coupon/1", users: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.encode(4); err != nil {
+		t.Fatal(err)
+	}
+	a := u.tmpl.GetAttributes()
+	h := a.GetRequest().GetHttp().GetHeaders()
+	if n := len(h); n < 20 {
+		t.Errorf("%d headers, want about 20", n)
+	}
+	for _, k := range []string{":authority", ":method", ":path", "x-request-id", "x-uid", "x-device-fp", "user-agent", "x-forwarded-proto"} {
+		if h[k] == "" {
+			t.Errorf("header %s missing", k)
+		}
+	}
+	if len(h["cookie"]) < 1000 {
+		t.Errorf("cookie of %d bytes, want about 1 KB", len(h["cookie"]))
+	}
+	ip := a.GetSource().GetAddress().GetSocketAddress().GetAddress()
+	if _, err := netip.ParseAddr(ip); err != nil || h["x-forwarded-for"] != ip {
+		t.Errorf("x-forwarded-for %q, source %q: want the user's IP in both", h["x-forwarded-for"], ip)
+	}
+	if a.GetContextExtensions()["route"] == "" {
+		t.Errorf("context_extensions %v", a.GetContextExtensions())
+	}
+	if _, err := newUserRequests(benchOptions{shape: "huge"}); err != nil {
+		t.Fatal(err) // the shape is checked by validate, not here
+	}
+	if err := (benchOptions{shape: "huge", duration: time.Second, concurrency: 1, connections: 1, users: 1}).validate(); err == nil {
+		t.Error("--shape huge accepted")
+	}
+}
