@@ -271,6 +271,19 @@ func (p *autoPipeline) send(batch []*pipelineCall) {
 	}
 	if retry != nil {
 		_, execErr = retry.Exec(ctx)
+		// Where the load failed (an ACL that forbids SCRIPT LOAD, say), EVAL.
+		var again redis.Pipeliner
+		for i, cmd := range cmds {
+			if isNoScript(cmd.Err()) {
+				if again == nil {
+					again = p.client.Pipeline()
+				}
+				cmds[i] = again.Eval(ctx, p.src, batch[i].keys, batch[i].args...)
+			}
+		}
+		if again != nil {
+			_, execErr = again.Exec(ctx)
+		}
 	}
 
 	for i, c := range batch {

@@ -7,8 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,7 +90,8 @@ type rediser interface {
 // admitted request scored by its admission time in microseconds.
 //
 // On a standalone Redis or Sentinel every decision is one script over all
-// keys, one round trip (EVALSHA; EVAL once more after NOSCRIPT), exact and
+// keys, one round trip (EVALSHA; after NOSCRIPT a SCRIPT LOAD shared by every
+// caller that met it, then EVALSHA again, or EVAL where the load failed), exact and
 // all or nothing. In per-slot mode (Redis Cluster) each key is checked and
 // added by the same script on its own node, all keys pipelined; when some
 // enforcing key denies, the request's member is removed (ZREM) from the keys
@@ -123,18 +124,28 @@ type Redis struct {
 	idPrefix [8]byte       // random, drawn once: the default member ids' prefix
 	idNext   atomic.Uint64 // the default member ids' counter
 
-	// loadMu serialises script reloads after NOSCRIPT; loads counts them.
-	loadMu sync.Mutex
-	loads  atomic.Uint64
+	// loading (capacity 1) is held by the one caller reloading the script
+	// after NOSCRIPT; loads counts the loads that succeeded.
+	loading chan struct{}
+	loads   atomic.Uint64
 }
 
 // reload loads the script after a NOSCRIPT (Redis restarted, failed over, or
 // SCRIPT FLUSH): once for all the callers that met it together, not once per
 // check. seen is r.loads as the caller read it before its EVALSHA: if a load
 // completed since, the caller just tries again.
+//
+// The load is best effort: on a Cluster SCRIPT LOAD goes to every node and
+// fails if one is down or loading, on a Ring it reaches one shard. Callers
+// whose EVALSHA still meets NOSCRIPT after it send EVAL, which caches the
+// script on exactly the node the key lives on.
 func (r *Redis) reload(ctx context.Context, seen uint64) error {
-	r.loadMu.Lock()
-	defer r.loadMu.Unlock()
+	select {
+	case r.loading <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("script load after NOSCRIPT: %w", ctx.Err())
+	}
+	defer func() { <-r.loading }()
 	if r.loads.Load() != seen {
 		return nil
 	}
@@ -145,16 +156,25 @@ func (r *Redis) reload(ctx context.Context, seen uint64) error {
 	return nil
 }
 
-// evalSha runs the script by its hash, reloading it once on NOSCRIPT.
+// evalSha runs the script by its hash; after NOSCRIPT it reloads it (once
+// for every caller that met it) and runs EVALSHA again, or EVAL where the
+// load failed or did not reach the key's node.
 func (r *Redis) evalSha(ctx context.Context, keys []string, args []any) ([]any, error) {
 	seen := r.loads.Load()
 	res, err := r.client.EvalSha(ctx, r.script.Hash(), keys, args...).Slice()
-	if isNoScript(err) {
-		if err = r.reload(ctx, seen); err == nil {
-			res, err = r.client.EvalSha(ctx, r.script.Hash(), keys, args...).Slice()
+	if !isNoScript(err) {
+		return res, err
+	}
+	if r.reload(ctx, seen) == nil {
+		res, err = r.client.EvalSha(ctx, r.script.Hash(), keys, args...).Slice()
+		if !isNoScript(err) {
+			return res, err
 		}
 	}
-	return res, err
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("script after NOSCRIPT: %w", ctx.Err())
+	}
+	return r.client.Eval(ctx, slidingLua, keys, args...).Slice()
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -174,12 +194,13 @@ func NewRedis(client rediser, opts RedisOptions) (*Redis, error) {
 		return nil, fmt.Errorf("redis limiter: %d pipeline workers: must not be negative", opts.PipelineWorkers)
 	}
 	r := &Redis{
-		client: client,
-		script: redis.NewScript(slidingLua),
-		perKey: opts.Cluster,
-		local:  opts.Clock == ClockLocal,
-		now:    opts.Now,
-		member: opts.Member,
+		client:  client,
+		script:  redis.NewScript(slidingLua),
+		perKey:  opts.Cluster,
+		local:   opts.Clock == ClockLocal,
+		now:     opts.Now,
+		member:  opts.Member,
+		loading: make(chan struct{}, 1),
 	}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -235,15 +256,17 @@ func (r *Redis) Ping(ctx context.Context) error {
 }
 
 // Warm readies the limiter for a burst before it is put in service: it
-// loads the script (SCRIPT LOAD, on every master of a Cluster), so that the
-// first checks do not each send its body after a NOSCRIPT, and opens conns
-// connections at once (concurrent PINGs), so that the first checks do not
-// wait on dials. The client keeps them open (ClientConfig.MinIdleConns).
-// Call it with a deadline; it returns the first error.
+// loads the script (SCRIPT LOAD, on every node of a Cluster; best effort,
+// see reload), so that the first checks do not meet NOSCRIPT, and opens
+// conns connections at once (concurrent PINGs; on a Cluster, to the node
+// PING goes to), so that the first checks do not wait on dials. The client
+// keeps them open (ClientConfig.MinIdleConns). Call it with a deadline; it
+// returns the first PING's error.
 func (r *Redis) Warm(ctx context.Context, conns int) error {
-	if err := r.client.ScriptLoad(ctx, slidingLua).Err(); err != nil {
-		return fmt.Errorf("redis warm-up: script load: %w", err)
-	}
+	// Best effort: on a Cluster SCRIPT LOAD fails while any node (a replica
+	// resyncing, say) does not answer, and readiness must not wait on a
+	// replica; a node without the script gets it on the first NOSCRIPT.
+	_ = r.client.ScriptLoad(ctx, slidingLua).Err()
 	errs := make(chan error, max(conns, 1))
 	for range max(conns, 1) {
 		go func() { errs <- r.client.Ping(ctx).Err() }()
@@ -340,21 +363,30 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 
-	// Keys whose node had no script cached: load it (on every master, once
-	// for the callers that met NOSCRIPT together), then EVALSHA again.
-	var retry redis.Pipeliner
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
+	// Keys whose node had no script cached: load it (best effort, once for
+	// the callers that met NOSCRIPT together), then EVALSHA again; keys
+	// still without it (the load failed, or missed their node) get EVAL,
+	// which caches it on exactly their node.
+	for pass := 0; pass < 2; pass++ {
+		var retry redis.Pipeliner
+		loaded := pass == 0 && slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return isNoScript(c.Err()) }) &&
+			r.reload(ctx, seen) == nil
+		for i, c := range cmds {
+			if !isNoScript(c.Err()) {
+				continue
+			}
 			if retry == nil {
-				if err := r.reload(ctx, seen); err != nil {
-					break // the NOSCRIPT errors stand
-				}
 				retry = r.client.Pipeline()
 			}
-			cmds[i] = retry.EvalSha(ctx, hash, []string{hits[i].Key}, argv[i]...)
+			if loaded {
+				cmds[i] = retry.EvalSha(ctx, hash, []string{hits[i].Key}, argv[i]...)
+			} else {
+				cmds[i] = retry.Eval(ctx, slidingLua, []string{hits[i].Key}, argv[i]...)
+			}
 		}
-	}
-	if retry != nil {
+		if retry == nil {
+			break
+		}
 		_, _ = retry.Exec(ctx)
 	}
 

@@ -548,3 +548,37 @@ func TestRedisNoScriptReloadsOnce(t *testing.T) {
 		t.Errorf("32 checks after SCRIPT FLUSH sent the script's body with EVAL %d times, want none", n)
 	}
 }
+
+// TestRedisNoScriptLoadRefused: where SCRIPT LOAD fails (here an ACL
+// forbids it; on a Cluster, a node that is down or loading), checks that
+// meet NOSCRIPT still decide, by EVAL, which caches the script on the node
+// that holds the key.
+func TestRedisNoScriptLoadRefused(t *testing.T) {
+	s, _ := startRedis(t)
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer admin.Close()
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "lim", "on", ">pw", "~*", "+@all", "-script|load").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	for _, ap := range []bool{false, true} {
+		c := newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}, Username: "lim", Password: "pw"})
+		r := newTestRedis(t, c, RedisOptions{AutoPipeline: ap})
+		if ap {
+			r.pipe.alwaysQueue = true // through the batching dispatchers
+		}
+		t.Cleanup(r.Close)
+		if err := r.Warm(ctx, 2); err != nil {
+			t.Fatalf("autopipeline=%t: Warm where SCRIPT LOAD is refused: %v (the load is best effort)", ap, err)
+		}
+		k := testKeys(t)
+		for i := range 3 {
+			if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if d := mustDecide(t, r, hit(k.Key("u", "1"), 5, time.Minute)); !d.Allowed || d.Count != i+1 {
+				t.Fatalf("autopipeline=%t: decision %d after SCRIPT FLUSH, SCRIPT LOAD refused: %+v", ap, i, d)
+			}
+		}
+	}
+}
