@@ -226,6 +226,11 @@ func (b *Breaker) record(ctx context.Context, err error, probe uint64) {
 	if probe != 0 && b.probing != probe {
 		return // a stale probe: the breaker moved on
 	}
+	if probe == 0 && b.open.Load() {
+		// A call let through before the breaker opened failed late: it
+		// neither extends the cooldown nor cancels the probe in flight.
+		return
+	}
 	if !b.open.Load() {
 		b.opened.Add(1)
 		if b.onChange != nil {

@@ -39,7 +39,10 @@ else
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('PEXPIRE', KEYS[1], ttl)
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] then
+  redis.call('PEXPIREAT', KEYS[1], last[2]) -- the latest member's expiry, whoever beat last
+end
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 local out = { now }
 for i = 2, #live, 2 do
@@ -57,7 +60,10 @@ type FleetOptions struct {
 	ID string
 	// TTL is how long an announcement lasts: a member that stops beating
 	// (killed, partitioned) leaves the others' count within TTL. 0 means
-	// DefaultFleetTTL. Beats go out every TTL/3.
+	// DefaultFleetTTL. Beats go out every TTL/3. Give every member of a
+	// fleet the same TTL: a member's count freezes one of its own beats
+	// after Redis stopped answering, and counts only announcements still
+	// live then.
 	TTL time.Duration
 	// Timeout bounds one beat; 0 means one second.
 	Timeout time.Duration

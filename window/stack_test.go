@@ -582,3 +582,34 @@ func TestRedisNoScriptLoadRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerLateFailureKeepsProbe: a call let through before the breaker
+// opened that fails while a probe is in flight does not cancel the probe
+// nor extend the cooldown: the probe's success closes the breaker.
+func TestBreakerLateFailureKeepsProbe(t *testing.T) {
+	b, _, clock := newTestBreaker(t)
+	ctx := context.Background()
+	early, ok := b.allow() // let through while closed; it will fail late
+	if !ok || early != 0 {
+		t.Fatalf("allow while closed = %d, %v", early, ok)
+	}
+	for range DefaultBreakerConnFailures {
+		b.record(ctx, errRefused, 0)
+	}
+	if !b.Open() {
+		t.Fatal("not open after connection errors")
+	}
+	clock.Advance(DefaultBreakerCooldown)
+	probe, ok := b.allow()
+	if !ok || probe == 0 {
+		t.Fatalf("no probe after the cooldown: %d, %v", probe, ok)
+	}
+	b.record(ctx, errRefused, early) // the early call fails now
+	if _, ok := b.allow(); ok {
+		t.Fatal("a second probe while the first is in flight")
+	}
+	b.record(ctx, nil, probe)
+	if b.Open() {
+		t.Fatal("the probe's success did not close the breaker: the late failure cancelled it")
+	}
+}
