@@ -81,6 +81,10 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if o.config == "" {
 		log.Warn("no --config given: enforcing the built-in example rules", "file", extauthz.ExampleName)
 	}
+	if o.deadlineRaised {
+		log.Warn("--check-deadline raised to fit --redis-timeout: keep Envoy's ext_authz timeout above it",
+			"check_deadline", o.checkDeadline.String(), "redis_timeout", o.redisTimeout.String())
+	}
 	b, err := newBackend(o, o.keys, cfg.Domain, log)
 	if err != nil {
 		return err

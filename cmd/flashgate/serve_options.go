@@ -108,6 +108,9 @@ type serveConfig struct {
 	// budgetMax is the most one Redis call is given: 90% of
 	// --check-deadline, and never less than --redis-timeout.
 	budgetMax time.Duration
+	// deadlineRaised: --check-deadline was left at its default and raised to
+	// fit a larger --redis-timeout.
+	deadlineRaised bool
 }
 
 // parse validates the flags together and resolves them. changed reports
@@ -142,10 +145,16 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	if o.checkDeadline <= 0 {
 		return nil, fmt.Errorf("--check-deadline %s: must be positive", o.checkDeadline)
 	}
-	if changed("check-deadline") && changed("redis-timeout") && o.redisTimeout > o.checkDeadline {
-		return nil, fmt.Errorf("--redis-timeout %s is longer than --check-deadline %s", o.redisTimeout, o.checkDeadline)
+	if o.backend == "redis" && o.redisTimeout > o.checkDeadline*9/10 {
+		if changed("check-deadline") {
+			return nil, fmt.Errorf("--redis-timeout %s is above 90%% of --check-deadline %s: the budget would not fit the deadline", o.redisTimeout, o.checkDeadline)
+		}
+		// Only --redis-timeout was raised: the deadline follows it (serve
+		// logs it; Envoy's ext_authz timeout must stay above).
+		c.checkDeadline = (o.redisTimeout*10 + 8) / 9
+		c.deadlineRaised = true
 	}
-	c.budgetMax = max(o.checkDeadline*9/10, o.redisTimeout)
+	c.budgetMax = max(c.checkDeadline*9/10, o.redisTimeout)
 	fm, err := extauthz.ParseFailureMode(o.failureMode)
 	if err != nil {
 		return nil, fmt.Errorf("--failure-mode: %w", err)

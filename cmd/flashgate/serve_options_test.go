@@ -100,6 +100,11 @@ func TestServeFlagCombinations(t *testing.T) {
 		"negative memory max keys": {[]string{"--memory-max-keys", "-1"}, "--memory-max-keys"},
 		"empty grpc address":       {[]string{"--grpc-addr", ""}, "--grpc-addr is empty"},
 		"zero drain timeout":       {[]string{"--drain-timeout", "0s"}, "--drain-timeout"},
+		"budget over the deadline": {[]string{"--backend", "redis", "--redis-addr", "x:1", "--redis-timeout", "38ms", "--check-deadline", "40ms"}, "above 90% of --check-deadline"},
+		"check deadline on memory": {[]string{"--check-deadline", "1s"}, "--check-deadline is only for --backend redis"},
+		"zero breaker rate":        {[]string{"--breaker-failure-rate", "0"}, "--breaker-failure-rate"},
+		"negative fleet size":      {[]string{"--fleet-size", "-1"}, "--fleet-size"},
+		"tiny fleet ttl":           {[]string{"--fleet-ttl", "10ms"}, "--fleet-ttl"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -138,5 +143,34 @@ func TestByteSize(t *testing.T) {
 	b := byteSize(32 << 20)
 	if b.String() != "32MiB" {
 		t.Errorf("String = %q", b.String())
+	}
+}
+
+// TestServeDeadline: the Redis budget lies within 90% of --check-deadline;
+// a --redis-timeout above that raises the default deadline (and says so).
+func TestServeDeadline(t *testing.T) {
+	tests := map[string]struct {
+		args             []string
+		budget, deadline time.Duration
+		raised           bool
+	}{
+		"defaults":               {nil, 36 * time.Millisecond, 40 * time.Millisecond, false},
+		"longer deadline":        {[]string{"--check-deadline", "100ms"}, 90 * time.Millisecond, 100 * time.Millisecond, false},
+		"redis timeout above it": {[]string{"--redis-timeout", "90ms"}, 90 * time.Millisecond, 100 * time.Millisecond, true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, fs, err := parseServe(t, append([]string{"--backend", "redis", "--redis-addr", "x:1"}, tc.args...), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := o.parse(func(n string) bool { return fs.Changed(n) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.budgetMax != tc.budget || c.checkDeadline != tc.deadline || c.deadlineRaised != tc.raised {
+				t.Errorf("budget %s, deadline %s, raised %v; want %s, %s, %v", c.budgetMax, c.checkDeadline, c.deadlineRaised, tc.budget, tc.deadline, tc.raised)
+			}
+		})
 	}
 }
