@@ -29,7 +29,8 @@ var _ authv3.AuthorizationServer = (*Server)(nil)
 // Options configure a [Server]. Only Limiter is required.
 type Options struct {
 	// Limiter decides hits: the whole stack the wiring built, e.g.
-	// window.Guard(Breaker(Budget(Redis))) or window.Guard(Memory). Whether a
+	// window.Guard(fallback.Watch(Breaker(Budget(Redis)))) or
+	// window.Guard(Memory). Whether a
 	// call has a deadline, a breaker or a local cache in front is the
 	// stack's business; the Server calls Decide and, on an error, applies
 	// the failure modes.

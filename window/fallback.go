@@ -3,6 +3,7 @@ package window
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync/atomic"
 	"time"
 )
@@ -15,9 +16,16 @@ type FallbackOptions struct {
 	Size func() int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// MaxKeys bounds the keys tracked, as MemoryOptions.MaxKeys does.
+	// MaxKeys bounds the keys tracked (seeds and local logs), as
+	// MemoryOptions.MaxKeys does; 0 means DefaultFallbackMaxKeys.
 	MaxKeys int
 }
+
+// DefaultFallbackMaxKeys is the default bound on the keys a [Fallback]
+// tracks: about 50 MB. Past it, new keys evict the ones that go idle soonest
+// (see [Memory]); an evicted seed only makes that key's allowance the plain
+// share again.
+const DefaultFallbackMaxKeys = 1 << 18
 
 // Fallback is the in-process limiter of failure mode "local": what one
 // sidecar enforces on its own while the shared Redis cannot decide. It is
@@ -44,11 +52,13 @@ type FallbackOptions struct {
 //     admitting locally what Redis admits too: the key's own concurrent
 //     calls use up its allowance.
 //
-// Bound: for a key every sidecar has seen from Redis within the window, no
-// span of the window's length admits more than limit + N - 1 requests across
-// the fleet during an outage (count + N × ceil((limit - count) / N)); for a
-// key some sidecars had not seen, up to limit + (N - 1) × share at the
-// outage's start, then N × share. With a per-rule share S, N × S. When Redis
+// Bound: each sidecar admits locally at most min(share, ceil((limit -
+// count) / N)) per window, count being the last count it saw. When every
+// sidecar saw the count Redis held as the outage began (a hot key they all
+// keep hitting), no span of the window's length admits more than
+// count + N × ceil((limit - count) / N) ≤ limit + N - 1 across the fleet;
+// when their last counts differ (older ones lower), or some never saw the
+// key, up to limit + N × share at the outage's start; then N × share. With a per-rule share S, N × S. When Redis
 // comes back it does not know what the fleet admitted locally: in the window
 // after recovery a key may admit up to the local admissions of the window
 // before, on top of its limit.
@@ -63,6 +73,7 @@ type Fallback struct {
 	size    func() int
 	now     func() time.Time
 	pending [pendingSlots]atomic.Int32 // calls in flight by key hash (Watch)
+	seed    maphash.Seed               // of that hash: random, so no request can aim at a key's slot
 }
 
 // pendingSlots is the size of the in-flight table: 16 KiB.
@@ -70,8 +81,11 @@ const pendingSlots = 4096
 
 // pendingOf returns the calls in flight for key (or a colliding key).
 func (f *Fallback) pendingOf(key string) int {
-	return int(f.pending[fnv32("", key)%pendingSlots].Load())
+	return int(f.pending[f.slot(key)].Load())
 }
+
+// slot is key's counter in the in-flight table.
+func (f *Fallback) slot(key string) uint64 { return maphash.String(f.seed, key) % pendingSlots }
 
 var _ Limiter = (*Fallback)(nil)
 
@@ -83,11 +97,14 @@ func NewFallback(o FallbackOptions) (*Fallback, error) {
 	if o.Size == nil {
 		o.Size = func() int { return 1 }
 	}
+	if o.MaxKeys == 0 {
+		o.MaxKeys = DefaultFallbackMaxKeys
+	}
 	mem, err := NewMemory(MemoryOptions{Now: o.Now, MaxKeys: o.MaxKeys})
 	if err != nil {
 		return nil, fmt.Errorf("fallback: %w", err)
 	}
-	return &Fallback{mem: mem, size: o.Size, now: o.Now}, nil
+	return &Fallback{mem: mem, size: o.Size, now: o.Now, seed: maphash.MakeSeed()}, nil
 }
 
 // Len returns the keys held (see [Memory.Len]).
@@ -147,8 +164,9 @@ func (f *Fallback) Observe(hits []Hit, d Decision) {
 		share = ceilDiv(h.Limit.Requests, n)
 	}
 	// A count that leaves the allowance at the share teaches nothing new:
-	// it is recorded only over a seed the key already has (most keys of a
-	// uniform load are never stored).
+	// it is recorded only over a seed the key already has. In a fleet of
+	// N ≥ 2 that skips the keys Redis reports with fewer than about N
+	// entries (a uniform load's); alone, every count counts.
 	informative := ceilDiv(max(h.Limit.Requests-d.Count, 0), n) < share
 	sh := &f.mem.shards[shardOf(h.Key)]
 	sh.mu.Lock()
@@ -175,10 +193,10 @@ type watched struct {
 }
 
 func (w watched) Decide(ctx context.Context, hits []Hit) (Decision, error) {
-	var stack [maxStackHits]uint32
+	var stack [maxStackHits]uint64
 	slots := stack[:0]
 	for i := range hits {
-		slot := fnv32("", hits[i].Key) % pendingSlots
+		slot := w.f.slot(hits[i].Key)
 		w.f.pending[slot].Add(1)
 		slots = append(slots, slot)
 	}

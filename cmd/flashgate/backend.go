@@ -47,8 +47,9 @@ func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logge
 		}
 		store, b.memory, b.describe = mem, mem, "memory"
 		b.fleetSize = func() int { return 1 }
-		// Memory fails only on an invalid hit, which loaded rules never
-		// make; a fallback of one process keeps "local" meaning local.
+		// Memory fails only on an invalid hit (which loaded rules never make)
+		// or a check whose caller gave up; a fallback of one process keeps
+		// "local" meaning local.
 		if b.fallback, err = window.NewFallback(window.FallbackOptions{MaxKeys: c.memoryMaxKeys}); err != nil {
 			return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 		}
