@@ -16,6 +16,19 @@
 //   - [Guard]: a local over-limit cache and penalty box in front of either,
 //     which refuses known-full keys and repeat offenders without a round trip.
 //
+// The rest are decorators a sidecar stacks once, at wiring time, as
+// Guard(fallback.Watch(Breaker(Budget(Redis)))):
+//
+//   - [Budget]: each call's deadline follows Redis's observed latency,
+//     between a floor and a ceiling.
+//   - [Breaker]: holds Redis off after connection errors, or a failure rate
+//     sustained across a short window; slow replies alone do not open it.
+//   - [Fallback]: failure mode "local": the fleet-aware share a sidecar
+//     enforces alone, seeded (through [Fallback.Watch]) by what Redis last
+//     said; [Fleet] counts the live sidecars by heartbeat.
+//
+// [Classify] names a failure's kind for the breaker and for metrics.
+//
 // Keys are built by [Keys]: a prefix, a server-generated hash tag, the rule
 // name and the value, with long or unsafe values hashed, so that nothing an
 // attacker sends can choose a Redis Cluster slot, grow a key without bound,

@@ -29,7 +29,7 @@ type GuardOptions struct {
 }
 
 // Guard is the local over-limit cache and penalty box in front of a
-// [Limiter], the outermost layer of the stack (Guard(Breaker(Budget(Redis)))
+// [Limiter], the outermost layer of the stack (Guard(fallback.Watch(Breaker(Budget(Redis))))
 // or Guard(Memory)). Requests it can refuse from memory never reach the
 // layers behind it: no deadline is armed and the breaker is not consulted,
 // so a known-full key is refused even while the breaker holds Redis off.
