@@ -92,7 +92,8 @@ type Server struct {
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
 // metrics on opts.Registerer, so call it once per registry. Health starts
-// NOT_SERVING; call [Server.WaitReady] (or SetServing) once the backend is up.
+// NOT_SERVING; call [Server.SetServing] once the backend is up (serve does
+// when it is warm).
 func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("extauthz: no descriptors config given")
