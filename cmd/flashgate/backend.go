@@ -75,11 +75,12 @@ func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logge
 
 // redisStack builds Fallback.Watch(Breaker(Budget(Redis))) and the fleet.
 func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, log *slog.Logger) (window.Limiter, error) {
-	client, err := window.NewClient(window.ClientConfig{
+	cc := window.ClientConfig{
 		Addrs: c.redisAddrs, Mode: c.redisMode, MasterName: c.redisMasterName,
 		Username: c.redisUsername, Password: c.redisPassword, DB: c.redisDB, TLS: c.redisTLS,
 		PoolSize: c.redisPoolSize, Timeout: c.budgetMax,
-	})
+	}
+	client, err := window.NewClient(cc)
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
@@ -134,11 +135,9 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		// own: the checks' client cuts every call at the checks' budget
 		// (tens of ms), and a beat that a busy moment delays must not be
 		// lost for that.
-		hbClient, err := window.NewClient(window.ClientConfig{
-			Addrs: c.redisAddrs, Mode: c.redisMode, MasterName: c.redisMasterName,
-			Username: c.redisUsername, Password: c.redisPassword, DB: c.redisDB, TLS: c.redisTLS,
-			PoolSize: 1, MinIdleConns: -1, Timeout: fleetTimeout, Name: window.ClientName + "-fleet",
-		})
+		hb := cc
+		hb.PoolSize, hb.MinIdleConns, hb.Timeout, hb.Name = 1, -1, fleetTimeout, window.ClientName+"-fleet"
+		hbClient, err := window.NewClient(hb)
 		if err != nil {
 			b.close()
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
@@ -169,10 +168,7 @@ func (b *backend) warm(ctx context.Context) error {
 	if b.redis == nil {
 		return nil
 	}
-	if err := b.redis.Ping(ctx); err != nil {
-		return err
-	}
-	if err := b.redis.Warm(ctx, window.DefaultMinIdleConns); err != nil {
+	if err := b.redis.Warm(ctx, window.DefaultMinIdleConns); err != nil { // PINGs
 		return err
 	}
 	if b.fleet != nil {
