@@ -135,14 +135,19 @@ func (f *Fallback) DecideAfter(ctx context.Context, hits []Hit, cause error) (De
 
 // allowance is a hit's local allowance in a fleet of n (see [Fallback]).
 func allowance(h *Hit, l *memLog, now int64, n int) int {
-	share := h.LocalShare
-	if share <= 0 {
-		share = ceilDiv(h.Limit.Requests, n)
-	}
+	share := shareOf(h, n)
 	if now < l.seenUntil {
 		return min(share, ceilDiv(max(h.Limit.Requests-l.seen, 0), n))
 	}
 	return share
+}
+
+// shareOf is h's share in a fleet of n: Hit.LocalShare, or ceil(limit / n).
+func shareOf(h *Hit, n int) int {
+	if h.LocalShare > 0 {
+		return h.LocalShare
+	}
+	return ceilDiv(h.Limit.Requests, n)
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -159,10 +164,7 @@ func (f *Fallback) Observe(hits []Hit, d Decision) {
 	h := &hits[d.Index]
 	now := f.now().UnixNano()
 	n := max(f.size(), 1)
-	share := h.LocalShare
-	if share <= 0 {
-		share = ceilDiv(h.Limit.Requests, n)
-	}
+	share := shareOf(h, n)
 	// A count that leaves the allowance at the share teaches nothing new:
 	// it is recorded only over a seed the key already has. In a fleet of
 	// N ≥ 2 that skips the keys Redis reports with fewer than about N
