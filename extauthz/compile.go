@@ -168,35 +168,21 @@ func (p *cfgParser) source(key string, n ast.Node) (Source, error) {
 	src := Source{Kind: kind}
 	switch kind {
 	case SourceHeader:
-		opts, err := p.fields(f.value, f.key, "header_name")
-		if err != nil {
-			return Source{}, err
-		}
-		if len(opts) == 0 {
-			return Source{}, p.errf(f.value, "request_headers needs header_name")
-		}
-		name, err := p.str(opts[0].value, "header_name")
+		name, at, err := p.onlyOption(f, "header_name")
 		if err != nil {
 			return Source{}, err
 		}
 		if !headerName(name) {
-			return Source{}, p.errf(opts[0].value, "header_name %q is not a valid HTTP header name", name)
+			return Source{}, p.errf(at, "header_name %q is not a valid HTTP header name", name)
 		}
 		src.Name = strings.ToLower(name)
 	case SourceContextExtension:
-		opts, err := p.fields(f.value, f.key, "key")
-		if err != nil {
-			return Source{}, err
-		}
-		if len(opts) == 0 {
-			return Source{}, p.errf(f.value, "context_extension needs key")
-		}
-		name, err := p.str(opts[0].value, "key")
+		name, at, err := p.onlyOption(f, "key")
 		if err != nil {
 			return Source{}, err
 		}
 		if name == "" {
-			return Source{}, p.errf(opts[0].value, "context_extension key is empty")
+			return Source{}, p.errf(at, "context_extension key is empty")
 		}
 		src.Name = name
 	default:
@@ -209,6 +195,20 @@ func (p *cfgParser) source(key string, n ast.Node) (Source, error) {
 		}
 	}
 	return src, nil
+}
+
+// onlyOption reads source f's one required string option opt ("{opt: v}")
+// and returns it with its node.
+func (p *cfgParser) onlyOption(f field, opt string) (string, ast.Node, error) {
+	opts, err := p.fields(f.value, f.key, opt)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(opts) == 0 {
+		return "", nil, p.errf(f.value, "%s needs %s", f.key, opt)
+	}
+	v, err := p.str(opts[0].value, opt)
+	return v, opts[0].value, err
 }
 
 // headerName reports whether s is an HTTP/2 header name (token characters,
