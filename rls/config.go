@@ -1,0 +1,156 @@
+package rls
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// This file holds the model of a ratelimit config directory: what [LoadDir]
+// and [ParseFiles] produce and [Config.match] walks.
+
+// Limits of a config directory.
+const (
+	// MaxFileSize is the largest config file accepted.
+	MaxFileSize = 1 << 20
+	// MaxFiles is the most config files a directory may hold.
+	MaxFiles = 1024
+	// MaxDepth is the deepest nesting of descriptors.
+	MaxDepth = 16
+)
+
+// Config is a loaded ratelimit config: every domain of a directory. It is
+// immutable once loaded and safe for concurrent use.
+type Config struct {
+	// Dir is the directory the files came from ("" when parsed from memory).
+	Dir     string
+	domains map[string]*Domain
+	sum     [32]byte // hash of the files' names and contents
+}
+
+// Domain is one domain: the descriptors of one file.
+type Domain struct {
+	Name string
+	File string
+	// keyRule is the rule part of the domain's limit keys: "rls." and the
+	// domain (window.Keys hashes it if it is long or unsafe).
+	keyRule string
+	root    node
+	// rules lists every rate_limit of the domain, in file order.
+	rules []*Rule
+}
+
+// Domains returns the loaded domains sorted by name.
+func (c *Config) Domains() []*Domain {
+	out := make([]*Domain, 0, len(c.domains))
+	for _, d := range c.domains {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Rules returns the domain's rate limits in file order.
+func (d *Domain) Rules() []*Rule { return d.rules }
+
+// Rule is one rate_limit block of the config.
+type Rule struct {
+	// Path is the rule's place in its domain as ratelimit names it in its
+	// stats: "key_value.subkey" (keys, and values when set, from the
+	// config only). It labels metrics when Name is empty.
+	Path string
+	// Name is rate_limit.name ("" when unset); replaces refers to it.
+	Name string
+	// Replaces names the rules this one replaces when both match one request.
+	Replaces []string
+	// Unlimited: the descriptor matches but is never limited or counted.
+	Unlimited bool
+	// RequestsPerUnit as written; 0 refuses every request (ratelimit's way
+	// to block a value).
+	RequestsPerUnit uint32
+	// Unit and UnitMultiplier as written (multiplier 1 when unset).
+	Unit           rlsv3.RateLimitResponse_RateLimit_Unit
+	UnitMultiplier uint32
+	// Window is Unit × UnitMultiplier: the sliding window's length.
+	Window time.Duration
+	// Shadow is shadow_mode: counted and reported, never denies.
+	Shadow bool
+	// DetailedMetric and ValueToMetric are accepted for compatibility;
+	// flashgate's metric labels never carry request values, so they change
+	// nothing.
+	DetailedMetric, ValueToMetric bool
+}
+
+// Label is what metrics call the rule: its name, else its path.
+func (r *Rule) Label() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	return r.Path
+}
+
+// node is one level of descriptors: the entries below a matched entry.
+type node struct {
+	// exact holds "key\x00value" entries and value-less "key" entries
+	// (keyOnly); wild holds trailing-* values in file order.
+	exact   map[string]*node
+	keyOnly map[string]*node
+	wild    []*wildNode
+	rule    *Rule
+	// share: this node is a wildcard with share_threshold: every value it
+	// matches counts in one bucket, keyed by the pattern.
+	share   bool
+	pattern string // the wildcard's value, with its *
+}
+
+type wildNode struct {
+	key, prefix string
+	n           *node
+}
+
+func newNode() *node { return &node{exact: map[string]*node{}, keyOnly: map[string]*node{}} }
+
+func (n *node) empty() bool { return len(n.exact) == 0 && len(n.keyOnly) == 0 && len(n.wild) == 0 }
+
+// unitWindows are the units ratelimit accepts (go-control-plane's enum) and
+// their lengths. ratelimit's month and year are 30 and 365 days: longer than
+// window.MaxWindow, so flashgate refuses them with a sentence.
+var unitWindows = map[rlsv3.RateLimitResponse_RateLimit_Unit]time.Duration{
+	rlsv3.RateLimitResponse_RateLimit_SECOND: time.Second,
+	rlsv3.RateLimitResponse_RateLimit_MINUTE: time.Minute,
+	rlsv3.RateLimitResponse_RateLimit_HOUR:   time.Hour,
+	rlsv3.RateLimitResponse_RateLimit_DAY:    24 * time.Hour,
+	rlsv3.RateLimitResponse_RateLimit_WEEK:   7 * 24 * time.Hour,
+	rlsv3.RateLimitResponse_RateLimit_MONTH:  30 * 24 * time.Hour,
+	rlsv3.RateLimitResponse_RateLimit_YEAR:   365 * 24 * time.Hour,
+}
+
+// parseUnit reads a unit as ratelimit does (case-insensitive enum name).
+func parseUnit(s string) (rlsv3.RateLimitResponse_RateLimit_Unit, bool) {
+	v, ok := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(s)]
+	if !ok || v == int32(rlsv3.RateLimitResponse_RateLimit_UNKNOWN) {
+		return 0, false
+	}
+	return rlsv3.RateLimitResponse_RateLimit_Unit(v), true
+}
+
+// limitWindow returns unit × mult and whether flashgate can enforce it.
+func limitWindow(unit rlsv3.RateLimitResponse_RateLimit_Unit, mult uint32) (time.Duration, error) {
+	base, ok := unitWindows[unit]
+	if !ok {
+		return 0, fmt.Errorf("unit %s is not one of second, minute, hour, day, week, month, year", unit)
+	}
+	if mult == 0 {
+		mult = 1
+	}
+	if time.Duration(mult) > window.MaxWindow/base {
+		return 0, fmt.Errorf("a window of %d %s is longer than flashgate's longest window, %s (an exact log per key)",
+			mult, strings.ToLower(unit.String()), window.MaxWindow)
+	}
+	return base * time.Duration(mult), nil
+}

@@ -1,0 +1,71 @@
+// Package rls serves Envoy's rate limit service API
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) on
+// envoyproxy/ratelimit's config files, with flashgate's exact sliding
+// windows: a drop-in for Envoy's envoy.filters.http.ratelimit filter.
+//
+// # API
+//
+//	cfg, err := rls.LoadDir(dir)                 // ratelimit's config directory; errors are *ConfigError
+//	srv, err := rls.NewServer(cfg, rls.Options{
+//	        Limiter:  stack,                     // the same window.Limiter stack ext_authz uses
+//	        Fallback: fallback,                  // failure mode "local"
+//	        Keys: keys, FailureMode: mode, Shadow: shadow, ResponseHeaders: true,
+//	        Registerer: reg, Logger: log,
+//	})
+//	srv.Register(gs)                             // on the ext_authz gRPC server
+//	go srv.WatchDir(ctx, dir, 0)                 // reload on change; a bad directory keeps the old config
+//	srv.Reload()                                 // on SIGHUP
+//
+// # Config directory
+//
+// LoadDir reads dir/config/*.yaml when dir holds a config subdirectory
+// (ratelimit's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY layout), else dir/*.yaml
+// and dir/*.yml; dot files are skipped. One domain per file, in
+// ratelimit's schema: domain, descriptors (nested), key, value (exact, or a
+// prefix with a trailing *), rate_limit {unit, requests_per_unit,
+// unit_multiplier, name, unlimited, replaces: [{name}]}, shadow_mode,
+// share_threshold, detailed_metric, value_to_metric. Units: second, minute,
+// hour, day, week (month and year are refused: flashgate's windows are at
+// most window.MaxWindow). Loading refuses what ratelimit refuses (empty or
+// duplicate domain, empty key, duplicate key and value at one level, bad
+// unit, unlimited with a unit, empty or self replaces, unknown keys) and a
+// few things more, each a *ConfigError at FILE:LINE:COL.
+//
+// # Matching
+//
+// As ratelimit's GetLimit: for each entry of a request descriptor, the
+// config entry with its key and value, else the first wildcard of its key
+// whose prefix the value has, else the entry of the key without a value;
+// the limit is the last entry's node's. A descriptor's own limit override
+// replaces the config's (when its unit is one flashgate enforces). A rule
+// named in another matched rule's replaces is dropped. unlimited matches and
+// never counts. requests_per_unit 0 always refuses.
+//
+// # Decisions
+//
+// A request's descriptors become one window.Hit each (key
+// Keys.Key("rls."+domain, window and entries), a share_threshold
+// wildcard's pattern standing for the value), decided by one
+// Limiter.Decide, all or nothing: a request is admitted only if every
+// enforcing descriptor has room, and then recorded in each; a denied request
+// is recorded in none. ratelimit instead increments every descriptor and
+// answers OVER_LIMIT if any is over. shadow_mode descriptors never deny.
+//
+// Statuses: the denying descriptor's (or, when admitted, the binding one's:
+// fewest remaining) limit_remaining and duration_until_reset are exact; the
+// window package reports one hit per decision, so the other descriptors of an
+// admitted request report that same remaining count, a lower bound of their
+// own, and on a denial 0. duration_until_reset is the time until the
+// denying window admits again, else the window's length (a sliding window
+// has no fixed reset).
+//
+// When the limiter fails, the failure mode decides as in extauthz: deny
+// (OVER_LIMIT), local (the in-process fallback), or allow (OK).
+//
+// Metrics (labels from the config only): flashgate_rls_requests_total
+// {domain,rule,decision}, flashgate_rls_request_duration_seconds,
+// flashgate_rls_backend_errors_total{kind},
+// flashgate_rls_failure_mode_decisions_total{mode},
+// flashgate_rls_local_denials_total{reason},
+// flashgate_rls_config_reloads_total{result}.
+package rls

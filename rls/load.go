@@ -1,0 +1,370 @@
+package rls
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// ConfigError is an error in one config file, at a position when known.
+type ConfigError struct {
+	File         string
+	Line, Column int // 0 when the error concerns the whole file
+	// Msg is a plain sentence, without position.
+	Msg string
+}
+
+// Error returns "FILE:LINE:COL: message", or "FILE: message" without a
+// position.
+func (e *ConfigError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
+}
+
+// File is one config file's name (as errors name it) and content.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// LoadDir loads a ratelimit config directory. Like ratelimit's runtime
+// layout, if dir holds a subdirectory named "config", the files are
+// dir/config/*.yaml; otherwise they are dir/*.yaml and dir/*.yml. Files whose
+// name starts with a dot are skipped (Kubernetes ConfigMap mounts keep their
+// data under ..data, reached through the top-level symlinks). Each file is
+// one domain. Errors about the content are *ConfigError.
+func LoadDir(dir string) (*Config, error) {
+	files, err := ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	c.Dir = dir
+	return c, nil
+}
+
+// ConfigDir returns the directory LoadDir reads the files of dir from:
+// dir/config if that is a directory, else dir.
+func ConfigDir(dir string) string {
+	sub := filepath.Join(dir, "config")
+	if fi, err := os.Stat(sub); err == nil && fi.IsDir() {
+		return sub
+	}
+	return dir
+}
+
+// ReadDir reads the config files of dir (see LoadDir), sorted by name.
+func ReadDir(dir string) ([]File, error) {
+	from := ConfigDir(dir)
+	ents, err := os.ReadDir(from)
+	if err != nil {
+		return nil, fmt.Errorf("read ratelimit config directory: %w", err)
+	}
+	var files []File
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+			continue
+		}
+		path := filepath.Join(from, name)
+		fi, err := os.Stat(path) // follows symlinks
+		if err != nil {
+			return nil, fmt.Errorf("read ratelimit config: %w", err)
+		}
+		if fi.IsDir() {
+			continue
+		}
+		if len(files) == MaxFiles {
+			return nil, fmt.Errorf("ratelimit config directory %s: more than %d files", from, MaxFiles)
+		}
+		data, err := readFile(path)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, File{Name: path, Data: data})
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("ratelimit config directory %s holds no *.yaml or *.yml file", from)
+	}
+	return files, nil
+}
+
+// readFile reads at most MaxFileSize+1 bytes of path.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read ratelimit config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read ratelimit config: %w", err)
+	}
+	return data, nil
+}
+
+// ParseFiles parses config files, one domain each, and checks them as
+// ratelimit does: a non-empty domain, unique across files; every descriptor
+// with a key; no two descriptors of one level with the same key and value; a
+// unit ratelimit knows unless unlimited, and none with unlimited; replaces
+// entries named, and not the rule itself; no unknown keys. flashgate adds:
+// requests_per_unit ≤ window.MaxRequests, windows ≤ window.MaxWindow (so no
+// month or year), a * only at the end of a value, unlimited without
+// requests_per_unit. The first error is returned, as a *ConfigError.
+func ParseFiles(files []File) (*Config, error) {
+	c := &Config{domains: map[string]*Domain{}, sum: sumOf(files)}
+	for _, f := range files {
+		d, err := parseFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if prev, ok := c.domains[d.Name]; ok {
+			return nil, &ConfigError{File: f.Name, Line: 1, Column: 1,
+				Msg: fmt.Sprintf("duplicate domain %q (also in %s)", d.Name, prev.File)}
+		}
+		c.domains[d.Name] = d
+	}
+	return c, nil
+}
+
+// sumOf hashes the files' names and contents.
+func sumOf(files []File) [32]byte {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
+		h.Write(f.Data)
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+// The YAML schema, decoded strictly (unknown keys are errors).
+type (
+	yamlFile struct {
+		Domain      string           `yaml:"domain"`
+		Descriptors []yamlDescriptor `yaml:"descriptors"`
+	}
+	yamlDescriptor struct {
+		Key            string           `yaml:"key"`
+		Value          string           `yaml:"value"`
+		RateLimit      *yamlRateLimit   `yaml:"rate_limit"`
+		Descriptors    []yamlDescriptor `yaml:"descriptors"`
+		ShadowMode     bool             `yaml:"shadow_mode"`
+		DetailedMetric bool             `yaml:"detailed_metric"`
+		ValueToMetric  bool             `yaml:"value_to_metric"`
+		ShareThreshold bool             `yaml:"share_threshold"`
+	}
+	yamlRateLimit struct {
+		Unit            string        `yaml:"unit"`
+		RequestsPerUnit *uint32       `yaml:"requests_per_unit"`
+		UnitMultiplier  *uint32       `yaml:"unit_multiplier"`
+		Unlimited       bool          `yaml:"unlimited"`
+		Name            string        `yaml:"name"`
+		Replaces        []yamlReplace `yaml:"replaces"`
+	}
+	yamlReplace struct {
+		Name string `yaml:"name"`
+	}
+)
+
+// fileParser turns one file into a Domain; errors carry positions found
+// through the YAML syntax tree.
+type fileParser struct {
+	name string
+	data []byte
+}
+
+// errAt returns a *ConfigError at path ("$.descriptors[0].rate_limit.unit"):
+// at the key of a field (or, if the field is absent, at its mapping), at
+// the first key of a list item or of the file.
+func (p fileParser) errAt(path string, format string, args ...any) error {
+	line, col := p.pos(path)
+	return &ConfigError{File: p.name, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)}
+}
+
+// pos resolves a YAML path to a position as errAt describes; 1:1 when it
+// cannot.
+func (p fileParser) pos(path string) (int, int) {
+	f, err := parser.ParseBytes(p.data, 0)
+	if err != nil {
+		return 1, 1
+	}
+	parent, field := path, ""
+	if i := strings.LastIndexByte(path, '.'); i > 0 && !strings.HasSuffix(path, "]") {
+		parent, field = path[:i], path[i+1:]
+	}
+	yp, err := yaml.PathString(parent)
+	if err != nil {
+		return 1, 1
+	}
+	n, err := yp.FilterFile(f)
+	if err != nil || n == nil {
+		return 1, 1
+	}
+	if field != "" {
+		if m, ok := n.(*ast.MappingNode); ok {
+			for _, v := range m.Values {
+				if v.Key.GetToken().Value == field {
+					return tokenPos(v.Key)
+				}
+			}
+		}
+	}
+	if m, ok := n.(*ast.MappingNode); ok && len(m.Values) > 0 {
+		return tokenPos(m.Values[0].Key)
+	}
+	return tokenPos(n)
+}
+
+func tokenPos(n ast.Node) (int, int) {
+	if tk := n.GetToken(); tk != nil && tk.Position != nil {
+		return tk.Position.Line, tk.Position.Column
+	}
+	return 1, 1
+}
+
+func parseFile(f File) (*Domain, error) {
+	p := fileParser{name: f.Name, data: f.Data}
+	if len(f.Data) > MaxFileSize {
+		return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("the file is larger than %d bytes", MaxFileSize)}
+	}
+	var y yamlFile
+	if err := yaml.UnmarshalWithOptions(f.Data, &y, yaml.Strict()); err != nil {
+		var ye yaml.Error
+		if errors.As(err, &ye) && ye.GetToken() != nil && ye.GetToken().Position != nil {
+			pos := ye.GetToken().Position
+			return nil, &ConfigError{File: f.Name, Line: pos.Line, Column: pos.Column, Msg: ye.GetMessage()}
+		}
+		return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("invalid YAML: %v", err)}
+	}
+	if y.Domain == "" {
+		return nil, p.errAt("$", "config file cannot have an empty domain")
+	}
+	d := &Domain{Name: y.Domain, File: f.Name, keyRule: "rls." + y.Domain, root: *newNode()}
+	if err := p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// descriptors loads one level of descriptors into n. at is the level's YAML
+// path, parent the rule path of the level ("" at the top).
+func (p fileParser) descriptors(d *Domain, n *node, at, parent string, ds []yamlDescriptor, depth int) error {
+	if depth > MaxDepth && len(ds) > 0 {
+		return p.errAt(at, "descriptors are nested deeper than %d levels", MaxDepth)
+	}
+	for i := range ds {
+		y := &ds[i]
+		here := fmt.Sprintf("%s[%d]", at, i)
+		if y.Key == "" {
+			return p.errAt(here, "descriptor has an empty key")
+		}
+		seg := y.Key
+		if y.Value != "" {
+			seg += "_" + y.Value
+		}
+		path := seg
+		if parent != "" {
+			path = parent + "." + seg
+		}
+		child := newNode()
+		var dup bool
+		switch star := strings.IndexByte(y.Value, '*'); {
+		case y.Value == "":
+			_, dup = n.keyOnly[y.Key]
+			n.keyOnly[y.Key] = child
+		case star >= 0 && star < len(y.Value)-1:
+			return p.errAt(here+".value", "value %q: flashgate supports * only at the end of a value (a prefix match)", y.Value)
+		case star == len(y.Value)-1:
+			for _, w := range n.wild {
+				dup = dup || w.key == y.Key && w.prefix == y.Value[:star]
+			}
+			n.wild = append(n.wild, &wildNode{key: y.Key, prefix: y.Value[:star], n: child})
+			child.share, child.pattern = y.ShareThreshold, y.Value
+		default:
+			_, dup = n.exact[y.Key+"\x00"+y.Value]
+			n.exact[y.Key+"\x00"+y.Value] = child
+		}
+		if dup {
+			return p.errAt(here, "duplicate descriptor composite key %q", d.Name+"."+path)
+		}
+		if y.ShareThreshold && !strings.HasSuffix(y.Value, "*") {
+			return p.errAt(here, "share_threshold applies to a wildcard value (ending in *); %q has none", y.Value)
+		}
+		if y.RateLimit != nil {
+			r, err := p.rule(here+".rate_limit", y.RateLimit)
+			if err != nil {
+				return err
+			}
+			r.Path, r.Shadow, r.DetailedMetric, r.ValueToMetric = path, y.ShadowMode, y.DetailedMetric, y.ValueToMetric
+			child.rule = r
+			d.rules = append(d.rules, r)
+		}
+		if err := p.descriptors(d, child, here+".descriptors", path, y.Descriptors, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rule checks one rate_limit block.
+func (p fileParser) rule(at string, y *yamlRateLimit) (*Rule, error) {
+	r := &Rule{Name: y.Name, Unlimited: y.Unlimited, UnitMultiplier: 1}
+	for i, rep := range y.Replaces {
+		switch rep.Name {
+		case "":
+			return nil, p.errAt(fmt.Sprintf("%s.replaces[%d]", at, i), "replaces entry has an empty name")
+		case y.Name:
+			return nil, p.errAt(fmt.Sprintf("%s.replaces[%d]", at, i), "a rate limit cannot replace itself (%q)", y.Name)
+		}
+		r.Replaces = append(r.Replaces, rep.Name)
+	}
+	unit, unitOK := parseUnit(y.Unit)
+	if y.Unlimited {
+		if unitOK {
+			return nil, p.errAt(at+".unit", "an unlimited rate limit must not have a unit")
+		}
+		if y.RequestsPerUnit != nil {
+			return nil, p.errAt(at+".requests_per_unit", "an unlimited rate limit must not have requests_per_unit")
+		}
+		return r, nil
+	}
+	if !unitOK {
+		return nil, p.errAt(at+".unit", "invalid rate limit unit %q: want second, minute, hour, day or week", y.Unit)
+	}
+	if y.UnitMultiplier != nil {
+		if *y.UnitMultiplier == 0 {
+			return nil, p.errAt(at+".unit_multiplier", "unit_multiplier must be at least 1")
+		}
+		r.UnitMultiplier = *y.UnitMultiplier
+	}
+	w, err := limitWindow(unit, r.UnitMultiplier)
+	if err != nil {
+		return nil, p.errAt(at+".unit", "%s", err.Error())
+	}
+	r.Unit, r.Window = unit, w
+	if y.RequestsPerUnit != nil {
+		r.RequestsPerUnit = *y.RequestsPerUnit
+	}
+	if r.RequestsPerUnit > window.MaxRequests {
+		return nil, p.errAt(at+".requests_per_unit", "requests_per_unit %d is above flashgate's %d per window (an exact log per key)",
+			r.RequestsPerUnit, window.MaxRequests)
+	}
+	return r, nil
+}

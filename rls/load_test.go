@@ -1,0 +1,137 @@
+package rls
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+)
+
+func TestLoadDirGood(t *testing.T) {
+	c, err := LoadDir("testdata/good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range c.Domains() {
+		names = append(names, d.Name)
+	}
+	want := []string{"basic", "replaces", "shadow", "units", "unlimited", "wildcard"}
+	if len(names) != len(want) {
+		t.Fatalf("domains %v, want %v", names, want)
+	}
+	for i := range want {
+		if names[i] != want[i] {
+			t.Fatalf("domains %v, want %v", names, want)
+		}
+	}
+	units := c.domains["units"]
+	windows := map[string]string{"per_hour": "1h0m0s", "per_day": "24h0m0s", "per_week": "168h0m0s", "five_minutes": "5m0s"}
+	for _, r := range units.Rules() {
+		if w, ok := windows[r.Label()]; !ok || r.Window.String() != w {
+			t.Errorf("rule %s: window %s, want %s", r.Label(), r.Window, w)
+		}
+	}
+}
+
+// TestLoadDirRuntimeLayout: a directory holding config/ is read from
+// config/, as ratelimit's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY; files other
+// than *.yaml and *.yml are ignored.
+func TestLoadDirRuntimeLayout(t *testing.T) {
+	c, err := LoadDir("testdata/runtime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds := c.Domains(); len(ds) != 1 || ds[0].Name != "runtime" {
+		t.Fatalf("domains %v, want [runtime]", ds)
+	}
+}
+
+// TestLoadDirConfigMap: a Kubernetes ConfigMap mount (files as symlinks into
+// ..data) loads, and its dot entries are skipped.
+func TestLoadDirConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "..2026_01_01")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "d.yaml"), []byte("domain: cm\ndescriptors:\n  - key: k\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Base(data), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..data", "d.yaml"), filepath.Join(dir, "d.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds := c.Domains(); len(ds) != 1 || ds[0].Name != "cm" {
+		t.Fatalf("domains %v, want [cm]", ds)
+	}
+}
+
+// TestConfigErrors: one fixture per thing ratelimit (or flashgate, where
+// it says so) refuses, each reported as FILE:LINE:COL: sentence.
+func TestConfigErrors(t *testing.T) {
+	tests := map[string]string{ // fixture → regexp of the error
+		"empty_domain":            `^testdata/bad/empty_domain\.yaml:1:1: config file cannot have an empty domain$`,
+		"empty_key":               `^testdata/bad/empty_key\.yaml:5:9: descriptor has an empty key$`,
+		"duplicate_descriptor":    `^testdata/bad/duplicate_descriptor\.yaml:6:5: duplicate descriptor composite key "d\.a_v"$`,
+		"duplicate_yaml_key":      `^testdata/bad/duplicate_yaml_key\.yaml:4:5: mapping key "key" already defined`,
+		"bad_unit":                `^testdata/bad/bad_unit\.yaml:5:7: invalid rate limit unit "fortnight"`,
+		"month_unit":              `^testdata/bad/month_unit\.yaml:5:7: a window of 1 month is longer than flashgate's longest window, 168h0m0s`,
+		"unlimited_with_unit":     `^testdata/bad/unlimited_with_unit\.yaml:6:7: an unlimited rate limit must not have a unit$`,
+		"unlimited_with_requests": `^testdata/bad/unlimited_with_requests\.yaml:6:7: an unlimited rate limit must not have requests_per_unit$`,
+		"unknown_key":             `^testdata/bad/unknown_key\.yaml:4:5: unknown field "ratelimit"`,
+		"replaces_empty":          `^testdata/bad/replaces_empty\.yaml:8:11: replaces entry has an empty name$`,
+		"replaces_self":           `^testdata/bad/replaces_self\.yaml:9:11: a rate limit cannot replace itself \("me"\)$`,
+		"too_many_requests":       `^testdata/bad/too_many_requests\.yaml:4:29: requests_per_unit 2000000 is above flashgate's 1000000 per window`,
+		"middle_wildcard":         `^testdata/bad/middle_wildcard\.yaml:4:5: value "/api\*v1": flashgate supports \* only at the end`,
+		"zero_unit_multiplier":    `^testdata/bad/zero_unit_multiplier\.yaml:4:32: unit_multiplier must be at least 1$`,
+		"share_threshold_exact":   `^testdata/bad/share_threshold_exact\.yaml:3:5: share_threshold applies to a wildcard value`,
+		"non_map_list":            `^testdata/bad/non_map_list\.yaml:3:5: `,
+		"negative_requests":       `^testdata/bad/negative_requests\.yaml:4:51: cannot unmarshal -1`,
+	}
+	for name, want := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := "testdata/bad/" + name + ".yaml"
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ParseFiles([]File{{Name: path, Data: data}})
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if _, ok := err.(*ConfigError); !ok {
+				t.Errorf("error %T, want *ConfigError", err)
+			}
+			if !regexp.MustCompile(want).MatchString(err.Error()) {
+				t.Fatalf("error %q does not match %q", err, want)
+			}
+		})
+	}
+	t.Run("duplicate_domain", func(t *testing.T) {
+		_, err := LoadDir("testdata/bad_duplicate_domain")
+		want := `^testdata/bad_duplicate_domain/b\.yaml:1:1: duplicate domain "twice" \(also in testdata/bad_duplicate_domain/a\.yaml\)$`
+		if err == nil || !regexp.MustCompile(want).MatchString(err.Error()) {
+			t.Fatalf("error %v, want %q", err, want)
+		}
+	})
+	t.Run("every fixture has a case", func(t *testing.T) {
+		fs, _ := filepath.Glob("testdata/bad/*.yaml")
+		for _, f := range fs {
+			if _, ok := tests[filepath.Base(f[:len(f)-len(".yaml")])]; !ok {
+				t.Errorf("fixture %s has no case", f)
+			}
+		}
+	})
+	t.Run("empty directory", func(t *testing.T) {
+		if _, err := LoadDir(t.TempDir()); err == nil {
+			t.Fatal("no error")
+		}
+	})
+}

@@ -1,0 +1,412 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/window"
+)
+
+var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
+
+// ServiceName is the gRPC service Server implements.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// Options configure a [Server]. Only Limiter is required.
+type Options struct {
+	// Limiter decides the hits of a request, all or nothing: the stack the
+	// wiring built (the same one ext_authz uses).
+	Limiter window.Limiter
+	// Fallback decides failure mode "local" (window.Fallback); nil makes
+	// "local" behave as "allow".
+	Fallback extauthz.Fallback
+	// Keys builds limit keys; the zero Keys uses the prefix "fg".
+	Keys window.Keys
+	// FailureMode says what to answer when Limiter fails; FailureDefault
+	// means FailureLocal.
+	FailureMode extauthz.FailureMode
+	// Shadow makes every limit a shadow limit (--shadow): the overall code
+	// is always OK.
+	Shadow bool
+	// ResponseHeaders adds x-ratelimit-limit, x-ratelimit-remaining and
+	// x-ratelimit-reset of the descriptor with the fewest requests remaining
+	// to response_headers_to_add, as ratelimit does with
+	// LIMIT_RESPONSE_HEADERS_ENABLED.
+	ResponseHeaders bool
+	// Registerer receives the metrics; nil means a new private registry.
+	Registerer prometheus.Registerer
+	// Logger receives structured logs; nil discards them. Request values
+	// are never logged.
+	Logger *slog.Logger
+	// Now is the clock of durations; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the envoy.service.ratelimit.v3 RateLimitService server. Build it
+// with [NewServer]. All its methods are safe for concurrent use.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	cfg     atomic.Pointer[Config]
+
+	// reloadMu is held for a whole reload, so that a SIGHUP and the
+	// watcher install directories in order; it guards badSum.
+	reloadMu sync.Mutex
+	badSum   [32]byte
+}
+
+// NewServer returns a Server enforcing cfg with opts. It registers the
+// metrics on opts.Registerer, so call it once per registry.
+func NewServer(cfg *Config, opts Options) (*Server, error) {
+	if cfg == nil {
+		return nil, errors.New("rls: no ratelimit config given")
+	}
+	if opts.Limiter == nil {
+		return nil, errors.New("rls: no limiter given")
+	}
+	if opts.FailureMode == extauthz.FailureDefault {
+		opts.FailureMode = extauthz.FailureLocal
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, metrics: m}
+	s.install(cfg)
+	return s, nil
+}
+
+// Register registers s on gs (before gs serves).
+func (s *Server) Register(gs *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(gs, s) }
+
+// Config returns the config in force.
+func (s *Server) Config() *Config { return s.cfg.Load() }
+
+// SetConfig swaps cfg in: calls already running finish with the old one.
+func (s *Server) SetConfig(cfg *Config) error {
+	if cfg == nil {
+		return errors.New("rls: no ratelimit config given")
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	s.install(cfg)
+	return nil
+}
+
+func (s *Server) install(cfg *Config) {
+	s.cfg.Store(cfg)
+	rules := 0
+	for _, d := range cfg.domains {
+		rules += len(d.rules)
+	}
+	s.log.Info("ratelimit config loaded", "dir", cfg.Dir, "domains", len(cfg.domains), "rules", rules)
+}
+
+// ShouldRateLimit implements the RateLimitService. As ratelimit, it
+// refuses an empty domain or descriptor list (InvalidArgument) and answers
+// OK for a domain it does not know. Otherwise it never returns an error:
+// when the backend fails, the failure mode decides.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := s.now()
+	defer func() { s.metrics.duration.Observe(s.now().Sub(start).Seconds()) }()
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	dom := s.cfg.Load().domains[req.GetDomain()]
+	if dom == nil {
+		s.metrics.requests.WithLabelValues("", "", decisionAllowed).Inc()
+		return okForAll(len(req.GetDescriptors())), nil
+	}
+	c := s.newCall(dom, req)
+	c.decide(ctx)
+	return c.respond(), nil
+}
+
+// okForAll is the answer for an unknown domain: OK, every descriptor
+// without a limit.
+func okForAll(n int) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	return resp
+}
+
+// outcome is how a call was decided.
+type outcome uint8
+
+const (
+	decided     outcome = iota // by the limiter (or the local fallback)
+	blocked                    // a requests_per_unit: 0 rule refused it; nothing asked
+	failedAllow                // the backend failed; admitted without a decision
+	failedDeny                 // the backend failed; refused without a decision
+)
+
+// call is one ShouldRateLimit in progress.
+type call struct {
+	s     *Server
+	dom   *Domain
+	req   *rlsv3.RateLimitRequest
+	ms    []match
+	hitOf []int // hit index of each descriptor, -1 for none
+	hits  []window.Hit
+	// blockedAt is the first enforcing descriptor whose limit is 0, -1.
+	blockedAt int
+	out       outcome
+	d         window.Decision
+}
+
+func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
+	descs := req.GetDescriptors()
+	c := &call{s: s, dom: dom, req: req, ms: make([]match, len(descs)), hitOf: make([]int, len(descs)), blockedAt: -1}
+	for i, d := range descs {
+		c.ms[i] = dom.lookup(d)
+	}
+	applyReplaces(c.ms)
+	for i := range c.ms {
+		c.hitOf[i] = -1
+		r := c.ms[i].limit()
+		switch {
+		case r == nil || r.Unlimited:
+			continue
+		case r.RequestsPerUnit == 0:
+			if !c.shadow(r) && c.blockedAt < 0 {
+				c.blockedAt = i
+			}
+			continue
+		}
+		c.hitOf[i] = len(c.hits)
+		// TODO(issue 10): hits_addend. window.Hit.Cost is not committed
+		// yet; until it is, every descriptor counts as one request
+		// whatever hitsAddend(req, descs[i]) says.
+		c.hits = append(c.hits, window.Hit{
+			Key:    s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
+			Rule:   r.Label(),
+			Limit:  window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window},
+			Shadow: c.shadow(r),
+		})
+	}
+	return c
+}
+
+// hitsAddend is how many requests descriptor d of req counts as: its own
+// hits_addend when set, else the request's; 0 counts as 1, as in ratelimit.
+func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int {
+	n := uint64(req.GetHitsAddend())
+	if h := d.GetHitsAddend(); h != nil {
+		n = h.GetValue()
+	}
+	return int(max(min(n, window.MaxRequests+1), 1))
+}
+
+func (c *call) shadow(r *Rule) bool { return r.Shadow || c.s.opts.Shadow }
+
+// applyReplaces drops the rules that another matched rule replaces, as
+// ratelimit does: a rule named in some match's replaces applies to none of
+// the request's descriptors.
+func applyReplaces(ms []match) {
+	var replaced map[string]bool
+	for i := range ms {
+		if r := ms[i].rule; r != nil && ms[i].override == nil {
+			for _, name := range r.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				replaced[name] = true
+			}
+		}
+	}
+	for i := range ms {
+		if r := ms[i].rule; r != nil && ms[i].override == nil && r.Name != "" && replaced[r.Name] {
+			ms[i].rule = nil
+		}
+	}
+}
+
+// decide asks the limiter once for all hits, unless a zero limit already
+// refused the request (then nothing is recorded anywhere, as for any denial).
+func (c *call) decide(ctx context.Context) {
+	s := c.s
+	switch {
+	case c.blockedAt >= 0:
+		c.out = blocked
+		return
+	case len(c.hits) == 0:
+		c.d = window.Decision{Allowed: true, Index: -1, ShadowIndex: -1}
+		return
+	}
+	d, err := s.opts.Limiter.Decide(ctx, c.hits)
+	if err == nil {
+		c.d = d
+		switch d.Source {
+		case window.SourceLocalFull:
+			s.metrics.localFull.Inc()
+		case window.SourceLocalBanned:
+			s.metrics.localBanned.Inc()
+		}
+		return
+	}
+	kind := window.Classify(err)
+	s.metrics.backendErrs.WithLabelValues(kind.String()).Inc()
+	enforcing := false
+	for i := range c.hits {
+		enforcing = enforcing || !c.hits[i].Shadow
+	}
+	switch {
+	case s.opts.FailureMode == extauthz.FailureDeny && enforcing:
+		s.metrics.failureModes.WithLabelValues("deny").Inc()
+		c.out = failedDeny
+		return
+	case s.opts.FailureMode == extauthz.FailureLocal && s.opts.Fallback != nil:
+		// In process and never waiting: it decides even if Envoy gave up.
+		d, ferr := s.opts.Fallback.DecideAfter(context.WithoutCancel(ctx), c.hits, err)
+		if ferr == nil {
+			s.metrics.failureModes.WithLabelValues("local").Inc()
+			c.d = d
+			return
+		}
+		s.metrics.backendErrs.WithLabelValues("fallback").Inc()
+	}
+	s.metrics.failureModes.WithLabelValues("allow").Inc()
+	c.out = failedAllow
+}
+
+// respond builds the response and counts it.
+func (c *call) respond() *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.ms))}
+	for i := range c.ms {
+		resp.Statuses[i] = c.status(i)
+	}
+	over := c.out == blocked || c.out == failedDeny || c.out == decided && !c.d.Allowed
+	if over {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	c.count()
+	if c.s.opts.ResponseHeaders && c.out != failedAllow && c.out != failedDeny {
+		resp.ResponseHeadersToAdd = limitHeaders(resp.Statuses)
+	}
+	return resp
+}
+
+// status is descriptor i's status. The denying descriptor's and the
+// binding one's numbers are exact; see the package doc for the others.
+func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
+	r := c.ms[i].limit()
+	switch {
+	case r == nil:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	case r.Unlimited:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+	}
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:               rlsv3.RateLimitResponse_OK,
+		CurrentLimit:       currentLimit(r),
+		DurationUntilReset: durationpb.New(r.Window),
+	}
+	if r.RequestsPerUnit == 0 {
+		if !c.shadow(r) {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		return st
+	}
+	j := c.hitOf[i]
+	switch {
+	case c.out == failedDeny:
+		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(time.Second)
+	case c.out != decided:
+		// blocked or admitted without a decision: nothing was counted.
+	case !c.d.Allowed && j == c.d.Index:
+		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(c.d.RetryAfter)
+	case c.d.Shadowed && j == c.d.ShadowIndex:
+		// over its limit, but in shadow mode: OK, nothing remaining
+	case c.d.Allowed:
+		// Exact for the binding hit; for the others a lower bound (the
+		// binding hit has the fewest remaining).
+		st.LimitRemaining = uint32(max(min(c.d.Remaining, int(r.RequestsPerUnit)), 0))
+	}
+	return st
+}
+
+func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
+	l := &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
+	return l
+}
+
+// count adds the call to flashgate_rls_requests_total under its binding
+// rule.
+func (c *call) count() {
+	s := c.s
+	rule, decision := "", decisionAllowed
+	ruleOfHit := func(j int) string {
+		if j >= 0 && j < len(c.hits) {
+			return c.hits[j].Rule
+		}
+		return ""
+	}
+	switch {
+	case c.out == blocked:
+		rule, decision = c.ms[c.blockedAt].limit().Label(), decisionDenied
+	case c.out == failedAllow || c.out == failedDeny:
+		rule, decision = ruleOfHit(0), decisionError
+	case !c.d.Allowed:
+		rule, decision = ruleOfHit(c.d.Index), decisionDenied
+	case c.d.Shadowed:
+		rule, decision = ruleOfHit(c.d.ShadowIndex), decisionShadowDenied
+	default:
+		rule = ruleOfHit(c.d.Index)
+	}
+	s.metrics.requests.WithLabelValues(c.dom.Name, rule, decision).Inc()
+}
+
+// limitHeaders are ratelimit's x-ratelimit-* headers for the descriptor
+// with a limit and the fewest requests remaining (the first of equals); nil
+// when no descriptor has a limit.
+func limitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	var min *rlsv3.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.GetCurrentLimit() != nil && (min == nil || st.GetLimitRemaining() < min.GetLimitRemaining()) {
+			min = st
+		}
+	}
+	if min == nil {
+		return nil
+	}
+	reset := min.GetDurationUntilReset().AsDuration()
+	secs := max(int64((reset+time.Second-1)/time.Second), 1)
+	return []*corev3.HeaderValue{
+		{Key: "x-ratelimit-limit", Value: strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+		{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(min.GetLimitRemaining()), 10)},
+		{Key: "x-ratelimit-reset", Value: strconv.FormatInt(secs, 10)},
+	}
+}
