@@ -181,15 +181,16 @@ type call struct {
 	ms    []match
 	hitOf []int // hit index of each descriptor, -1 for none
 	hits  []window.Hit
-	// blockedAt is the first enforcing descriptor whose limit is 0, -1.
-	blockedAt int
+	// blockedAt is the first enforcing descriptor whose limit is 0, -1;
+	// shadowZero the first shadow one, -1.
+	blockedAt, shadowZero int
 	out       outcome
 	d         window.Decision
 }
 
 func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 	descs := req.GetDescriptors()
-	c := &call{s: s, dom: dom, req: req, ms: make([]match, len(descs)), hitOf: make([]int, len(descs)), blockedAt: -1}
+	c := &call{s: s, dom: dom, req: req, ms: make([]match, len(descs)), hitOf: make([]int, len(descs)), blockedAt: -1, shadowZero: -1}
 	for i, d := range descs {
 		c.ms[i] = dom.lookup(d)
 	}
@@ -201,8 +202,11 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 		case r == nil || r.Unlimited:
 			continue
 		case r.RequestsPerUnit == 0:
-			if !c.shadow(r) && c.blockedAt < 0 {
+			switch {
+			case !c.shadow(r) && c.blockedAt < 0:
 				c.blockedAt = i
+			case c.shadow(r) && c.shadowZero < 0:
+				c.shadowZero = i
 			}
 			continue
 		}
@@ -314,7 +318,7 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	}
 	c.count()
 	if c.s.opts.ResponseHeaders && c.out != failedAllow && c.out != failedDeny {
-		resp.ResponseHeadersToAdd = limitHeaders(resp.Statuses)
+		resp.ResponseHeadersToAdd = limitHeaders(resp.Statuses, c.binding())
 	}
 	return resp
 }
@@ -383,17 +387,38 @@ func (c *call) count() {
 		rule, decision = ruleOfHit(c.d.Index), decisionDenied
 	case c.d.Shadowed:
 		rule, decision = ruleOfHit(c.d.ShadowIndex), decisionShadowDenied
+	case c.shadowZero >= 0:
+		rule, decision = c.ms[c.shadowZero].limit().Label(), decisionShadowDenied
 	default:
 		rule = ruleOfHit(c.d.Index)
 	}
 	s.metrics.requests.WithLabelValues(c.dom.Name, rule, decision).Inc()
 }
 
+// binding returns the descriptor whose numbers are exact: the one that
+// refused the request, else the decision's binding hit's; -1 for none.
+func (c *call) binding() int {
+	if c.out == blocked {
+		return c.blockedAt
+	}
+	if c.out == decided && c.d.Index >= 0 {
+		for i, j := range c.hitOf {
+			if j == c.d.Index {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
 // limitHeaders are ratelimit's x-ratelimit-* headers for the descriptor
-// with a limit and the fewest requests remaining (the first of equals); nil
-// when no descriptor has a limit.
-func limitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+// with a limit and the fewest requests remaining, the binding one (pref)
+// among equals, else the first; nil when no descriptor has a limit.
+func limitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, pref int) []*corev3.HeaderValue {
 	var min *rlsv3.RateLimitResponse_DescriptorStatus
+	if pref >= 0 && sts[pref].GetCurrentLimit() != nil {
+		min = sts[pref]
+	}
 	for _, st := range sts {
 		if st.GetCurrentLimit() != nil && (min == nil || st.GetLimitRemaining() < min.GetLimitRemaining()) {
 			min = st
