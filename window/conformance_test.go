@@ -362,6 +362,60 @@ var conformanceCases = []conformanceCase{
 		}
 		return true
 	}},
+	{name: "a hit's cost counts as that many requests", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
+		const w = 10 * time.Second
+		key := k.Key("uid", "u1")
+		costly := func(cost int) Hit { h := hit(key, 5, w); h.Cost = cost; return h }
+		if d := mustAllow(t, lim, "cost 3", costly(3)); d.Count != 3 || d.Remaining != 2 {
+			t.Fatalf("cost 3 = %+v, want count 3, remaining 2", d)
+		}
+		if d := mustDeny(t, lim, "cost 3 with 2 left", costly(3)); d.Count != 3 || d.RetryAfter <= 0 || d.RetryAfter > w {
+			t.Fatalf("cost 3 with 2 left = %+v, want denied with count 3 and retry-after in (0, %s]", d, w)
+		}
+		if d := mustAllow(t, lim, "cost 2 with 2 left", costly(2)); d.Count != 5 || d.Remaining != 0 {
+			t.Fatalf("cost 2 with 2 left = %+v, want count 5", d)
+		}
+		if d := mustDeny(t, lim, "cost 0 (one) when full", costly(0)); d.Count != 5 {
+			t.Fatalf("cost 0 when full = %+v, want denied with count 5", d)
+		}
+		// More than the window can hold: never admitted, nothing recorded.
+		big := hit(k.Key("uid", "u2"), 5, w)
+		big.Cost = 6
+		if d := mustDeny(t, lim, "cost 6 at limit 5", big); d.Count != 0 || d.RetryAfter != w {
+			t.Fatalf("cost 6 at limit 5 = %+v, want denied with count 0 and retry-after %s", d, w)
+		}
+		// All or nothing across hits of different costs.
+		a, b := hit(k.Key("uid", "u3"), 5, w), hit(k.Key("ip", "u3"), 2, w)
+		a.Cost, b.Cost = 3, 3
+		if d := mustDeny(t, lim, "cost 3 at limits 5 and 2", a, b); d.Index != 1 {
+			t.Fatalf("cost 3 at limits 5 and 2 = %+v, want denied on hit 1", d)
+		}
+		a.Cost = 5
+		if d := mustAllow(t, lim, "cost 5 on the untouched key", a); d.Count != 5 {
+			t.Fatalf("cost 5 after the denial = %+v, want count 5 (the denial recorded nothing)", d)
+		}
+		return true
+	}},
+	{name: "retry-after when a cost needs several entries to leave", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
+		const w = 400 * time.Millisecond
+		key := k.Key("uid", "u1")
+		var at [5]interval
+		for i := range at {
+			_, at[i] = timedDecide(t, lim, hit(key, 5, w))
+			time.Sleep(20 * time.Millisecond)
+		}
+		h := hit(key, 5, w)
+		h.Cost = 3 // the 3rd entry must leave
+		d, x := timedDecide(t, lim, h)
+		if !x.before(at[0].start.Add(w)) {
+			return false
+		}
+		if d.Allowed || d.Count != 5 {
+			t.Fatalf("cost 3 on a full window = %+v, want denied with count 5", d)
+		}
+		checkRetryAfter(t, "cost 3 (until the 3rd leaves)", d, at[2], x, w)
+		return true
+	}},
 	{name: "invalid hits and no hits", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		for _, h := range []Hit{
 			{Key: "", Limit: Limit{Requests: 1, Window: time.Second}},
@@ -427,6 +481,53 @@ var conformanceCases = []conformanceCase{
 		}
 		mustAllow(t, lim, "second request", hits...)
 		mustDeny(t, lim, "third request", hits...)
+		return true
+	}},
+	{name: "a retried request of cost 3 is recorded once", redisOnly: true, run: func(t *testing.T, lim Limiter, c redis.UniversalClient, k Keys) bool {
+		r := redisOf(t, lim)
+		ctx := context.Background()
+		h := hit(k.Key("uid", "u1"), 5, 10*time.Second)
+		h.Cost = 3
+		member := r.member()
+		for i := range 3 {
+			d, _, err := r.decideMember(ctx, []Hit{h}, member)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed || d.Count != 3 {
+				t.Fatalf("attempt %d = %+v, want allowed with count 3", i+1, d)
+			}
+		}
+		if n := c.ZCard(ctx, h.Key).Val(); n != 3 {
+			t.Fatalf("%s holds %d entries after 3 attempts of one request of cost 3, want 3", h.Key, n)
+		}
+		return true
+	}},
+	{name: "a retry that is denied removes what its first attempt recorded", redisOnly: true, run: func(t *testing.T, lim Limiter, c redis.UniversalClient, k Keys) bool {
+		r := redisOf(t, lim)
+		ctx := context.Background()
+		hits := []Hit{hit(k.Key("uid", "u1"), 5, 10*time.Second), hit(k.Key("ip", "1.2.3.4"), 1, 10*time.Second)}
+		member := r.member()
+		if d, _, err := r.decideMember(ctx, hits, member); err != nil || !d.Allowed {
+			t.Fatalf("first attempt = %+v, %v; want allowed", d, err)
+		}
+		// The ip key loses the member (as if trimmed) and fills up with
+		// another request: the retry is denied there, and must take its
+		// member out of the uid key, where there is still room.
+		if err := c.ZRem(ctx, hits[1].Key, member).Err(); err != nil {
+			t.Fatal(err)
+		}
+		mustAllow(t, lim, "another request", hits[1])
+		d, _, err := r.decideMember(ctx, hits, member)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed || d.Index != 1 {
+			t.Fatalf("retry = %+v, want denied on hit 1", d)
+		}
+		if n := c.ZCard(ctx, hits[0].Key).Val(); n != 0 {
+			t.Fatalf("the uid key holds %d entries after the denied retry, want 0", n)
+		}
 		return true
 	}},
 }

@@ -73,6 +73,13 @@ type memLog struct {
 
 func (l *memLog) len() int { return len(l.ts) - l.start }
 
+// add records cost entries at now.
+func (l *memLog) add(now int64, cost int) {
+	for range cost {
+		l.ts = append(l.ts, now)
+	}
+}
+
 // trim drops the entries at or before now-window, as ZREMRANGEBYSCORE
 // -inf (now-window) does in Redis.
 func (l *memLog) trim(now, window int64) {
@@ -220,15 +227,19 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 			limit = allow(h, l, now)
 			st[i].allow, st[i].scaled = limit, true
 		}
-		if n >= limit {
+		if cost := h.cost(); n+cost > limit {
 			st[i].over = true
 			retry := l.seenUntil - now // the seed leaves: the allowance grows
-			if limit > 0 {
-				// The entry that must leave before one more fits.
-				oldest := l.ts[l.start+n-limit]
+			switch leave := n + cost - limit; {
+			case limit <= 0:
+			case leave <= n:
+				// The last entry that must leave before the cost fits.
+				oldest := l.ts[l.start+leave-1]
 				if retry <= 0 || oldest+w-now < retry {
 					retry = oldest + w - now
 				}
+			case retry <= 0:
+				retry = w // more than the window can ever hold
 			}
 			st[i].retryAfter = time.Duration(max(retry, 1))
 		}
@@ -248,7 +259,7 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 			if dup(hits[:i], hits[i].Key) {
 				continue // the same key twice in one request counts once
 			}
-			logs[i].ts = append(logs[i].ts, now)
+			logs[i].add(now, hits[i].cost())
 		}
 		for i := range hits {
 			if !st[i].over {
@@ -257,8 +268,8 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 		}
 	} else if recordDenied {
 		for i := range hits {
-			if logs[i].len() < hits[i].Limit.Requests && !dup(hits[:i], hits[i].Key) {
-				logs[i].ts = append(logs[i].ts, now)
+			if cost := hits[i].cost(); logs[i].len()+cost <= hits[i].Limit.Requests && !dup(hits[:i], hits[i].Key) {
+				logs[i].add(now, cost)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package window
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -26,30 +27,34 @@ const maxPipelineBatch = 128
 // too). Callers with a deadline bound it by the latest of theirs.
 const pipelineTimeout = 2 * time.Second
 
-// autoPipeline batches the script calls of concurrent decisions into shared
-// round trips, in the manner of rueidis. At most slots round trips are in
-// flight. A call that finds a free slot and nothing queued goes out at once
-// from its caller's goroutine, exactly as without auto-pipelining (so a lone
-// call pays nothing). Otherwise it is queued, and each of slots dispatcher
+// autoPipeline batches the decisions of concurrent callers into shared
+// script calls, in the manner of rueidis. At most slots calls are in flight.
+// A decision that finds a free slot and nothing queued goes out at once from
+// its caller's goroutine, exactly as without auto-pipelining (so a lone call
+// pays nothing). Otherwise it is queued, and each of slots dispatcher
 // goroutines, when a slot frees, takes everything queued (up to
-// maxPipelineBatch), sends it as one go-redis pipeline of EVALSHA commands,
-// and hands each caller its own reply. No timer: a batch forms from the calls
-// that arrived while all slots were busy.
+// maxPipelineBatch) and sends it as ONE script call: the script decides the
+// requests in order, each all or nothing over its own keys with its own
+// member id, and its reply is cut into each caller's. No timer: a batch
+// forms from the calls that arrived while all slots were busy.
 //
-// Each call stays one script call of its own (its own member id), so
-// exactness, all-or-nothing and idempotency are those of an unbatched call.
-// autoPipeline is safe for concurrent use.
+// Exactness, all-or-nothing and idempotency are those of unbatched calls:
+// one script call is atomic in Redis, as each of its requests' would be.
+// What a batch saves is Redis's per-command work (EVALSHA's dispatch, the
+// script's set-up, the reply) and the client's, once per batch instead of
+// once per decision. autoPipeline is safe for concurrent use.
 type autoPipeline struct {
-	client rediser
-	script *redis.Script // for calls sent on their own
-	src    string        // the script
-	hash   string        // its SHA-1
-	slots  int           // round trips in flight at most; also the dispatchers
+	// eval runs the script (EVALSHA, reloading it after NOSCRIPT).
+	eval   func(ctx context.Context, keys []string, args []any) ([]any, error)
+	client rediser       // for sendEach
+	hash   string        // the script's SHA-1, for sendEach
+	slots  int           // calls in flight at most; also the dispatchers
 	wake   chan struct{} // capacity 1: tells an idle dispatcher there is work
 	stop   chan struct{} // closed by close
 	ctx    context.Context
-	cancel context.CancelFunc // cancels ctx, the parent of every pipeline's context
-	wg     sync.WaitGroup     // the dispatchers
+	// cancel cancels ctx, the parent of every batch's context.
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the dispatchers
 
 	// alwaysQueue sends every call through the dispatchers, never on its
 	// own; set only by tests, before the first call, so that sequential
@@ -59,11 +64,11 @@ type autoPipeline struct {
 	// mu guards the fields below.
 	mu     sync.Mutex
 	queue  []*pipelineCall
-	busy   int // round trips in flight (batches and calls sent on their own)
+	busy   int // calls in flight (batches and calls sent on their own)
 	closed bool
 }
 
-// pipelineCall is one queued script call and, once done is closed, its reply.
+// pipelineCall is one queued request and, once done is closed, its reply.
 type pipelineCall struct {
 	keys     []string
 	args     []any
@@ -74,20 +79,19 @@ type pipelineCall struct {
 	err      error
 }
 
-// newAutoPipeline starts slots dispatchers of the script src on client.
-func newAutoPipeline(client rediser, src string, slots int) *autoPipeline {
+// newAutoPipeline starts slots dispatchers of r's script.
+func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &autoPipeline{
-		client: client,
-		script: redis.NewScript(src),
-		src:    src,
+		eval:   r.evalSha,
+		client: r.client,
+		hash:   r.script.Hash(),
 		slots:  slots,
 		wake:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	p.hash = p.script.Hash()
 	for range slots {
 		p.wg.Go(p.dispatch)
 	}
@@ -111,7 +115,7 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 	if p.busy < p.slots && len(p.queue) == 0 && !p.alwaysQueue {
 		p.busy++
 		p.mu.Unlock()
-		res, err := p.script.Run(ctx, p.client, keys, args...).Slice()
+		res, err := p.eval(ctx, keys, args)
 		p.release()
 		return res, err
 	}
@@ -235,11 +239,12 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, ok bool) 
 	return batch, true
 }
 
-// send runs batch as one pipeline of EVALSHA commands and completes every
-// call. Calls that met NOSCRIPT (an empty script cache after a restart or
-// failover) run again after SCRIPT LOAD in a second pipeline: their member
-// ids make a repeat harmless. An error of the whole pipeline (connection,
-// timeout) is every call's error.
+// send runs batch as one script call and completes every call with its
+// share of the reply. A connection error or timeout is every call's error.
+// An error reply of the script (a key of another type, say, or Redis out
+// of memory) is retried as one call per request, so that each request gets
+// its own outcome: member ids make the repeat of a request the failed call
+// had decided harmless.
 func (p *autoPipeline) send(batch []*pipelineCall) {
 	deadline := time.Now().Add(pipelineTimeout)
 	if d := latestDeadline(batch); !d.IsZero() {
@@ -248,53 +253,59 @@ func (p *autoPipeline) send(batch []*pipelineCall) {
 	ctx, cancel := context.WithDeadline(p.ctx, deadline)
 	defer cancel()
 
-	hash := p.hash
+	if len(batch) == 1 {
+		c := batch[0]
+		c.res, c.err = p.eval(ctx, c.keys, c.args)
+		close(c.done)
+		return
+	}
+	nkeys, nargs := 0, 0
+	for _, c := range batch {
+		nkeys += len(c.keys)
+		nargs += len(c.args)
+	}
+	keys, args := make([]string, 0, nkeys), make([]any, 0, nargs)
+	for _, c := range batch {
+		keys = append(keys, c.keys...)
+		args = append(args, c.args...)
+	}
+	res, err := p.eval(ctx, keys, args)
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		p.sendEach(ctx, batch)
+		return
+	}
+	off := 0
+	for _, c := range batch {
+		n := replyLen(len(c.keys))
+		switch {
+		case err != nil:
+			c.err = err
+		case off+n > len(res):
+			c.err = fmt.Errorf("redis pipeline: the script replied %d values for a batch needing more", len(res))
+		default:
+			c.res = res[off : off+n : off+n]
+		}
+		off += n
+		close(c.done)
+	}
+}
+
+// sendEach runs every call of batch as a script call of its own, together
+// in one go-redis pipeline of EVALSHA (the script is loaded: the batch's
+// call just ran it), and completes them. A call that meets NOSCRIPT anyway
+// (a SCRIPT FLUSH in between) is sent again on its own.
+func (p *autoPipeline) sendEach(ctx context.Context, batch []*pipelineCall) {
 	cmds := make([]*redis.Cmd, len(batch))
 	pipe := p.client.Pipeline()
 	for i, c := range batch {
-		cmds[i] = pipe.EvalSha(ctx, hash, c.keys, c.args...)
+		cmds[i] = pipe.EvalSha(ctx, p.hash, c.keys, c.args...)
 	}
-	_, execErr := pipe.Exec(ctx)
-
-	var retry redis.Pipeliner
-	for i, cmd := range cmds {
-		if !isNoScript(cmd.Err()) {
-			continue
-		}
-		if retry == nil {
-			retry = p.client.Pipeline()
-			// Not redis.Script.Load: on a pipeline it would store the
-			// empty reply it holds before Exec as the script's hash.
-			retry.ScriptLoad(ctx, p.src)
-		}
-		cmds[i] = retry.EvalSha(ctx, hash, batch[i].keys, batch[i].args...)
-	}
-	if retry != nil {
-		_, execErr = retry.Exec(ctx)
-		// Where the load failed (an ACL that forbids SCRIPT LOAD, say), EVAL.
-		var again redis.Pipeliner
-		for i, cmd := range cmds {
-			if isNoScript(cmd.Err()) {
-				if again == nil {
-					again = p.client.Pipeline()
-				}
-				cmds[i] = again.Eval(ctx, p.src, batch[i].keys, batch[i].args...)
-			}
-		}
-		if again != nil {
-			_, execErr = again.Exec(ctx)
-		}
-	}
-
+	_, _ = pipe.Exec(ctx) // errors are read per command
 	for i, c := range batch {
 		c.res, c.err = cmds[i].Slice()
-		if c.err == nil && c.res == nil {
-			// Not expected from go-redis (it stamps a pipeline's error on
-			// every command), but a caller must never see a reply of nothing.
-			c.err = execErr
-			if c.err == nil {
-				c.err = errors.New("redis pipeline: no reply")
-			}
+		if isNoScript(c.err) {
+			c.res, c.err = p.eval(ctx, c.keys, c.args)
 		}
 		close(c.done)
 	}

@@ -91,8 +91,8 @@ func someKeys(t *testing.T, n int) []string {
 }
 
 // TestAutoPipelineSharesRoundTrips: decisions that arrive while Redis is
-// busy are sent together: fewer pipelines than decisions, each decision
-// still one EVALSHA of its own, each recorded once.
+// busy are decided together: one script call per batch, far fewer calls
+// than decisions, each decision recorded once.
 func TestAutoPipelineSharesRoundTrips(t *testing.T) {
 	s, c := startRedis(t)
 	hook := &countHook{}
@@ -117,28 +117,25 @@ func TestAutoPipelineSharesRoundTrips(t *testing.T) {
 		}
 	}
 	after := commandCalls(t, admin)
-	if got := after["evalsha"] - before["evalsha"]; got != n {
-		t.Errorf("%d decisions made %d EVALSHA calls, want %d (one script call each)", n, got, n)
-	}
+	calls := after["evalsha"] - before["evalsha"]
 	if got := after["eval"] - before["eval"]; got != 1 {
 		t.Errorf("%d EVAL calls, want 1 (the busy script)", got)
 	}
-	// The first DefaultPipelineWorkers decisions may each go alone (not
-	// pipelined) while Redis is busy; the rest queue behind them and share
-	// round trips.
-	pipelines, alone := hook.pipelines.Load(), hook.cmds.Load()
-	if alone > DefaultPipelineWorkers {
-		t.Errorf("%d script calls sent on their own, want at most %d", alone, DefaultPipelineWorkers)
+	// The first DefaultPipelineWorkers decisions may each go alone while
+	// Redis is busy; the rest queue behind them and are decided in batches,
+	// a script call each.
+	if max := int64(2 * DefaultPipelineWorkers); calls > max {
+		t.Errorf("%d decisions took %d script calls, want at most %d", n, calls, max)
 	}
-	if max := int64(2 * DefaultPipelineWorkers); alone+pipelines > max {
-		t.Errorf("%d decisions took %d round trips (%d pipelines), want at most %d", n, alone+pipelines, pipelines, max)
+	if got := hook.cmds.Load() + hook.pipelines.Load(); got != calls {
+		t.Errorf("the client sent %d script calls and pipelines, Redis ran %d EVALSHA", got, calls)
 	}
 	for _, key := range keys {
 		if got := admin.ZCard(context.Background(), key).Val(); got != 1 {
 			t.Fatalf("%s holds %d entries, want 1", key, got)
 		}
 	}
-	t.Logf("%d decisions in %d pipelines and %d calls on their own", n, pipelines, alone)
+	t.Logf("%d decisions in %d script calls", n, calls)
 }
 
 // TestAutoPipelineDeadline: a caller returns at its own deadline while its
@@ -214,8 +211,8 @@ func TestAutoPipelineDeadRedis(t *testing.T) {
 	}
 }
 
-// TestAutoPipelineNoScript: a batch that meets an empty script cache loads
-// the script and runs its calls again, each recorded once.
+// TestAutoPipelineNoScript: a batch (one script call) that meets an empty
+// script cache loads the script and runs again, each request recorded once.
 func TestAutoPipelineNoScript(t *testing.T) {
 	s, c := startRedis(t)
 	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
@@ -228,27 +225,17 @@ func TestAutoPipelineNoScript(t *testing.T) {
 	}
 	before := commandCalls(t, admin)
 	keys := someKeys(t, 8)
-	batch := make([]*pipelineCall, len(keys))
-	for i, key := range keys {
-		batch[i] = &pipelineCall{keys: []string{key}, args: appendHitArgs([]any{r.member(), ""}, &[]Hit{hit(key, 5, time.Minute)}[0]), done: make(chan struct{})}
-	}
-	r.pipe.send(batch) // as a dispatcher would
-	for i, c := range batch {
-		<-c.done
-		if c.err != nil {
-			t.Fatalf("call %d: %v", i, c.err)
-		}
-		st := make([]hitState, 1)
-		if _, err := parseReply(c.res, st); err != nil || st[0].count != 1 || st[0].over {
-			t.Fatalf("call %d: state %+v, %v; want count 1, under", i, st[0], err)
+	for i, err := range sendFirsts(t, r, keys) {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
 		}
 	}
 	after := commandCalls(t, admin)
 	if got := after["script|load"] - before["script|load"]; got != 1 {
 		t.Errorf("%d SCRIPT LOAD, want 1", got)
 	}
-	if got := after["evalsha"] - before["evalsha"]; got != 2*int64(len(keys)) {
-		t.Errorf("%d EVALSHA, want %d (each call, NOSCRIPT then again)", got, 2*len(keys))
+	if got := after["evalsha"] - before["evalsha"]; got != 2 {
+		t.Errorf("%d EVALSHA, want 2 (the batch's, NOSCRIPT then again)", got)
 	}
 	for _, key := range keys {
 		if got := admin.ZCard(ctx, key).Val(); got != 1 {
@@ -395,4 +382,68 @@ func TestAutoPipelineAbandonedNotSent(t *testing.T) {
 	if n := admin.ZCard(context.Background(), live).Val(); n != 1 {
 		t.Errorf("the live call's key holds %d entries, want 1", n)
 	}
+}
+
+// TestAutoPipelineScriptErrorFailsOnlyItsRequest: a batch's script call
+// that fails with an error reply (one request's key holds a string) is
+// sent again as one call per request: the others are decided, each
+// recorded once, and only the request on the bad key fails.
+func TestAutoPipelineScriptErrorFailsOnlyItsRequest(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
+	t.Cleanup(r.Close)
+	mustDecide(t, r, hit(testKeys(t).Key("warm", "up"), 5, time.Minute)) // load the script
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 5 * time.Second})
+	defer admin.Close()
+	ctx := context.Background()
+	keys := someKeys(t, 6)
+	const bad = 3
+	if err := admin.Set(ctx, keys[bad], "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := commandCalls(t, admin)
+	for i, err := range sendFirsts(t, r, keys) {
+		switch {
+		case i == bad && (err == nil || !strings.Contains(err.Error(), "WRONGTYPE")):
+			t.Fatalf("the request on the string key: %v, want WRONGTYPE", err)
+		case i != bad && err != nil:
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	after := commandCalls(t, admin)
+	if got := after["evalsha"] - before["evalsha"]; got != 1+int64(len(keys)) {
+		t.Errorf("%d EVALSHA, want %d (the batch's, then one per request)", got, 1+len(keys))
+	}
+	for i, key := range keys {
+		if i == bad {
+			continue
+		}
+		if got := admin.ZCard(ctx, key).Val(); got != 1 {
+			t.Fatalf("%s holds %d entries after one decision, want 1", key, got)
+		}
+	}
+}
+
+// sendFirsts sends one batch, as a dispatcher would, of one request per key
+// (5 per minute) and returns each request's error: a reply other than the
+// first admission of a fresh key is one.
+func sendFirsts(t *testing.T, r *Redis, keys []string) []error {
+	t.Helper()
+	batch := make([]*pipelineCall, len(keys))
+	for i, key := range keys {
+		batch[i] = &pipelineCall{keys: []string{key}, args: appendHitArgs([]any{r.member(), "", 1}, &[]Hit{hit(key, 5, time.Minute)}[0]), done: make(chan struct{})}
+	}
+	r.pipe.send(batch)
+	errs := make([]error, len(batch))
+	for i, c := range batch {
+		<-c.done
+		if errs[i] = c.err; c.err != nil {
+			continue
+		}
+		st := make([]hitState, 1)
+		if _, err := parseReply(c.res, st); err != nil || st[0].count != 1 || st[0].over {
+			errs[i] = fmt.Errorf("state %+v, %v; want count 1, under", st[0], err)
+		}
+	}
+	return errs
 }

@@ -62,13 +62,14 @@ type RedisOptions struct {
 	// nil means 8 random bytes drawn once per limiter followed by a varint
 	// counter (9 to 17 bytes per entry). It must be safe for concurrent use.
 	Member func() string
-	// AutoPipeline batches the script calls of concurrent decisions into
-	// shared round trips (one go-redis pipeline of EVALSHA commands per
-	// batch) on standalone and Sentinel Redis; each decision remains its own
-	// script call, so the guarantees are unchanged. At most PipelineWorkers
-	// round trips are in flight: a decision that finds one free and nothing
-	// queued is sent at once from its own goroutine (a lone decision is not
-	// delayed); the others queue and go out together when a round trip ends
+	// AutoPipeline decides concurrent decisions together on standalone and
+	// Sentinel Redis: the decisions that queued while round trips were in
+	// flight go out as ONE script call, which decides them in order, each
+	// all or nothing over its own keys with its own member id, so the
+	// guarantees are unchanged (one script call is atomic). At most
+	// PipelineWorkers calls are in flight: a decision that finds one free and
+	// nothing queued is sent at once from its own goroutine (a lone decision
+	// is not delayed); the others queue and go out together when a call ends
 	// (no timer). It starts PipelineWorkers goroutines: call [Redis.Close].
 	// Ignored in per-slot (Cluster) mode.
 	AutoPipeline bool
@@ -100,8 +101,8 @@ type rediser interface {
 // flight that was denied elsewhere, and a failed removal leaves an entry that
 // ages out with its window. Admissions are never over the limit.
 //
-// With RedisOptions.AutoPipeline the script calls of concurrent decisions
-// share round trips (see [RedisOptions]); each caller still returns at its
+// With RedisOptions.AutoPipeline concurrent decisions share script calls
+// (see [RedisOptions]); each caller still returns at its
 // context's deadline, and a call cut that way may still be recorded, as any
 // timed-out call may.
 //
@@ -220,7 +221,7 @@ func NewRedis(client rediser, opts RedisOptions) (*Redis, error) {
 		if workers == 0 {
 			workers = DefaultPipelineWorkers
 		}
-		r.pipe = newAutoPipeline(client, slidingLua, workers)
+		r.pipe = newAutoPipeline(r, workers)
 	}
 	return r, nil
 }
@@ -328,8 +329,8 @@ func (r *Redis) decideMember(ctx context.Context, hits []Hit, member string) (De
 // share of one when auto-pipelining.
 func (r *Redis) decideOnce(ctx context.Context, hits []Hit, member, now string, st []hitState) (int64, error) {
 	keys := make([]string, len(hits))
-	args := make([]any, 2, 2+3*len(hits))
-	args[0], args[1] = member, now
+	args := make([]any, 0, 3+hitArgs*len(hits))
+	args = append(args, member, now, len(hits))
 	for i := range hits {
 		keys[i] = hits[i].Key
 		args = appendHitArgs(args, &hits[i])
@@ -358,7 +359,7 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string
 	pipe := r.client.Pipeline()
 	hash := r.script.Hash()
 	for i := range hits {
-		argv[i] = appendHitArgs([]any{member, now}, &hits[i])
+		argv[i] = appendHitArgs([]any{member, now, 1}, &hits[i])
 		cmds[i] = pipe.EvalSha(ctx, hash, []string{hits[i].Key}, argv[i]...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
@@ -426,9 +427,9 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string
 		if decided[i] && st[i].over {
 			continue
 		}
-		undo.ZRem(cctx, hits[i].Key, member)
-		if decided[i] && st[i].count > 0 {
-			st[i].count--
+		undo.ZRem(cctx, hits[i].Key, costMembers(member, hits[i].cost())...)
+		if decided[i] {
+			st[i].count = max(st[i].count-hits[i].cost(), 0)
 		}
 	}
 	if undo.Len() > 0 {
@@ -437,31 +438,47 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string
 	return at, firstEr
 }
 
+// costMembers returns the members a request of cost entries records: its
+// member id, then id#2 … id#cost (as redis.lua names them).
+func costMembers(member string, cost int) []any {
+	ms := make([]any, cost)
+	ms[0] = member
+	for j := 2; j <= cost; j++ {
+		ms[j-1] = member + "#" + strconv.Itoa(j)
+	}
+	return ms
+}
+
 func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// appendHitArgs appends a hit's limit, window (µs) and shadow flag.
+// hitArgs is how many script arguments a hit takes (see appendHitArgs).
+const hitArgs = 4
+
+// appendHitArgs appends a hit's limit, window (µs), cost and shadow flag.
+// A request's arguments are its member id, its now ("" for Redis TIME) and
+// its key count, then each hit's (see redis.lua).
 func appendHitArgs(args []any, h *Hit) []any {
 	shadow := "0"
 	if h.Shadow {
 		shadow = "1"
 	}
-	return append(args, h.Limit.Requests, h.Limit.Window.Microseconds(), shadow)
+	return append(args, h.Limit.Requests, h.Limit.Window.Microseconds(), h.cost(), shadow)
 }
 
-// parseReply reads the script's reply into st and returns Redis's time.
+// replyLen is the length of the script's reply to one request of n keys.
+func replyLen(n int) int { return 1 + 3*n }
+
+// parseReply reads the script's reply to one request into st and returns
+// Redis's time.
 func parseReply(res []any, st []hitState) (int64, error) {
-	if len(res) != 1+3*len(st) {
+	if len(res) != replyLen(len(st)) {
 		return 0, fmt.Errorf("redis decide: script replied %d values for %d keys", len(res), len(st))
 	}
-	nowS, ok := res[0].(string)
+	at, ok := res[0].(int64)
 	if !ok {
-		return 0, fmt.Errorf("redis decide: script replied time %T, want a string", res[0])
-	}
-	at, err := strconv.ParseInt(nowS, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("redis decide: script replied time %q: %w", nowS, err)
+		return 0, fmt.Errorf("redis decide: script replied time %T, want an integer", res[0])
 	}
 	for i := range st {
 		var v [3]int64

@@ -70,7 +70,9 @@ var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.
 // penalty box for this hit. LocalShare, when positive, is how many
 // admissions per window this process may make on its own for the hit while
 // the shared backend is unavailable (see [Fallback]); 0 means ceil(Requests
-// / fleet size).
+// / fleet size). Cost is how many requests the hit counts as (Envoy's
+// hits_addend): the request is admitted only if the window has room for all
+// of them, and then records them all; 0 means 1.
 type Hit struct {
 	Key        string
 	Rule       string
@@ -78,7 +80,11 @@ type Hit struct {
 	Shadow     bool
 	Ban        *Ban
 	LocalShare int
+	Cost       int
 }
+
+// cost returns the requests h counts as: Cost, or 1 for 0.
+func (h *Hit) cost() int { return max(h.Cost, 1) }
 
 // Source tells what produced a [Decision].
 type Source uint8
@@ -155,6 +161,9 @@ func validateHits(hits []Hit) error {
 		}
 		if err := h.Limit.Validate(); err != nil {
 			return fmt.Errorf("hit %d (%s): %w: %w", i, h.Rule, ErrInvalidHit, err)
+		}
+		if h.Cost < 0 || h.Cost > MaxRequests {
+			return fmt.Errorf("hit %d (%s): %w: cost %d: must be between 0 and %d", i, h.Rule, ErrInvalidHit, h.Cost, MaxRequests)
 		}
 	}
 	return nil
