@@ -184,8 +184,8 @@ type call struct {
 	// blockedAt is the first enforcing descriptor whose limit is 0, -1;
 	// shadowZero the first shadow one, -1.
 	blockedAt, shadowZero int
-	out       outcome
-	d         window.Decision
+	out                   outcome
+	d                     window.Decision
 }
 
 func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
