@@ -109,6 +109,10 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err != nil {
 		return err
 	}
+	rlsSrv, err := newRLS(o, opts)
+	if err != nil {
+		return err
+	}
 
 	grpcLis, err := listen(o.grpcAddr)
 	if err != nil {
@@ -131,6 +135,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	defer stop()
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
+	rlsSrv.start(ctx, &wg, gs, log)
 	wg.Go(func() {
 		if err := gs.Serve(grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			errc <- fmt.Errorf("grpc server on %s: %w", grpcLis.Addr(), err)
@@ -228,6 +233,20 @@ func waitBackend(ctx context.Context, srv *extauthz.Server, b *backend, log *slo
 
 // reloadOnSIGHUP reloads the rules on every SIGHUP until ctx ends.
 func reloadOnSIGHUP(ctx context.Context, srv *extauthz.Server, log *slog.Logger) {
+	onSIGHUP(ctx, func() {
+		switch err := srv.Reload(); {
+		case errors.Is(err, extauthz.ErrNoFile):
+			log.Warn("SIGHUP: the built-in example rules have no file to reload")
+		case err != nil:
+			// Reload has logged and counted it.
+		default:
+			log.Info("SIGHUP: rules reloaded", "file", srv.Config().Name)
+		}
+	})
+}
+
+// onSIGHUP calls fn on every SIGHUP until ctx ends.
+func onSIGHUP(ctx context.Context, fn func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -236,14 +255,7 @@ func reloadOnSIGHUP(ctx context.Context, srv *extauthz.Server, log *slog.Logger)
 		case <-ctx.Done():
 			return
 		case <-hup:
-			switch err := srv.Reload(); {
-			case errors.Is(err, extauthz.ErrNoFile):
-				log.Warn("SIGHUP: the built-in example rules have no file to reload")
-			case err != nil:
-				// Reload has logged and counted it.
-			default:
-				log.Info("SIGHUP: rules reloaded", "file", srv.Config().Name)
-			}
+			fn()
 		}
 	}
 }

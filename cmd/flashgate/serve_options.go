@@ -49,6 +49,9 @@ type serveOptions struct {
 	fleetSize       int
 	fleetTTL        time.Duration
 
+	rlsConfig  string
+	rlsHeaders bool
+
 	drainTimeout time.Duration
 	pprof        bool
 	logLevel     string
@@ -87,6 +90,8 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.checkDeadline, "check-deadline", defaultCheckDeadline, "the most a check may wait for Redis in all, below Envoy's ext_authz timeout (the shipped envoy.yaml: 50ms); the Redis budget follows Redis's latency from --redis-timeout up to 90% of this")
 	f.IntVar(&o.fleetSize, "fleet-size", 0, "sidecars sharing the Redis, for failure mode local's per-sidecar share ceil(limit/N) (0: discover them by heartbeat)")
 	f.DurationVar(&o.fleetTTL, "fleet-ttl", window.DefaultFleetTTL, "how long a sidecar's heartbeat counts it in the fleet (beats every third of it)")
+	f.StringVar(&o.rlsConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): also serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr; reloaded on change and on SIGHUP")
+	f.BoolVar(&o.rlsHeaders, "rls-response-headers", false, "RLS: add x-ratelimit-limit, -remaining and -reset to ShouldRateLimit answers (ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM: how long in-flight checks may take before the server stops")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on --http-addr (profiling; keep --http-addr private)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -196,6 +201,9 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	}
 	if o.pprof && o.httpAddr == "" {
 		return nil, fmt.Errorf("--pprof needs --http-addr")
+	}
+	if o.rlsHeaders && o.rlsConfig == "" {
+		return nil, fmt.Errorf("--rls-response-headers needs --rls-config")
 	}
 	if o.grpcAddr == "" {
 		return nil, fmt.Errorf("--grpc-addr is empty")

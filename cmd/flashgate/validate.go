@@ -8,9 +8,9 @@ import (
 )
 
 func newValidateCmd(e env) *cobra.Command {
-	var file string
+	var file, rlsDir string
 	cmd := &cobra.Command{
-		Use:   "validate [--config FILE]",
+		Use:   "validate [--config FILE] [--rls-config DIR]",
 		Short: "Check a descriptors file and print its rules",
 		Long: `validate loads a descriptors file the way serve does (strictly: unknown keys
 are errors) and prints its rules as a table. Without --config (or
@@ -19,6 +19,11 @@ FLASHGATE_CONFIG) it shows the built-in example.
 An invalid file is reported as FILE:LINE:COL: message, with exit status 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rlsDir != "" {
+				if err := validateRLS(e.stdout, rlsDir); err != nil || file == "" {
+					return err
+				}
+			}
 			cfg, err := loadConfig(file)
 			if err != nil {
 				return err
@@ -30,6 +35,7 @@ An invalid file is reported as FILE:LINE:COL: message, with exit status 1.`,
 		},
 	}
 	cmd.Flags().StringVar(&file, "config", "", "descriptors file (default: the built-in example)")
+	cmd.Flags().StringVar(&rlsDir, "rls-config", "", "an envoyproxy/ratelimit config directory to check instead (with --config: both)")
 	withEnv(cmd, e)
 	return cmd
 }

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"google.golang.org/grpc"
+
+	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/rls"
+)
+
+// rlsService is serve's envoy.service.ratelimit.v3 server (--rls-config):
+// on the ext_authz gRPC server, so that one listener serves Envoy's
+// ext_authz and ratelimit filters alike (both can point at one cluster),
+// with the same health, reflection, limiter stack, failure mode and
+// metrics registry. nil without --rls-config.
+type rlsService struct {
+	srv *rls.Server
+	dir string
+}
+
+// newRLS loads --rls-config and builds its server on what ext_authz's
+// server got (ax: the limiter stack, fallback, keys, failure mode, shadow,
+// registry and logger); it returns nil, nil when the flag is unset. Errors
+// in the files are *rls.ConfigError, unwrapped, so that they print as
+// FILE:LINE:COL: message.
+func newRLS(o *serveConfig, ax extauthz.Options) (*rlsService, error) {
+	if o.rlsConfig == "" {
+		return nil, nil
+	}
+	cfg, err := rls.LoadDir(o.rlsConfig)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := rls.NewServer(cfg, rls.Options{
+		Limiter: ax.Limiter, Fallback: ax.Fallback, Keys: ax.Keys, FailureMode: ax.FailureMode, Shadow: ax.Shadow,
+		ResponseHeaders: o.rlsHeaders, Registerer: ax.Registerer, Logger: ax.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ax.Logger.Info("ratelimit service (RLS) on the gRPC address", "service", rls.ServiceName,
+		"dir", rls.ConfigDir(o.rlsConfig), "domains", len(cfg.Domains()))
+	return &rlsService{srv: srv, dir: o.rlsConfig}, nil
+}
+
+// start registers the service on gs (before it serves) and runs its
+// reloads in wg until ctx ends: the directory watch and SIGHUP. r may be nil.
+func (r *rlsService) start(ctx context.Context, wg *sync.WaitGroup, gs *grpc.Server, log *slog.Logger) {
+	if r == nil {
+		return
+	}
+	r.srv.Register(gs)
+	wg.Go(func() { _ = r.srv.WatchDir(ctx, r.dir, 0) })
+	wg.Go(func() {
+		onSIGHUP(ctx, func() {
+			// On an error Reload has logged and counted it.
+			if err := r.srv.Reload(); err == nil {
+				log.Info("SIGHUP: ratelimit config reloaded", "dir", r.dir)
+			}
+		})
+	})
+}
+
+// writeRLSTable prints a ratelimit config's domains and rules (validate).
+func writeRLSTable(w io.Writer, cfg *rls.Config) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, d := range cfg.Domains() {
+		fmt.Fprintf(tw, "domain %s (%s)\n", d.Name, d.File)
+		fmt.Fprintln(tw, "  rule\tlimit\twindow\toptions")
+		for _, r := range d.Rules() {
+			limit, win := "unlimited", ""
+			if !r.Unlimited {
+				limit, win = fmt.Sprint(r.RequestsPerUnit), r.Window.String()
+			}
+			var opts []string
+			if r.Name != "" {
+				opts = append(opts, "path="+r.Path)
+			}
+			if r.Shadow {
+				opts = append(opts, "shadow")
+			}
+			for _, rep := range r.Replaces {
+				opts = append(opts, "replaces="+rep)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Label(), limit, win, strings.Join(opts, " "))
+		}
+	}
+	return tw.Flush()
+}
+
+// validateRLS loads a ratelimit config directory and prints it. Errors in
+// the files are *rls.ConfigError, unwrapped.
+func validateRLS(w io.Writer, dir string) error {
+	cfg, err := rls.LoadDir(dir)
+	if err != nil {
+		return err
+	}
+	if err := writeRLSTable(w, cfg); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
+}
