@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/redistest"
@@ -34,6 +35,18 @@ func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
 func withLimit(d *ratelimitv3.RateLimitDescriptor, n uint32, unit typev3.RateLimitUnit) *ratelimitv3.RateLimitDescriptor {
 	d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: unit}
 	return d
+}
+
+// withAddend sets a per-descriptor hits_addend.
+func withAddend(d *ratelimitv3.RateLimitDescriptor, n uint64) *ratelimitv3.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+// addend sets the request's hits_addend.
+func addend(r *rlsv3.RateLimitRequest, n uint32) *rlsv3.RateLimitRequest {
+	r.HitsAddend = n
+	return r
 }
 
 func request(domain string, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
@@ -152,6 +165,19 @@ var conformance = map[string][]step{
 		{req: request("units", desc("per", "week")), code: over, sts: []st{{over, 2, 0}}},
 		{req: request("units", desc("per", "five_minutes")), times: 2, code: ok, sts: []st{{ok, 2, -1}}},
 		{req: request("units", desc("per", "five_minutes")), code: over, sts: []st{{over, 2, 0}}},
+	},
+	"hits_addend: the request's, all or nothing": {
+		{req: addend(request("basic", desc("remote_address", "8.8.8.8")), 2), code: ok, sts: []st{{ok, 3, 1}}},
+		// 2 more do not fit in the 1 left: refused, nothing recorded
+		{req: addend(request("basic", desc("remote_address", "8.8.8.8")), 2), code: over, sts: []st{{over, 3, 0}}},
+		{req: addend(request("basic", desc("remote_address", "8.8.8.8")), 0), code: ok, sts: []st{{ok, 3, 0}}},
+		// more than the limit never fits
+		{req: addend(request("basic", desc("remote_address", "8.8.4.4")), 4), code: over, sts: []st{{over, 3, 0}}},
+	},
+	"hits_addend: a descriptor's own wins over the request's": {
+		{req: addend(request("basic", withAddend(desc("remote_address", "9.9.9.9"), 3), desc("remote_address", "9.9.4.4")), 2), code: ok, sts: []st{{ok, 3, 0}, {ok, 3, -1}}},
+		{req: request("basic", desc("remote_address", "9.9.4.4")), code: ok, sts: []st{{ok, 3, 0}}},
+		{req: request("basic", desc("remote_address", "9.9.9.9")), code: over, sts: []st{{over, 3, 0}}},
 	},
 	"request limit override": {
 		// overrides the config's 3 a minute

@@ -46,7 +46,8 @@
 // A request's descriptors become one window.Hit each (key
 // Keys.Key("rls."+domain, window and entries), a share_threshold
 // wildcard's pattern standing for the value), decided by one
-// Limiter.Decide, all or nothing: a request is admitted only if every
+// Limiter.Decide, each counting hits_addend requests (the descriptor's
+// own, else the request's; 0 counts as 1) as window.Hit.Cost, all or nothing: a request is admitted only if every
 // enforcing descriptor has room, and then recorded in each; a denied request
 // is recorded in none. ratelimit instead increments every descriptor and
 // answers OVER_LIMIT if any is over. shadow_mode descriptors never deny.

@@ -211,27 +211,27 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 			continue
 		}
 		c.hitOf[i] = len(c.hits)
-		// TODO(issue 10): hits_addend. window.Hit.Cost is not committed
-		// yet; until it is, every descriptor counts as one request
-		// whatever hitsAddend(req, descs[i]) says.
 		c.hits = append(c.hits, window.Hit{
 			Key:    s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
 			Rule:   r.Label(),
 			Limit:  window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window},
+			Cost:   hitsAddend(req, descs[i]),
 			Shadow: c.shadow(r),
 		})
 	}
 	return c
 }
 
-// hitsAddend is how many requests descriptor d of req counts as: its own
-// hits_addend when set, else the request's; 0 counts as 1, as in ratelimit.
+// hitsAddend is how many requests descriptor d of req counts as
+// (window.Hit.Cost): its own hits_addend when set, else the request's; 0
+// counts as 1, as in ratelimit; above window.MaxRequests (more than any
+// limit allows) it counts as window.MaxRequests.
 func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int {
 	n := uint64(req.GetHitsAddend())
 	if h := d.GetHitsAddend(); h != nil {
 		n = h.GetValue()
 	}
-	return int(max(min(n, window.MaxRequests+1), 1))
+	return int(max(min(n, window.MaxRequests), 1))
 }
 
 func (c *call) shadow(r *Rule) bool { return r.Shadow || c.s.opts.Shadow }
