@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -22,13 +23,18 @@ import (
 // handles as a flashgate failure. Each run of invalid bytes becomes U+FFFD
 // (so values that differ only in their invalid bytes share a bucket, a
 // tightening); the repair runs only after the fast path failed on UTF-8.
+//
+// With lazy (the codec of a [Server]'s own gRPC server) a CheckRequest is
+// not decoded at all: its wire bytes are kept for Check, which decodes only
+// what its rules read (see keepWire and decodeCheck).
 type lenientCodec struct {
 	base encoding.CodecV2
+	lazy bool
 }
 
-func newLenientCodec() lenientCodec {
+func newLenientCodec(lazy bool) lenientCodec {
 	base := encoding.GetCodecV2(grpcproto.Name)
-	return lenientCodec{base: base}
+	return lenientCodec{base: base, lazy: lazy}
 }
 
 // Name is "proto": the codec replaces, not adds to, the content subtype.
@@ -37,6 +43,10 @@ func (c lenientCodec) Name() string { return grpcproto.Name }
 func (c lenientCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
 
 func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if req, ok := v.(*authv3.CheckRequest); ok && c.lazy {
+		keepWire(req, data)
+		return nil
+	}
 	err := c.base.Unmarshal(data, v)
 	if err == nil {
 		return nil

@@ -46,9 +46,12 @@ const StreamWorkers = 128
 //     still get a goroutine of their own.
 //
 // It returns a new slice on each call.
-func GRPCServerOptions() []grpc.ServerOption {
+func GRPCServerOptions() []grpc.ServerOption { return grpcServerOptions(newLenientCodec(false)) }
+
+// grpcServerOptions is GRPCServerOptions with codec.
+func grpcServerOptions(codec lenientCodec) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(newLenientCodec()),
+		grpc.ForceServerCodecV2(codec),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.NumStreamWorkers(StreamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -69,7 +72,11 @@ func GRPCServerOptions() []grpc.ServerOption {
 // flashgate's servers (serve, and the benchmarks' do-nothing server) are
 // set up, so that they are measured alike.
 func NewGRPCServer(auth authv3.AuthorizationServer, hs *health.Server) *grpc.Server {
-	gs := grpc.NewServer(GRPCServerOptions()...)
+	return newGRPCServer(auth, hs, newLenientCodec(false))
+}
+
+func newGRPCServer(auth authv3.AuthorizationServer, hs *health.Server, codec lenientCodec) *grpc.Server {
+	gs := grpc.NewServer(grpcServerOptions(codec)...)
 	authv3.RegisterAuthorizationServer(gs, auth)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
@@ -77,8 +84,13 @@ func NewGRPCServer(auth authv3.AuthorizationServer, hs *health.Server) *grpc.Ser
 }
 
 // NewGRPCServer returns a gRPC server serving s (see the package-level
-// NewGRPCServer), its health included.
-func (s *Server) NewGRPCServer() *grpc.Server { return NewGRPCServer(s, s.health) }
+// NewGRPCServer), its health included. Its codec does not decode a
+// CheckRequest: Check decodes only what the rules in force read of it
+// (headers they do not name are never parsed), where the package-level
+// NewGRPCServer's decodes every field, as any Go ext_authz server would.
+func (s *Server) NewGRPCServer() *grpc.Server {
+	return newGRPCServer(s, s.health, newLenientCodec(true))
+}
 
 // GracefulStop stops gs gracefully (in-flight calls finish); if ctx ends
 // first it stops gs hard and returns ctx's error.

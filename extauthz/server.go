@@ -20,6 +20,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/flashgate/flashgate/window"
 )
@@ -167,12 +168,20 @@ func (s *Server) installLocked(cfg *Config) {
 // Config returns the rules in force.
 func (s *Server) Config() *Config { return s.rules.Load().cfg }
 
-// Check implements authv3.AuthorizationServer. It never returns an error:
-// whatever the request holds and whatever the backend does, it answers OK
-// or 429 (the limiter's own deadline bounds how long it waits).
+// Check implements authv3.AuthorizationServer. Whatever the request holds
+// and whatever the backend does, it answers OK or 429 (the limiter's own
+// deadline bounds how long it waits). Its one error: a request that reached
+// it from [Server.NewGRPCServer]'s codec as bytes that are not a
+// CheckRequest (codes.InvalidArgument), which a decoding codec would have
+// refused before Check.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	start := s.now()
 	rs := s.rules.Load()
+	if b := wireOf(req); b != nil {
+		if err := decodeCheck(b, &rs.fields, req); err != nil {
+			return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
+		}
+	}
 	m := s.pool.Get().(*Mapping)
 	rs.cfg.mapWith(req, s.opts.Keys, rs.constKeys, s.opts.Shadow, m)
 	resp := s.decide(ctx, rs, m)
@@ -390,6 +399,9 @@ type ruleSet struct {
 	constKeys []string
 	none      ruleCounters
 	okPlain   *authv3.CheckResponse
+	// fields is what the rules read of a request: all Check decodes of one
+	// its codec kept as bytes.
+	fields requestFields
 }
 
 type ruleResp struct {
@@ -409,6 +421,7 @@ func (s *Server) newRuleSet(cfg *Config) *ruleSet {
 		k:         s.resp,
 		cfg:       cfg,
 		constKeys: cfg.constKeys(s.opts.Keys),
+		fields:    fieldsOf(cfg),
 		none:      s.metrics.forRule(cfg.Domain, ""),
 		okPlain: &authv3.CheckResponse{
 			Status:       s.resp.statusOK,
