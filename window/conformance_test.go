@@ -127,7 +127,7 @@ func TestConformance(t *testing.T) {
 	for _, f := range factories {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
-			for _, tc := range conformanceCases {
+			for _, tc := range append(conformanceCases[:len(conformanceCases):len(conformanceCases)], bucketedCases...) {
 				if tc.redisOnly && !f.redis {
 					continue
 				}
@@ -527,6 +527,141 @@ var conformanceCases = []conformanceCase{
 		}
 		if n := c.ZCard(ctx, hits[0].Key).Val(); n != 0 {
 			t.Fatalf("the uid key holds %d entries after the denied retry, want 0", n)
+		}
+		return true
+	}},
+}
+
+// bucketedCases are conformanceCases of the bounded-memory window
+// (Limit.Buckets). Timed checks hold on any machine speed: a decision is
+// required to deny only if it surely happened before the instant its
+// sub-window ends, and to admit only if it surely happened after.
+var bucketedCases = []conformanceCase{
+	{name: "bucketed: the oldest sub-window counts whole until it ends", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
+		const w, width = time.Second, 500 * time.Millisecond
+		h := bucketed(k.Key("uid", "u1"), 3, w, 2)
+		// Start just after a sub-window boundary (they are aligned on the
+		// Unix epoch, on the limiter's clock: this machine's).
+		b0 := time.Now().Truncate(width).Add(width)
+		sleepUntil(b0.Add(10 * time.Millisecond))
+		var last interval
+		for i := range 3 {
+			d, at := timedDecide(t, lim, h)
+			if !d.Allowed || d.Count != i+1 {
+				t.Fatalf("admission %d = %+v", i+1, d)
+			}
+			last = at
+		}
+		if !last.before(b0.Add(width)) {
+			return false // not all in one sub-window
+		}
+		end := b0.Add(width + w) // when the sub-window leaves the window
+		check := func(what string) bool {
+			d, at := timedDecide(t, lim, h)
+			if !at.before(end) {
+				return false
+			}
+			if d.Allowed || d.Count != 3 {
+				t.Fatalf("%s = %+v, want denied with count 3", what, d)
+			}
+			lo, hi := end.Sub(at.end)-time.Millisecond, end.Sub(at.start)+time.Millisecond
+			if d.RetryAfter < lo || d.RetryAfter > hi {
+				t.Fatalf("%s: retry-after %s, want within [%s, %s] (until the sub-window ends)", what, d.RetryAfter, lo, hi)
+			}
+			return true
+		}
+		if !check("4th") {
+			return false
+		}
+		// The exact log would admit now: every admission has left.
+		sleepUntil(last.end.Add(w + 20*time.Millisecond))
+		if !check("past the exact window") {
+			return false
+		}
+		sleepUntil(end.Add(time.Millisecond))
+		if d := mustAllow(t, lim, "once the sub-window ended", h); d.Count != 1 {
+			t.Fatalf("after the sub-window ended = %+v, want count 1", d)
+		}
+		return true
+	}},
+	{name: "bucketed: all or nothing with exact hits, cost, shadow, the same key twice", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
+		const w = 10 * time.Second
+		tight, loose := hit(k.Key("uid", "u1"), 1, w), bucketed(k.Key("ip", "1.2.3.4"), 5, w, 5)
+		mustAllow(t, lim, "first", tight, loose)
+		for range 3 {
+			if d := mustDeny(t, lim, "second", loose, tight); d.Index != 1 || d.Count != 1 {
+				t.Fatalf("denied = %+v, want the exact hit binding with count 1", d)
+			}
+		}
+		if d := mustAllow(t, lim, "bucketed alone", loose, loose); d.Count != 2 || d.Remaining != 3 {
+			t.Fatalf("bucketed after 3 denied requests, twice in one = %+v, want count 2", d)
+		}
+		costly := func(cost int) Hit { h := bucketed(k.Key("uid", "u2"), 5, w, 5); h.Cost = cost; return h }
+		if d := mustAllow(t, lim, "cost 3", costly(3)); d.Count != 3 || d.Remaining != 2 {
+			t.Fatalf("cost 3 = %+v, want count 3", d)
+		}
+		if d := mustDeny(t, lim, "cost 3 with 2 left", costly(3)); d.Count != 3 || d.RetryAfter <= 0 || d.RetryAfter > w+w/5 {
+			t.Fatalf("cost 3 with 2 left = %+v, want denied with retry-after in (0, %s]", d, w+w/5)
+		}
+		if d := mustAllow(t, lim, "cost 2 with 2 left", costly(2)); d.Count != 5 || d.Remaining != 0 {
+			t.Fatalf("cost 2 with 2 left = %+v, want count 5", d)
+		}
+		big := bucketed(k.Key("uid", "u3"), 5, w, 5)
+		big.Cost = 6
+		if d := mustDeny(t, lim, "cost 6 at limit 5", big); d.Count != 0 || d.RetryAfter != w {
+			t.Fatalf("cost 6 at limit 5 = %+v, want denied with count 0 and retry-after %s", d, w)
+		}
+		// A full shadow bucketed hit is reported, not grown, and never denies.
+		enf, sh := hit(k.Key("fp", "f1"), 5, w), bucketed(k.Key("uid", "u4"), 1, w, 5)
+		sh.Shadow = true
+		mustAllow(t, lim, "shadow first", enf, sh)
+		if d := mustAllow(t, lim, "shadow over", enf, sh); !d.Shadowed || d.ShadowIndex != 1 || d.Count != 1 {
+			t.Fatalf("shadow over = %+v, want shadowed with count 1", d)
+		}
+		return true
+	}},
+	{name: "bucketed: keys expire one window and a sub-window after the last admission", redisOnly: true, run: func(t *testing.T, lim Limiter, c redis.UniversalClient, k Keys) bool {
+		ctx := context.Background()
+		key := k.Key("uid", "hour")
+		mustAllow(t, lim, "hour", bucketed(key, 3, time.Hour, 60))
+		if ttl, err := c.PTTL(ctx, key).Result(); err != nil || ttl <= time.Hour || ttl > time.Hour+time.Minute {
+			t.Fatalf("PTTL %s, %v; want in (1h, 1h1m]", ttl, err)
+		}
+		key = k.Key("uid", "short")
+		mustAllow(t, lim, "short", bucketed(key, 3, 50*time.Millisecond, 5))
+		time.Sleep(60*time.Millisecond + slack)
+		if n, err := c.Exists(ctx, key).Result(); err != nil || n != 0 {
+			t.Fatalf("EXISTS after window + width = %d, %v; want 0", n, err)
+		}
+		return true
+	}},
+	{name: "bucketed: a retried request is counted once, a denied retry takes its count back", redisOnly: true, run: func(t *testing.T, lim Limiter, c redis.UniversalClient, k Keys) bool {
+		r := redisOf(t, lim)
+		ctx := context.Background()
+		b := bucketed(k.Key("uid", "u1"), 10, 10*time.Second, 5)
+		b.Cost = 3
+		e := hit(k.Key("ip", "1.2.3.4"), 1, 10*time.Second)
+		member := r.member()
+		for i := range 3 {
+			if d, _, err := r.decideMember(ctx, []Hit{b, e}, member); err != nil || !d.Allowed {
+				t.Fatalf("attempt %d = %+v, %v; want allowed", i+1, d, err)
+			}
+		}
+		one := bucketed(b.Key, 10, 10*time.Second, 5)
+		if d := mustAllow(t, lim, "alone", one); d.Count != 4 {
+			t.Fatalf("count after 3 attempts of one request of cost 3 and one more = %d, want 4", d.Count)
+		}
+		// The exact key loses the member and fills up: the retry is denied
+		// there, and takes its 3 back from the bucketed key.
+		if err := c.ZRem(ctx, e.Key, member).Err(); err != nil {
+			t.Fatal(err)
+		}
+		mustAllow(t, lim, "another request", e)
+		if d, _, err := r.decideMember(ctx, []Hit{b, e}, member); err != nil || d.Allowed || d.Index != 1 {
+			t.Fatalf("denied retry = %+v, %v; want denied on hit 1", d, err)
+		}
+		if d := mustAllow(t, lim, "alone after the denied retry", one); d.Count != 2 {
+			t.Fatalf("count = %d, want 2 (the retry's 3 taken back)", d.Count)
 		}
 		return true
 	}},

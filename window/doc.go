@@ -6,6 +6,10 @@
 // the request is admitted only if every enforcing hit is under its limit, and
 // only an admitted request is recorded, in every window it matched.
 //
+// A Limit is an exact log (one entry per admission) or, with Limit.Buckets,
+// a bounded-memory window of sub-window counters that never over-admits
+// either and refuses at most one sub-window early (see [Limit]).
+//
 // Three limiters share that contract and one conformance table:
 //
 //   - [Memory]: an exact in-process log per key; the embedded default and the

@@ -28,7 +28,9 @@ type MemoryOptions struct {
 // "local", and the reference the Redis implementation is tested against.
 //
 // Every key holds the admission times still inside its window (at most
-// Limit.Requests of them), so a decision is exact. The hits of one request
+// Limit.Requests of them), so a decision is exact; or, for a bucketed limit
+// (Limit.Buckets > 0), at most Buckets+1 sub-window counters, with the
+// semantics of the Redis script (see [Limit]). The hits of one request
 // are decided under the locks of all their shards, taken in shard order, so
 // a request is admitted and recorded in all its windows, or in none.
 //
@@ -59,11 +61,18 @@ type memShard struct {
 	_       [40]byte // keep shards on separate cache lines
 }
 
-// memLog is a queue of admission times (UnixNano), oldest first.
+// memLog is a key's window: a queue of admission times (UnixNano), oldest
+// first, or, for a bucketed limit (width > 0), sub-window counters.
 type memLog struct {
 	ts     []int64
 	start  int   // ts[start:] are live
 	window int64 // the window of the last decision, for idleness
+	// width is the sub-window length (ns) of a bucketed limit, 0 for an
+	// exact log; buckets are its live counters, oldest first, and sum their
+	// total.
+	width   int64
+	buckets []memBucket
+	sum     int
 	// seen is the count the shared backend last reported for the key, and
 	// seenUntil (UnixNano) when all of those entries have surely left the
 	// window: a Fallback's seed (see Fallback.Observe). 0 for a plain Memory.
@@ -71,18 +80,105 @@ type memLog struct {
 	seenUntil int64
 }
 
-func (l *memLog) len() int { return len(l.ts) - l.start }
+// floorDiv is a/b rounded down (b > 0), as Lua's math.floor(a / b).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// memBucket is one sub-window's counter: idx is its start / width.
+type memBucket struct {
+	idx int64
+	n   int
+}
+
+// len returns the entries in the window: the exact log's, or the sum of the
+// live counters.
+func (l *memLog) len() int {
+	if l.width > 0 {
+		return l.sum
+	}
+	return len(l.ts) - l.start
+}
 
 // add records cost entries at now.
 func (l *memLog) add(now int64, cost int) {
+	if l.width > 0 {
+		// A clock that stepped back adds to the newest counter: later than
+		// the truth, so counted longer, never shorter.
+		idx := floorDiv(now, l.width)
+		if k := len(l.buckets); k > 0 && l.buckets[k-1].idx >= idx {
+			l.buckets[k-1].n += cost
+		} else {
+			l.buckets = append(l.buckets, memBucket{idx: idx, n: cost})
+		}
+		l.sum += cost
+		return
+	}
 	for range cost {
 		l.ts = append(l.ts, now)
 	}
 }
 
+// setWidth makes l the window of a limit of sub-windows of width ns (0: an
+// exact log), converting what a reload left as redis.lua does: exact
+// entries still in the window become counters; counters of another width move to the
+// sub-window that holds their old one's last instant (at the latest now);
+// counters become entries at that instant, the newest limit of them.
+func (l *memLog) setWidth(width, now, window int64, limit int) {
+	if width == l.width {
+		return
+	}
+	old, buckets, ts := l.width, l.buckets, l.ts[l.start:]
+	l.width, l.buckets, l.sum, l.ts, l.start = width, nil, 0, nil, 0
+	last := func(b memBucket) int64 { return min((b.idx+1)*old-1, now) }
+	switch {
+	case old == 0:
+		for _, t := range ts {
+			if t > now-window {
+				l.add(t, 1)
+			}
+		}
+	case width > 0:
+		for _, b := range buckets {
+			l.add(last(b), b.n)
+		}
+	default:
+		skip := -limit
+		for _, b := range buckets {
+			skip += b.n
+		}
+		for _, b := range buckets {
+			n := b.n
+			if skip > 0 {
+				d := min(skip, n)
+				skip, n = skip-d, n-d
+			}
+			for range n {
+				l.ts = append(l.ts, last(b))
+			}
+		}
+	}
+}
+
 // trim drops the entries at or before now-window, as ZREMRANGEBYSCORE
-// -inf (now-window) does in Redis.
+// -inf (now-window) does in Redis; or the counters of the sub-windows that
+// end at or before it.
 func (l *memLog) trim(now, window int64) {
+	if l.width > 0 {
+		cut, i := floorDiv(now-window, l.width), 0
+		for i < len(l.buckets) && l.buckets[i].idx < cut {
+			l.sum -= l.buckets[i].n
+			i++
+		}
+		if i > 0 {
+			l.buckets = append(l.buckets[:0], l.buckets[i:]...)
+		}
+		return
+	}
 	cut := now - window
 	i := l.start
 	for i < len(l.ts) && l.ts[i] <= cut {
@@ -101,10 +197,28 @@ func (l *memLog) trim(now, window int64) {
 // that matters: every entry and the seed have left the window.
 func (l *memLog) idleAt() int64 {
 	at := l.seenUntil
-	if l.len() > 0 {
+	if k := len(l.buckets); l.width > 0 && k > 0 {
+		at = max(at, (l.buckets[k-1].idx+1)*l.width+l.window)
+	} else if l.width == 0 && l.len() > 0 {
 		at = max(at, l.ts[len(l.ts)-1]+l.window)
 	}
 	return at
+}
+
+// leaveAt returns how long from now until the oldest leave entries have left
+// the window (0 < leave ≤ len()): the exact log's leave-th entry's age-out,
+// or the end of the sub-window whose counter takes the count past leave.
+func (l *memLog) leaveAt(leave int, now int64) int64 {
+	if l.width == 0 {
+		return l.ts[l.start+leave-1] + l.window - now
+	}
+	gone := 0
+	for _, b := range l.buckets {
+		if gone += b.n; gone >= leave {
+			return (b.idx+1)*l.width + l.window - now
+		}
+	}
+	return l.window
 }
 
 // idle reports whether every entry (and the seed) has left the window by now.
@@ -218,6 +332,7 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 			l = m.insertLocked(sh, h.Key, now, hits)
 		}
 		l.window = w
+		l.setWidth(int64(h.Limit.Width()), now, w, h.Limit.Requests)
 		l.trim(now, w)
 		logs[i] = l
 		n := l.len()
@@ -234,9 +349,8 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 			case limit <= 0:
 			case leave <= n:
 				// The last entry that must leave before the cost fits.
-				oldest := l.ts[l.start+leave-1]
-				if retry <= 0 || oldest+w-now < retry {
-					retry = oldest + w - now
+				if at := l.leaveAt(leave, now); retry <= 0 || at < retry {
+					retry = at
 				}
 			case retry <= 0:
 				retry = w // more than the window can ever hold

@@ -39,6 +39,14 @@ func (c Clock) String() string {
 	return "redis"
 }
 
+// IdempotencyHorizon is how long a bucketed key remembers the member ids of
+// the requests it admitted (redis.lua's HORIZON): a retried script call
+// within it is not counted twice. go-redis retries at once after a timeout,
+// and a call's budget is at most 90% of the check deadline (or
+// pipelineTimeout, 2 s, for a context without one), so a retry runs well
+// within it.
+const IdempotencyHorizon = 5 * time.Second
+
 // compensateTimeout bounds the ZREM that undoes a partial admission on a
 // Redis Cluster; it runs even when the request's context is done.
 const compensateTimeout = time.Second
@@ -109,6 +117,20 @@ type rediser interface {
 // Each request gets a fresh member id; a script retried by the client (after
 // a timeout, say) finds its member already present and does not count it
 // twice. Keys expire one window after the last admission (PEXPIRE).
+//
+// A bucketed limit (Limit.Buckets > 0) keeps its key bounded: the same sorted
+// set holds one counter per live sub-window (at most Buckets+1), the
+// sub-window width, and, for idempotency, the member ids of the requests it
+// admitted in the last IdempotencyHorizon (or window, if shorter); a retry
+// within that horizon is counted once, as on an exact key, and a denied
+// retry takes back its first attempt's count. Such a key expires one window
+// and one sub-window after its last admission. A reload that makes an exact
+// rule bucketed converts its keys' entries into counters, and one that
+// changes the window or bucket count moves each counter to the new
+// sub-window that holds its old one's last instant (never earlier, so never
+// an over-admission); one that makes a bucketed rule exact again keeps only
+// the admissions of the last IdempotencyHorizon, until the window has
+// passed.
 //
 // Redis is safe for concurrent use. Close it when done (it stops the
 // auto-pipeline's goroutines); it does not close the client.
@@ -427,7 +449,11 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string
 		if decided[i] && st[i].over {
 			continue
 		}
-		undo.ZRem(cctx, hits[i].Key, costMembers(member, hits[i].cost())...)
+		if w := hits[i].Limit.Width(); w > 0 {
+			undo.Eval(cctx, bucketUndoLua, []string{hits[i].Key}, member, w.Microseconds(), hits[i].cost())
+		} else {
+			undo.ZRem(cctx, hits[i].Key, costMembers(member, hits[i].cost())...)
+		}
 		if decided[i] {
 			st[i].count = max(st[i].count-hits[i].cost(), 0)
 		}
@@ -437,6 +463,19 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []Hit, member, now string
 	}
 	return at, firstEr
 }
+
+// bucketUndoLua takes a request back from a bucketed key (Cluster
+// compensation): if the key holds its member id (ARGV[1]), the id is removed
+// and its cost (ARGV[3]) taken off the counter of the sub-window (of width
+// ARGV[2] µs) it was admitted in, as redis.lua's bremove does.
+const bucketUndoLua = `local at = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if at and redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  local name = '\0' .. string.format('%d', math.floor(at / ARGV[2]))
+  if tonumber(redis.call('ZINCRBY', KEYS[1], -ARGV[3], name)) <= 0 then
+    redis.call('ZREM', KEYS[1], name)
+  end
+end
+return 0`
 
 // costMembers returns the members a request of cost entries records: its
 // member id, then id#2 … id#cost (as redis.lua names them).
@@ -454,17 +493,18 @@ func isNoScript(err error) bool {
 }
 
 // hitArgs is how many script arguments a hit takes (see appendHitArgs).
-const hitArgs = 4
+const hitArgs = 5
 
-// appendHitArgs appends a hit's limit, window (µs), cost and shadow flag.
-// A request's arguments are its member id, its now ("" for Redis TIME) and
-// its key count, then each hit's (see redis.lua).
+// appendHitArgs appends a hit's limit, window (µs), cost, shadow flag and
+// buckets (0: an exact log). A request's arguments are its member id, its
+// now ("" for Redis TIME) and its key count, then each hit's (see
+// redis.lua).
 func appendHitArgs(args []any, h *Hit) []any {
 	shadow := "0"
 	if h.Shadow {
 		shadow = "1"
 	}
-	return append(args, h.Limit.Requests, h.Limit.Window.Microseconds(), h.cost(), shadow)
+	return append(args, h.Limit.Requests, h.Limit.Window.Microseconds(), h.cost(), shadow, h.Limit.Buckets)
 }
 
 // replyLen is the length of the script's reply to one request of n keys.

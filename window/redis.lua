@@ -3,23 +3,41 @@
 -- One call decides one request, or a batch of them (the auto-pipeline sends every request that
 -- queued behind a round trip as one call). Per request, in order:
 --   ARGV: member id; now in µs as a decimal string, or "" for Redis TIME (read once per call);
---         n, the request's key count; then per key: limit, window in µs, cost, shadow ("1" or "0").
---   KEYS: the request's n keys, one sorted set each: member = request id, score = admission µs.
+--         n, the request's key count; then per key: limit, window in µs, cost, shadow ("1" or "0"),
+--         buckets ("0": an exact log; B ≥ 1: B sub-window counters).
+--   KEYS: the request's n keys, one sorted set each.
 -- Reply, per request: now (µs), then per key: count, over (1/0), retry-after (µs).
 --   count: entries in the window after the decision. over: the window had no room for the
 --   request's cost before it (so nothing was added). retry-after: when over, µs until enough
 --   entries age out for the cost to fit (the whole window if the cost exceeds the limit).
 --
--- A request of cost c is c entries: its member, then member.."#2" … member.."#c".
+-- Exact log (buckets "0"): member = request id, score = admission µs. A request of cost c is c
+-- entries: its member, then member.."#2" … member.."#c".
+--
+-- Bucketed (buckets B): the same sorted set holds, with scores below SPLIT, one counter per
+-- sub-window of width ceil(window / B) µs (member "\0" followed by the sub-window's index,
+-- floor(µs / width), in decimal; score = its count) and the width itself (member "\0w"); with
+-- scores above SPLIT, the member ids of the requests admitted in the last min(HORIZON, window),
+-- one per request whatever its cost, scored by admission µs (for idempotency). The count is
+-- the sum of the counters of every sub-window that overlaps (now - window, now], the oldest
+-- one whole. A key that holds exact entries and no width (the rule was exact before a reload)
+-- is converted: its entries become counters. A key whose width differs (the rule's window or
+-- B changed) moves each counter to the new sub-window that holds its old one's last instant.
 --
 -- Idempotent: a retried call never records a request twice. Where there is room, ZADD NX adds
--- nothing that an earlier attempt added; a full key that already holds the member counts it as
--- admitted. A denied request is recorded in no key (an earlier attempt's entries are removed).
+-- nothing that an earlier attempt added (bucketed: and then the counter is not incremented); a
+-- full key that already holds the member counts it as admitted. A denied request is recorded
+-- in no key (an earlier attempt's entries, or its counts, are removed).
 --
--- Cost: a key with no entries takes ZCARD, ZADD and PEXPIRE; a key with entries is trimmed too
--- (ZREMRANGEBYSCORE, whose reply corrects the count). ZSCORE runs only where a key is full.
+-- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE; a key with entries is trimmed
+-- too (ZREMRANGEBYSCORE, whose reply corrects the count). ZSCORE runs only where a key is full.
 -- Numbers go to redis.call as numbers: Redis formats them with %.17g, exact for µs timestamps
--- (only Lua's own tostring, %.14g, would round them).
+-- (only Lua's own tostring, %.14g, would round them; counter names use string.format's %d).
+
+local SPLIT = 1000000000000 -- 1e12: scores at or below are counters and the width, above are µs
+local ABOVE = '(1000000000000'
+local HORIZON = 5000000 -- µs a bucketed key remembers the member ids it admitted
+local WIDTH = '\0w'
 
 local function add(key, now, member, cost)
   if cost == 1 then
@@ -52,6 +70,123 @@ local function remove(key, member, cost)
   return removed
 end
 
+-- bname is the member of sub-window idx's counter.
+local function bname(idx)
+  return '\0' .. string.format('%d', idx)
+end
+
+-- bload reads a bucketed key: it converts what a reload left (exact entries, another width),
+-- trims the member ids past the horizon and the counters past the window, and returns the
+-- state: sum (the count), width, the live counters (idx -> count) and whether the width is stored.
+local function bload(key, now, window, nb)
+  local width = math.ceil(window / nb)
+  local rows = redis.call('ZRANGEBYSCORE', key, '-inf', SPLIT, 'WITHSCORES')
+  local live, sum, stored = {}, 0, false
+  local cut = math.floor((now - window) / width)
+  local old, dead = nil, {}
+  for j = 1, #rows, 2 do
+    local m = rows[j]
+    if m == WIDTH then
+      old = tonumber(rows[j + 1])
+    else
+      live[tonumber(string.sub(m, 2))] = tonumber(rows[j + 1])
+    end
+  end
+  if old == width then
+    stored = true
+  elseif old then
+    -- Another width: each counter moves to the sub-window holding its old one's last instant.
+    local moved, top = {}, math.floor(now / width)
+    for idx, c in pairs(live) do
+      dead[#dead + 1] = bname(idx)
+      local to = math.min(math.floor(((idx + 1) * old - 1) / width), top)
+      moved[to] = (moved[to] or 0) + c
+    end
+    live = moved
+  else
+    -- No width: exact entries (or nothing) are there; each entry in the window counts 1.
+    local es = redis.call('ZRANGEBYSCORE', key, now - window + 1, '+inf', 'WITHSCORES')
+    for j = 2, #es, 2 do
+      local idx = math.floor(es[j] / width)
+      live[idx] = (live[idx] or 0) + 1
+    end
+  end
+  for idx, c in pairs(live) do
+    if idx < cut then
+      if stored then
+        dead[#dead + 1] = bname(idx)
+      end
+      live[idx] = nil
+    else
+      sum = sum + c
+    end
+  end
+  if #dead > 0 then
+    redis.call('ZREM', key, unpack(dead))
+  end
+  if not stored and next(live) then
+    -- Converted: write the counters and the width, and give them the key's lifetime.
+    local args = { width, WIDTH }
+    for idx, c in pairs(live) do
+      args[#args + 1] = c
+      args[#args + 1] = bname(idx)
+    end
+    redis.call('ZADD', key, unpack(args))
+    redis.call('PEXPIRE', key, math.ceil((window + width) / 1000))
+    stored = true
+  end
+  redis.call('ZREMRANGEBYSCORE', key, ABOVE, now - math.min(HORIZON, window))
+  return { sum = sum, width = width, live = live, stored = stored }
+end
+
+-- bretry returns µs until enough counters of a full bucketed key have left for cost to fit.
+local function bretry(st, limit, cost, window, now)
+  if cost > limit then
+    return window
+  end
+  local idxs = {}
+  for idx in pairs(st.live) do
+    idxs[#idxs + 1] = idx
+  end
+  table.sort(idxs)
+  local leave, gone = st.sum + cost - limit, 0
+  for _, idx in ipairs(idxs) do
+    gone = gone + st.live[idx]
+    if gone >= leave then
+      return (idx + 1) * st.width + window - now
+    end
+  end
+  return window
+end
+
+-- badd records a request of cost in a bucketed key, unless an earlier attempt did; it returns
+-- what it added to the count.
+local function badd(key, st, now, member, cost, window)
+  if redis.call('ZADD', key, 'NX', now, member) == 0 then
+    return 0
+  end
+  redis.call('ZINCRBY', key, cost, bname(math.floor(now / st.width)))
+  if not st.stored then
+    redis.call('ZADD', key, st.width, WIDTH)
+  end
+  redis.call('PEXPIRE', key, math.ceil((window + st.width) / 1000))
+  return cost
+end
+
+-- bremove takes back what an earlier attempt of member recorded in a bucketed key; it returns
+-- what it took off the count.
+local function bremove(key, width, member, cost)
+  local at = redis.call('ZSCORE', key, member)
+  if not at or redis.call('ZREM', key, member) == 0 then
+    return 0
+  end
+  local name = bname(math.floor(at / width))
+  if tonumber(redis.call('ZINCRBY', key, -cost, name)) <= 0 then
+    redis.call('ZREM', key, name)
+  end
+  return cost
+end
+
 -- retry returns µs until the entries of a full key have aged out far enough for cost to fit.
 local function retry(key, card, limit, cost, window, now)
   local leave = card + cost - limit -- entries that must age out
@@ -66,7 +201,7 @@ local clock
 local out, o = {}, 0
 local a, k = 1, 0
 local nargv = #ARGV
-local cards, states, retries = {}, {}, {}
+local cards, states, retries, bstates = {}, {}, {}, {}
 while a <= nargv do
   local member, now, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3
@@ -87,17 +222,28 @@ while a <= nargv do
     k = k + 1
     local key = KEYS[k]
     local limit, window, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    a = a + 4
-    local card = redis.call('ZCARD', key)
-    if card > 0 then
-      card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-    end
-    local over, wait = 0, 0
-    if card + cost <= limit then
-      card = card + add(key, now, member, cost)
-      redis.call('PEXPIRE', key, math.ceil(window / 1000))
-    elseif card == 0 or not redis.call('ZSCORE', key, member) then
-      over, wait = 1, retry(key, card, limit, cost, window, now)
+    local nb = ARGV[a + 4]
+    a = a + 5
+    local card, over, wait = 0, 0, 0
+    if nb == '0' then
+      card = redis.call('ZCARD', key)
+      if card > 0 then
+        card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+      end
+      if card + cost <= limit then
+        card = card + add(key, now, member, cost)
+        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+      elseif card == 0 or not redis.call('ZSCORE', key, member) then
+        over, wait = 1, retry(key, card, limit, cost, window, now)
+      end
+    else
+      local st = bload(key, now, window, tonumber(nb))
+      card = st.sum
+      if card + cost <= limit then
+        card = card + badd(key, st, now, member, cost, window)
+      elseif card == 0 or not redis.call('ZSCORE', key, member) then
+        over, wait = 1, bretry(st, limit, cost, window, now)
+      end
     end
     out[o + 1], out[o + 2], out[o + 3] = card, over, wait
     o = o + 3
@@ -108,23 +254,34 @@ while a <= nargv do
     for i = 1, n do
       local key = KEYS[k + i]
       local limit, window, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-      local card = redis.call('ZCARD', key)
-      if card > 0 then
-        card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+      local card, st
+      if ARGV[a + 4] == '0' then
+        card = redis.call('ZCARD', key)
+        if card > 0 then
+          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+        end
+      else
+        st = bload(key, now, window, tonumber(ARGV[a + 4]))
+        card = st.sum
       end
       local state, wait = 1, 0 -- 1: room, add; 2: full, already holds the member; 0: over
       if card + cost > limit then
         if card > 0 and redis.call('ZSCORE', key, member) then
           state = 2
         else
-          state, wait = 0, retry(key, card, limit, cost, window, now)
+          if st then
+            wait = bretry(st, limit, cost, window, now)
+          else
+            wait = retry(key, card, limit, cost, window, now)
+          end
+          state = 0
           if ARGV[a + 3] ~= '1' then
             deny = true
           end
         end
       end
-      cards[i], states[i], retries[i] = card, state, wait
-      a = a + 4
+      cards[i], states[i], retries[i], bstates[i] = card, state, wait, st or false
+      a = a + 5
     end
     a = first
     for i = 1, n do
@@ -142,11 +299,21 @@ while a <= nargv do
         card = cards[dup]
       elseif deny then
         if state == 2 or (state == 1 and card > 0) then
-          card = card - remove(key, member, cost)
+          local st = bstates[i]
+          if st then
+            card = card - bremove(key, st.width, member, cost)
+          else
+            card = card - remove(key, member, cost)
+          end
         end
       elseif state == 1 then
-        card = card + add(key, now, member, cost)
-        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        local st = bstates[i]
+        if st then
+          card = card + badd(key, st, now, member, cost, window)
+        else
+          card = card + add(key, now, member, cost)
+          redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        end
       end
       cards[i] = card
       local over = 0
@@ -155,7 +322,7 @@ while a <= nargv do
       end
       out[o + 1], out[o + 2], out[o + 3] = card, over, retries[i]
       o = o + 3
-      a = a + 4
+      a = a + 5
     end
     k = k + n
   end

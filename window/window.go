@@ -17,16 +17,72 @@ const MaxRequests = 1_000_000
 // MaxWindow is the longest window a [Limit] may have.
 const MaxWindow = 7 * 24 * time.Hour
 
+// MaxBuckets is the most sub-windows a bucketed [Limit] may have.
+const MaxBuckets = 1000
+
+// DefaultBuckets is the number of sub-windows [Limit.Auto] gives a limit
+// above AutoBucketsAbove: the window admits again at most Window/60 (1.7%)
+// later than an exact log would, and its key stays a compact Redis listpack
+// (see [Limit]).
+const DefaultBuckets = 60
+
+// AutoBucketsAbove is the size above which [Limit.Auto] makes a limit
+// bucketed: up to 10,000 requests per window a key keeps an exact log (about
+// 110 bytes an entry in Redis, so at most about 1.1 MB per key); above it,
+// 60 counters (about 1.5 KB per key, whatever the limit).
+const AutoBucketsAbove = 10_000
+
 // Limit allows at most Requests admissions in any span of length Window.
 // The zero Limit is invalid; see [Limit.Validate].
+//
+// Buckets chooses how a key's window is kept. 0 is the exact log: one entry
+// per admission (Memory: 8 bytes; Redis: a sorted-set entry, about 110
+// bytes), so a decision is exact. B ≥ 1 is a bounded-memory window of B
+// sub-window counters, each Width() = ceil(Window/B) long and aligned on the
+// Unix epoch: a request at t is admitted iff the counters of every
+// sub-window that overlaps (t-Window, t] — the oldest one counted whole,
+// though partly expired — plus its cost fit in Requests. It never
+// over-admits: no span of length Window ever holds more than Requests
+// admissions, as with the exact log. What it costs is early refusal: the
+// counted span reaches back between Window and Window+Width(), so a request
+// is refused when the exact log would admit it only while the oldest
+// counter, already partly out of the window, still holds the admissions
+// that make room; it is admitted at the latest Width() after the exact log
+// would (its retry-after says exactly when). Under a saturating load it
+// admits at least Requests·B/(B+1) per Window. Memory per key is bounded by
+// B+1 counters (and, in Redis, the member ids of the last few seconds, see
+// [Redis]).
 type Limit struct {
 	Requests int
 	Window   time.Duration
+	Buckets  int
+}
+
+// Auto returns l with Buckets set to DefaultBuckets when l is exact and
+// allows more than AutoBucketsAbove requests per window; otherwise l. The
+// descriptors file and the RLS config apply it to every rule that does not
+// choose its algorithm.
+func (l Limit) Auto() Limit {
+	if l.Buckets == 0 && l.Requests > AutoBucketsAbove {
+		l.Buckets = DefaultBuckets
+	}
+	return l
+}
+
+// Width returns the length of one sub-window of a bucketed limit,
+// ceil(Window/Buckets) in whole microseconds; 0 for an exact log.
+func (l Limit) Width() time.Duration {
+	if l.Buckets <= 0 {
+		return 0
+	}
+	us := l.Window.Microseconds()
+	return time.Duration((us+int64(l.Buckets)-1)/int64(l.Buckets)) * time.Microsecond
 }
 
 // Validate reports whether l can be enforced: 1 ≤ Requests ≤ MaxRequests and
 // MinWindow ≤ Window ≤ MaxWindow, with Window a whole number of microseconds
-// (the resolution of the Redis clock).
+// (the resolution of the Redis clock), and 0 ≤ Buckets ≤ MaxBuckets with
+// sub-windows of at least a microsecond.
 func (l Limit) Validate() error {
 	switch {
 	case l.Requests < 1:
@@ -39,12 +95,21 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("window %s: must be at most %s", l.Window, MaxWindow)
 	case l.Window%time.Microsecond != 0:
 		return fmt.Errorf("window %s: must be a whole number of microseconds", l.Window)
+	case l.Buckets < 0 || l.Buckets > MaxBuckets:
+		return fmt.Errorf("%d buckets: must be between 0 (an exact log) and %d", l.Buckets, MaxBuckets)
+	case l.Buckets > 0 && l.Window < time.Duration(l.Buckets)*time.Microsecond:
+		return fmt.Errorf("%d buckets in a window of %s: each must be at least 1µs", l.Buckets, l.Window)
 	}
 	return nil
 }
 
-// String formats l as "5/1s".
-func (l Limit) String() string { return fmt.Sprintf("%d/%s", l.Requests, l.Window) }
+// String formats l as "5/1s", or "100000/24h0m0s in 60 buckets".
+func (l Limit) String() string {
+	if l.Buckets > 0 {
+		return fmt.Sprintf("%d/%s in %d buckets", l.Requests, l.Window, l.Buckets)
+	}
+	return fmt.Sprintf("%d/%s", l.Requests, l.Window)
+}
 
 // Ban is a penalty-box policy: a key denied more than Threshold times within
 // Window is refused locally for Duration. A zero Duration disables the box.
