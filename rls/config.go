@@ -8,6 +8,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -80,6 +81,15 @@ type Rule struct {
 	Window time.Duration
 	// Shadow is shadow_mode: counted and reported, never denies.
 	Shadow bool
+	// FailureMode, LocalShare and Ban are flashgate's additions
+	// (failure_mode, local_share, ban), as in its descriptors file: set on
+	// a descriptor, they apply to its rate_limit and to the nested ones.
+	// FailureDefault means the server's failure mode; LocalShare 0 means
+	// ceil(limit / fleet size) (window.Hit.LocalShare); a nil Ban means the
+	// server's penalty box.
+	FailureMode extauthz.FailureMode
+	LocalShare  int
+	Ban         *window.Ban
 	// DetailedMetric and ValueToMetric are accepted for compatibility;
 	// flashgate's metric labels never carry request values, so they change
 	// nothing.
@@ -153,4 +163,25 @@ func limitWindow(unit rlsv3.RateLimitResponse_RateLimit_Unit, mult uint32) (time
 			mult, strings.ToLower(unit.String()), window.MaxWindow)
 	}
 	return base * time.Duration(mult), nil
+}
+
+// windowUnits are the units a flashgate window ({requests, window}) is
+// reported in, longest first: current_limit names the longest unit that
+// divides the window, as ratelimit reports a unit_multiplier's base unit.
+var windowUnits = []rlsv3.RateLimitResponse_RateLimit_Unit{
+	rlsv3.RateLimitResponse_RateLimit_WEEK,
+	rlsv3.RateLimitResponse_RateLimit_DAY,
+	rlsv3.RateLimitResponse_RateLimit_HOUR,
+	rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	rlsv3.RateLimitResponse_RateLimit_SECOND,
+}
+
+// unitOf returns the unit and multiplier of a window of whole seconds.
+func unitOf(w time.Duration) (rlsv3.RateLimitResponse_RateLimit_Unit, uint32) {
+	for _, u := range windowUnits {
+		if base := unitWindows[u]; w%base == 0 {
+			return u, uint32(w / base)
+		}
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN, 0
 }

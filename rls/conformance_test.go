@@ -179,6 +179,25 @@ var conformance = map[string][]step{
 		{req: request("basic", desc("remote_address", "9.9.4.4")), code: ok, sts: []st{{ok, 3, 0}}},
 		{req: request("basic", desc("remote_address", "9.9.9.9")), code: over, sts: []st{{over, 3, 0}}},
 	},
+	"replaces leaves an unlimited rule unlimited": {
+		{req: request("replaces", desc("vip", "x"), desc("vip_cap", "x")), code: ok, sts: []st{{ok, 0, math.MaxUint32}, {ok, 1, 0}}},
+	},
+	"hits_addend beyond any window: refused, nothing recorded": {
+		{req: request("basic", withAddend(withLimit(desc("remote_address", "1.2.3.4"), window.MaxRequests, typev3.RateLimitUnit_MINUTE), 2*window.MaxRequests)),
+			code: over, sts: []st{{over, window.MaxRequests, 0}}},
+		{req: request("basic", withLimit(desc("remote_address", "1.2.3.4"), window.MaxRequests, typev3.RateLimitUnit_MINUTE)),
+			code: ok, sts: []st{{ok, window.MaxRequests, window.MaxRequests - 1}}},
+	},
+	"a descriptor without entries: no limit, even with an override": {
+		{req: request("basic", withLimit(desc(), 0, typev3.RateLimitUnit_MINUTE), desc("remote_address", "1.2.3.5")), code: ok, sts: []st{{ok, 0, 0}, {ok, 3, 2}}},
+	},
+	"flashgate's {requests, window}": {
+		{req: request("flashgate", desc("api_key", "k1")), code: ok, sts: []st{{ok, 2, 1}}},
+		{req: request("flashgate", desc("api_key", "k1")), code: ok, sts: []st{{ok, 2, 0}}},
+		{req: request("flashgate", desc("api_key", "k1")), code: over, sts: []st{{over, 2, 0}}},
+		{req: request("flashgate", desc("tenant", "t", "user", "u")), times: 2, code: ok, sts: []st{{ok, 2, -1}}},
+		{req: request("flashgate", desc("tenant", "t", "user", "u")), code: over, sts: []st{{over, 2, 0}}},
+	},
 	"request limit override": {
 		// overrides the config's 3 a minute
 		{req: request("basic", withLimit(desc("remote_address", "6.6.6.6"), 1, typev3.RateLimitUnit_MINUTE)), code: ok, sts: []st{{ok, 1, 0}}},

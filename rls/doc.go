@@ -47,7 +47,10 @@
 // Keys.Key("rls."+domain, window and entries), a share_threshold
 // wildcard's pattern standing for the value), decided by one
 // Limiter.Decide, each counting hits_addend requests (the descriptor's
-// own, else the request's; 0 counts as 1) as window.Hit.Cost, all or nothing: a request is admitted only if every
+// own, else the request's; 0 counts as 1, a descriptor's own 0 too, which
+// ratelimit takes as "check without counting") as window.Hit.Cost; a
+// descriptor whose limit is 0 or whose hits_addend exceeds
+// window.MaxRequests refuses without asking the backend. All or nothing: a request is admitted only if every
 // enforcing descriptor has room, and then recorded in each; a denied request
 // is recorded in none. ratelimit instead increments every descriptor and
 // answers OVER_LIMIT if any is over. shadow_mode descriptors never deny.
@@ -60,8 +63,23 @@
 // denying window admits again, else the window's length (a sliding window
 // has no fixed reset).
 //
-// When the limiter fails, the failure mode decides as in extauthz: deny
-// (OVER_LIMIT), local (the in-process fallback), or allow (OK).
+// Under Options.Shadow (--shadow, ratelimit's global SHADOW_MODE) the
+// overall code is OK while an over-limit descriptor's status still says
+// OVER_LIMIT; under its own shadow_mode a descriptor's status says OK.
+//
+// A request may carry at most MaxDescriptors descriptors of at most
+// MaxEntries entries (else InvalidArgument). Request values reach no log
+// line, metric label or error message, and reach Redis keys only through
+// window.Keys (bounded, hashed when long or outside a safe alphabet).
+//
+// When the limiter fails, each rule's failure mode (its failure_mode, else
+// Options.FailureMode) decides as in extauthz: OVER_LIMIT if an enforcing
+// rule's mode is deny; else the rules of mode local by the in-process
+// fallback; else OK.
+//
+// Response headers (Options.ResponseHeaders) are named as ratelimit's
+// defaults, RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset, unless
+// Options.HeaderNames says otherwise.
 //
 // Metrics (labels from the config only): flashgate_rls_requests_total
 // {domain,rule,decision}, flashgate_rls_request_duration_seconds,

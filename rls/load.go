@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
+	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -169,6 +172,15 @@ type (
 		DetailedMetric bool             `yaml:"detailed_metric"`
 		ValueToMetric  bool             `yaml:"value_to_metric"`
 		ShareThreshold bool             `yaml:"share_threshold"`
+		// flashgate's additions
+		FailureMode *string  `yaml:"failure_mode"`
+		LocalShare  *int64   `yaml:"local_share"`
+		Ban         *yamlBan `yaml:"ban"`
+	}
+	yamlBan struct {
+		Threshold *int64  `yaml:"threshold"`
+		Window    *string `yaml:"window"`
+		Duration  *string `yaml:"duration"`
 	}
 	yamlRateLimit struct {
 		Unit            string        `yaml:"unit"`
@@ -177,6 +189,9 @@ type (
 		Unlimited       bool          `yaml:"unlimited"`
 		Name            string        `yaml:"name"`
 		Replaces        []yamlReplace `yaml:"replaces"`
+		// flashgate's form: {requests: 5, window: 10s}
+		Requests *int64  `yaml:"requests"`
+		Window   *string `yaml:"window"`
 	}
 	yamlReplace struct {
 		Name string `yaml:"name"`
@@ -257,15 +272,22 @@ func parseFile(f File) (*Domain, error) {
 		return nil, p.errAt("$", "config file cannot have an empty domain")
 	}
 	d := &Domain{Name: y.Domain, File: f.Name, keyRule: "rls." + y.Domain, root: *newNode()}
-	if err := p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1); err != nil {
+	if err := p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
+// inherited are flashgate's settings a descriptor passes to nested ones.
+type inherited struct {
+	failure    extauthz.FailureMode
+	localShare int
+	ban        *window.Ban
+}
+
 // descriptors loads one level of descriptors into n. at is the level's YAML
 // path, parent the rule path of the level ("" at the top).
-func (p fileParser) descriptors(d *Domain, n *node, at, parent string, ds []yamlDescriptor, depth int) error {
+func (p fileParser) descriptors(d *Domain, n *node, at, parent string, ds []yamlDescriptor, depth int, inh inherited) error {
 	if depth > MaxDepth && len(ds) > 0 {
 		return p.errAt(at, "descriptors are nested deeper than %d levels", MaxDepth)
 	}
@@ -307,25 +329,90 @@ func (p fileParser) descriptors(d *Domain, n *node, at, parent string, ds []yaml
 		if y.ShareThreshold && !strings.HasSuffix(y.Value, "*") {
 			return p.errAt(here, "share_threshold applies to a wildcard value (ending in *); %q has none", y.Value)
 		}
+		inh, err := p.additions(here, y, inh)
+		if err != nil {
+			return err
+		}
 		if y.RateLimit != nil {
 			r, err := p.rule(here+".rate_limit", y.RateLimit)
 			if err != nil {
 				return err
 			}
 			r.Path, r.Shadow, r.DetailedMetric, r.ValueToMetric = path, y.ShadowMode, y.DetailedMetric, y.ValueToMetric
+			r.FailureMode, r.LocalShare, r.Ban = inh.failure, inh.localShare, inh.ban
+			if !r.Unlimited && r.LocalShare > int(r.RequestsPerUnit) {
+				return p.errAt(here+".rate_limit", "local_share %d is more than the %d requests per window of this rate limit", r.LocalShare, r.RequestsPerUnit)
+			}
 			child.rule = r
 			d.rules = append(d.rules, r)
 		}
-		if err := p.descriptors(d, child, here+".descriptors", path, y.Descriptors, depth+1); err != nil {
+		if err := p.descriptors(d, child, here+".descriptors", path, y.Descriptors, depth+1, inh); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// additions reads flashgate's settings of descriptor y at path here
+// (failure_mode, local_share, ban) over the ones it inherits.
+func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (inherited, error) {
+	if y.FailureMode != nil {
+		m, err := extauthz.ParseFailureMode(*y.FailureMode)
+		if err != nil {
+			return inh, p.errAt(here+".failure_mode", "failure_mode %q must be local, allow or deny", *y.FailureMode)
+		}
+		inh.failure = m
+	}
+	if y.LocalShare != nil {
+		if v := *y.LocalShare; v < 1 || v > window.MaxRequests {
+			return inh, p.errAt(here+".local_share", "local_share must be between 1 and %d, not %d (omit it to share the limit evenly among the live sidecars)", window.MaxRequests, v)
+		}
+		inh.localShare = int(*y.LocalShare)
+	}
+	if y.Ban != nil {
+		b, err := p.ban(here+".ban", y.Ban)
+		if err != nil {
+			return inh, err
+		}
+		inh.ban = b
+	}
+	return inh, nil
+}
+
+// ban checks a ban block, as flashgate's descriptors file does: duration
+// 0 disables the penalty box for the rule, else threshold, window and
+// duration are all needed.
+func (p fileParser) ban(at string, y *yamlBan) (*window.Ban, error) {
+	if y.Duration == nil {
+		return nil, p.errAt(at, "ban needs duration (0 disables the penalty box)")
+	}
+	var b window.Ban
+	var err error
+	if b.Duration, err = time.ParseDuration(*y.Duration); err != nil || b.Duration < 0 {
+		return nil, p.errAt(at+".duration", "ban duration %q must be a duration such as 5m, 0 to disable", *y.Duration)
+	}
+	if b.Duration == 0 {
+		return &window.Ban{}, nil
+	}
+	if y.Threshold == nil || y.Window == nil {
+		return nil, p.errAt(at, "ban needs threshold, window and duration")
+	}
+	if *y.Threshold < 1 || *y.Threshold > math.MaxInt32 {
+		return nil, p.errAt(at+".threshold", "ban threshold must be at least 1, not %d", *y.Threshold)
+	}
+	b.Threshold = int(*y.Threshold)
+	if b.Window, err = time.ParseDuration(*y.Window); err != nil || b.Window <= 0 {
+		return nil, p.errAt(at+".window", "ban window %q must be a positive duration such as 10s", *y.Window)
+	}
+	return &b, nil
+}
+
 // rule checks one rate_limit block.
 func (p fileParser) rule(at string, y *yamlRateLimit) (*Rule, error) {
 	r := &Rule{Name: y.Name, Unlimited: y.Unlimited, UnitMultiplier: 1}
+	if y.Requests != nil || y.Window != nil {
+		return p.windowRule(at, y, r)
+	}
 	for i, rep := range y.Replaces {
 		switch rep.Name {
 		case "":
@@ -366,5 +453,33 @@ func (p fileParser) rule(at string, y *yamlRateLimit) (*Rule, error) {
 		return nil, p.errAt(at+".requests_per_unit", "requests_per_unit %d is above flashgate's %d per window (an exact log per key)",
 			r.RequestsPerUnit, window.MaxRequests)
 	}
+	return r, nil
+}
+
+// windowRule checks flashgate's form of a rate_limit, {requests: N,
+// window: D}, with r's name and replaces already read. The window is a
+// whole number of seconds (current_limit reports it in a unit) from 1s to
+// window.MaxWindow.
+func (p fileParser) windowRule(at string, y *yamlRateLimit, r *Rule) (*Rule, error) {
+	switch {
+	case y.Unit != "" || y.RequestsPerUnit != nil || y.UnitMultiplier != nil:
+		return nil, p.errAt(at, "rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form")
+	case y.Unlimited:
+		return nil, p.errAt(at, "an unlimited rate limit must not have requests or window")
+	case y.Requests == nil:
+		return nil, p.errAt(at, "rate_limit needs requests")
+	case y.Window == nil:
+		return nil, p.errAt(at, "rate_limit needs window")
+	}
+	if n := *y.Requests; n < 1 || n > window.MaxRequests {
+		return nil, p.errAt(at+".requests", "requests must be between 1 and %d, not %d", window.MaxRequests, n)
+	}
+	w, err := time.ParseDuration(*y.Window)
+	if err != nil || w < time.Second || w > window.MaxWindow || w%time.Second != 0 {
+		return nil, p.errAt(at+".window", "window %q: in a ratelimit config, a whole number of seconds from 1s to %s (current_limit reports it in a unit)",
+			*y.Window, window.MaxWindow)
+	}
+	r.RequestsPerUnit, r.Window = uint32(*y.Requests), w
+	r.Unit, r.UnitMultiplier = unitOf(w)
 	return r, nil
 }

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,7 +17,7 @@ func TestLoadDirGood(t *testing.T) {
 	for _, d := range c.Domains() {
 		names = append(names, d.Name)
 	}
-	want := []string{"basic", "replaces", "shadow", "units", "unlimited", "wildcard"}
+	want := []string{"basic", "flashgate", "replaces", "shadow", "units", "unlimited", "wildcard"}
 	if len(names) != len(want) {
 		t.Fatalf("domains %v, want %v", names, want)
 	}
@@ -94,6 +95,15 @@ func TestConfigErrors(t *testing.T) {
 		"share_threshold_exact":   `^testdata/bad/share_threshold_exact\.yaml:3:5: share_threshold applies to a wildcard value`,
 		"non_map_list":            `^testdata/bad/non_map_list\.yaml:3:5: `,
 		"negative_requests":       `^testdata/bad/negative_requests\.yaml:4:51: cannot unmarshal -1`,
+		// flashgate's additions
+		"mixed_forms":             `^testdata/bad/mixed_forms\.yaml:4:5: rate_limit mixes \{requests, window\} with \{unit, requests_per_unit\}`,
+		"subsecond_window":        `^testdata/bad/subsecond_window\.yaml:4:31: window "1500ms": in a ratelimit config, a whole number of seconds`,
+		"window_without_requests": `^testdata/bad/window_without_requests\.yaml:4:5: rate_limit needs requests$`,
+		"bad_failure_mode":        `^testdata/bad/bad_failure_mode\.yaml:4:5: failure_mode "open" must be local, allow or deny$`,
+		"local_share_above_limit": `^testdata/bad/local_share_above_limit\.yaml:5:5: local_share 5 is more than the 2 requests per window`,
+		"ban_without_duration":    `^testdata/bad/ban_without_duration\.yaml:4:5: ban needs duration`,
+		// ext_authz's own keys: Envoy sends the descriptors
+		"sources": `^testdata/bad/sources\.yaml:2:1: unknown field "sources"`,
 	}
 	for name, want := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -134,4 +144,28 @@ func TestConfigErrors(t *testing.T) {
 			t.Fatal("no error")
 		}
 	})
+}
+
+// TestFlashgateAdditions: flashgate's rate_limit form and its per-rule
+// settings load into the rules, nested descriptors inheriting them.
+func TestFlashgateAdditions(t *testing.T) {
+	c, err := LoadDir("testdata/good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range c.domains["flashgate"].Rules() {
+		got[r.Label()] = fmt.Sprintf("%d/%s %s×%d failure=%s share=%d ban=%v",
+			r.RequestsPerUnit, r.Window, r.Unit, r.UnitMultiplier, r.FailureMode, r.LocalShare, r.Ban)
+	}
+	want := map[string]string{
+		"api_key":     "2/1m30s SECOND×90 failure=default share=0 ban=<nil>",
+		"tenant.user": "2/1h0m0s HOUR×1 failure=deny share=1 ban=&{3 10s 1m0s}",
+		"quiet":       "2/1m0s MINUTE×1 failure=allow share=0 ban=&{0 0s 0s}",
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("rule %s: %s, want %s", k, got[k], w)
+		}
+	}
 }

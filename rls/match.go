@@ -40,10 +40,16 @@ func (m *match) limit() *Rule {
 // the key. The limit is the matched node's if it is the descriptor's last
 // entry; a request descriptor with more entries than the config's nesting
 // matches nothing, as in ratelimit. A descriptor with a limit override uses
-// the override (whatever the config holds) when the domain is known.
+// the override (whatever the config holds) when the domain is known. A
+// descriptor without entries matches nothing.
 func (d *Domain) lookup(desc *ratelimitv3.RateLimitDescriptor) match {
 	entries := desc.GetEntries()
 	var m match
+	if len(entries) == 0 {
+		// Envoy never sends one (entries has min_items 1); limiting it
+		// would put every such descriptor in one bucket.
+		return m
+	}
 	if o := overrideRule(desc.GetLimit()); o != nil {
 		m.override = o
 		m.value = keyValue(entries, nil, o.Window)

@@ -34,8 +34,13 @@ func (s *Server) reloadFrom(dir string, force bool) (bool, error) {
 	defer s.reloadMu.Unlock()
 	files, err := ReadDir(dir)
 	if err != nil {
+		if !force && err.Error() == s.badRead {
+			return false, nil // reported when it first happened
+		}
+		s.badRead = err.Error()
 		return false, s.reloadFailedLocked(dir, [32]byte{}, err)
 	}
+	s.badRead = ""
 	sum := sumOf(files)
 	if !force && (sum == s.cfg.Load().sum || sum == s.badSum) {
 		return false, nil
@@ -62,7 +67,8 @@ func (s *Server) reloadFailedLocked(dir string, sum [32]byte, err error) error {
 // ctx ends (then it returns nil). Every interval (0 means
 // DefaultPollInterval) it reads the files (following symlinks, so
 // Kubernetes ConfigMap swaps are seen) and compares their hash with the
-// config in force; a bad directory is reported once per content.
+// config in force; a bad directory is reported once per content, an
+// unreadable one once per error.
 func (s *Server) WatchDir(ctx context.Context, dir string, interval time.Duration) error {
 	if interval <= 0 {
 		interval = DefaultPollInterval

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -45,11 +46,15 @@ type Options struct {
 	// Shadow makes every limit a shadow limit (--shadow): the overall code
 	// is always OK.
 	Shadow bool
-	// ResponseHeaders adds x-ratelimit-limit, x-ratelimit-remaining and
-	// x-ratelimit-reset of the descriptor with the fewest requests remaining
-	// to response_headers_to_add, as ratelimit does with
-	// LIMIT_RESPONSE_HEADERS_ENABLED.
+	// ResponseHeaders adds the limit, the remaining count and the seconds
+	// until reset of the descriptor with the fewest requests remaining to
+	// response_headers_to_add, as ratelimit does with
+	// LIMIT_RESPONSE_HEADERS_ENABLED, under HeaderNames.
 	ResponseHeaders bool
+	// HeaderNames names those headers (ratelimit's LIMIT_LIMIT_HEADER,
+	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); a zero field takes
+	// ratelimit's default, in DefaultHeaderNames.
+	HeaderNames HeaderNames
 	// Registerer receives the metrics; nil means a new private registry.
 	Registerer prometheus.Registerer
 	// Logger receives structured logs; nil discards them. Request values
@@ -58,6 +63,28 @@ type Options struct {
 	// Now is the clock of durations; nil means time.Now.
 	Now func() time.Time
 }
+
+// HeaderNames are the names of the response headers of
+// Options.ResponseHeaders.
+type HeaderNames struct {
+	Limit, Remaining, Reset string
+}
+
+// DefaultHeaderNames are ratelimit's defaults: RateLimit-Limit,
+// RateLimit-Remaining and RateLimit-Reset.
+var DefaultHeaderNames = HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+
+// Limits of one request. Envoy sends one descriptor per matching
+// rate_limits entry of a route, a handful; these bound what one call can
+// make the backend do (one window key per descriptor, in one script call).
+const (
+	// MaxDescriptors is the most descriptors a request may carry; more is
+	// InvalidArgument.
+	MaxDescriptors = 64
+	// MaxEntries is the most entries a descriptor may carry; more is
+	// InvalidArgument. (A config matches at most MaxDepth of them.)
+	MaxEntries = 32
+)
 
 // Server is the envoy.service.ratelimit.v3 RateLimitService server. Build it
 // with [NewServer]. All its methods are safe for concurrent use.
@@ -69,9 +96,10 @@ type Server struct {
 	cfg     atomic.Pointer[Config]
 
 	// reloadMu is held for a whole reload, so that a SIGHUP and the
-	// watcher install directories in order; it guards badSum.
+	// watcher install directories in order; it guards badSum and badRead.
 	reloadMu sync.Mutex
-	badSum   [32]byte
+	badSum   [32]byte // the files of the last bad directory
+	badRead  string   // the last error reading the directory, "" if none
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
@@ -94,6 +122,15 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	}
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
+	}
+	for _, f := range []struct{ name, def *string }{
+		{&opts.HeaderNames.Limit, &DefaultHeaderNames.Limit},
+		{&opts.HeaderNames.Remaining, &DefaultHeaderNames.Remaining},
+		{&opts.HeaderNames.Reset, &DefaultHeaderNames.Reset},
+	} {
+		if *f.name == "" {
+			*f.name = *f.def
+		}
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
@@ -132,8 +169,11 @@ func (s *Server) install(cfg *Config) {
 
 // ShouldRateLimit implements the RateLimitService. As ratelimit, it
 // refuses an empty domain or descriptor list (InvalidArgument) and answers
-// OK for a domain it does not know. Otherwise it never returns an error:
-// when the backend fails, the failure mode decides.
+// OK for a domain it does not know. It also refuses more than
+// MaxDescriptors descriptors, or a descriptor with more than MaxEntries
+// entries (InvalidArgument). Otherwise it never returns an error: when the
+// backend fails, the failure mode decides. Error messages never quote
+// request values.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := s.now()
 	defer func() { s.metrics.duration.Observe(s.now().Sub(start).Seconds()) }()
@@ -142,6 +182,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	if len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if n := len(req.GetDescriptors()); n > MaxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "rate limit request has %d descriptors, more than flashgate's %d", n, MaxDescriptors)
+	}
+	for i, d := range req.GetDescriptors() {
+		if n := len(d.GetEntries()); n > MaxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "rate limit descriptor %d has %d entries, more than flashgate's %d", i, n, MaxEntries)
+		}
 	}
 	dom := s.cfg.Load().domains[req.GetDomain()]
 	if dom == nil {
@@ -168,7 +216,7 @@ type outcome uint8
 
 const (
 	decided     outcome = iota // by the limiter (or the local fallback)
-	blocked                    // a requests_per_unit: 0 rule refused it; nothing asked
+	blocked                    // a descriptor that can never fit refused it; nothing asked
 	failedAllow                // the backend failed; admitted without a decision
 	failedDeny                 // the backend failed; refused without a decision
 )
@@ -181,16 +229,25 @@ type call struct {
 	ms    []match
 	hitOf []int // hit index of each descriptor, -1 for none
 	hits  []window.Hit
-	// blockedAt is the first enforcing descriptor whose limit is 0, -1;
-	// shadowZero the first shadow one, -1.
+	// rules[j] is the rule of hits[j].
+	rules []*Rule
+	// never marks the descriptors that can never be admitted: a limit of
+	// 0, or a hits_addend above window.MaxRequests (more than any window
+	// holds). blockedAt is the first enforcing one, -1; shadowZero the
+	// first shadow one, -1.
+	never                 []bool
 	blockedAt, shadowZero int
 	out                   outcome
 	d                     window.Decision
+	// decidedHits maps the hits of d back to hits when the fallback
+	// decided a subset of them (per-rule failure modes); nil: the same.
+	decidedHits []int
 }
 
 func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 	descs := req.GetDescriptors()
-	c := &call{s: s, dom: dom, req: req, ms: make([]match, len(descs)), hitOf: make([]int, len(descs)), blockedAt: -1, shadowZero: -1}
+	c := &call{s: s, dom: dom, req: req, ms: make([]match, len(descs)), hitOf: make([]int, len(descs)),
+		never: make([]bool, len(descs)), blockedAt: -1, shadowZero: -1}
 	for i, d := range descs {
 		c.ms[i] = dom.lookup(d)
 	}
@@ -198,10 +255,12 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 	for i := range c.ms {
 		c.hitOf[i] = -1
 		r := c.ms[i].limit()
-		switch {
-		case r == nil || r.Unlimited:
+		if r == nil || r.Unlimited {
 			continue
-		case r.RequestsPerUnit == 0:
+		}
+		cost := hitsAddend(req, descs[i])
+		if r.RequestsPerUnit == 0 || cost > window.MaxRequests {
+			c.never[i] = true
 			switch {
 			case !c.shadow(r) && c.blockedAt < 0:
 				c.blockedAt = i
@@ -211,34 +270,47 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 			continue
 		}
 		c.hitOf[i] = len(c.hits)
+		c.rules = append(c.rules, r)
 		c.hits = append(c.hits, window.Hit{
-			Key:    s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
-			Rule:   r.Label(),
-			Limit:  window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window},
-			Cost:   hitsAddend(req, descs[i]),
-			Shadow: c.shadow(r),
+			Key:        s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
+			Rule:       r.Label(),
+			Limit:      window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window},
+			Cost:       int(cost),
+			Shadow:     c.shadow(r),
+			Ban:        r.Ban,
+			LocalShare: r.LocalShare,
 		})
 	}
 	return c
 }
 
 // hitsAddend is how many requests descriptor d of req counts as
-// (window.Hit.Cost): its own hits_addend when set, else the request's; 0
-// counts as 1, as in ratelimit; above window.MaxRequests (more than any
-// limit allows) it counts as window.MaxRequests.
-func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int {
+// (window.Hit.Cost): its own hits_addend when set, else the request's
+// (0 counts as 1, as in ratelimit). A descriptor's own 0, which ratelimit
+// takes as "check without counting", counts as 1 too: the window package
+// has no check that records nothing.
+func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) uint64 {
 	n := uint64(req.GetHitsAddend())
 	if h := d.GetHitsAddend(); h != nil {
 		n = h.GetValue()
 	}
-	return int(max(min(n, window.MaxRequests), 1))
+	return max(n, 1)
 }
 
 func (c *call) shadow(r *Rule) bool { return r.Shadow || c.s.opts.Shadow }
 
+// mode is the failure mode of r: its own, else the server's.
+func (c *call) mode(r *Rule) extauthz.FailureMode {
+	if r.FailureMode != extauthz.FailureDefault {
+		return r.FailureMode
+	}
+	return c.s.opts.FailureMode
+}
+
 // applyReplaces drops the rules that another matched rule replaces, as
 // ratelimit does: a rule named in some match's replaces applies to none of
-// the request's descriptors.
+// the request's descriptors. An unlimited rule stays unlimited (ratelimit
+// sets them apart before it applies replaces).
 func applyReplaces(ms []match) {
 	var replaced map[string]bool
 	for i := range ms {
@@ -252,14 +324,15 @@ func applyReplaces(ms []match) {
 		}
 	}
 	for i := range ms {
-		if r := ms[i].rule; r != nil && ms[i].override == nil && r.Name != "" && replaced[r.Name] {
+		if r := ms[i].rule; r != nil && ms[i].override == nil && !r.Unlimited && r.Name != "" && replaced[r.Name] {
 			ms[i].rule = nil
 		}
 	}
 }
 
-// decide asks the limiter once for all hits, unless a zero limit already
-// refused the request (then nothing is recorded anywhere, as for any denial).
+// decide asks the limiter once for all hits, unless a descriptor that can
+// never fit already refused the request (then nothing is recorded
+// anywhere, as for any denial).
 func (c *call) decide(ctx context.Context) {
 	s := c.s
 	switch {
@@ -281,29 +354,60 @@ func (c *call) decide(ctx context.Context) {
 		}
 		return
 	}
-	kind := window.Classify(err)
-	s.metrics.backendErrs.WithLabelValues(kind.String()).Inc()
-	enforcing := false
-	for i := range c.hits {
-		enforcing = enforcing || !c.hits[i].Shadow
+	c.failure(ctx, err)
+}
+
+// failure decides a call whose backend failed, by each rule's failure
+// mode, as extauthz does: OVER_LIMIT if an enforcing hit's mode is deny;
+// else the hits of mode local by the fallback; else OK.
+func (c *call) failure(ctx context.Context, err error) {
+	s := c.s
+	s.metrics.backendErrs.WithLabelValues(window.Classify(err).String()).Inc()
+	var local []int
+	for j := range c.hits {
+		switch c.mode(c.rules[j]) {
+		case extauthz.FailureDeny:
+			if !c.hits[j].Shadow {
+				s.metrics.failureModes.WithLabelValues("deny").Inc()
+				c.out = failedDeny
+				return
+			}
+		case extauthz.FailureLocal:
+			local = append(local, j)
+		}
 	}
-	switch {
-	case s.opts.FailureMode == extauthz.FailureDeny && enforcing:
-		s.metrics.failureModes.WithLabelValues("deny").Inc()
-		c.out = failedDeny
-		return
-	case s.opts.FailureMode == extauthz.FailureLocal && s.opts.Fallback != nil:
+	if len(local) > 0 && s.opts.Fallback != nil {
+		hits := c.hits
+		if len(local) < len(c.hits) {
+			hits = make([]window.Hit, len(local))
+			for k, j := range local {
+				hits[k] = c.hits[j]
+			}
+			c.decidedHits = local
+		}
 		// In process and never waiting: it decides even if Envoy gave up.
-		d, ferr := s.opts.Fallback.DecideAfter(context.WithoutCancel(ctx), c.hits, err)
+		d, ferr := s.opts.Fallback.DecideAfter(context.WithoutCancel(ctx), hits, err)
 		if ferr == nil {
 			s.metrics.failureModes.WithLabelValues("local").Inc()
 			c.d = d
 			return
 		}
+		c.decidedHits = nil
 		s.metrics.backendErrs.WithLabelValues("fallback").Inc()
 	}
 	s.metrics.failureModes.WithLabelValues("allow").Inc()
 	c.out = failedAllow
+}
+
+// hitIndex maps an index of c.d's hits to one of c.hits (-1 stays -1).
+func (c *call) hitIndex(k int) int {
+	if c.decidedHits == nil || k < 0 {
+		return k
+	}
+	if k >= len(c.decidedHits) {
+		return -1
+	}
+	return c.decidedHits[k]
 }
 
 // respond builds the response and counts it.
@@ -318,13 +422,16 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	}
 	c.count()
 	if c.s.opts.ResponseHeaders && c.out != failedAllow && c.out != failedDeny {
-		resp.ResponseHeadersToAdd = limitHeaders(resp.Statuses, c.binding())
+		resp.ResponseHeadersToAdd = limitHeaders(c.s.opts.HeaderNames, resp.Statuses, c.binding())
 	}
 	return resp
 }
 
 // status is descriptor i's status. The denying descriptor's and the
 // binding one's numbers are exact; see the package doc for the others.
+// Under Options.Shadow (ratelimit's global SHADOW_MODE) a descriptor over
+// its limit says OVER_LIMIT while the overall code stays OK, as in
+// ratelimit; under its own shadow_mode it says OK.
 func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 	r := c.ms[i].limit()
 	switch {
@@ -338,22 +445,29 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 		CurrentLimit:       currentLimit(r),
 		DurationUntilReset: durationpb.New(r.Window),
 	}
-	if r.RequestsPerUnit == 0 {
-		if !c.shadow(r) {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
+	overCode := rlsv3.RateLimitResponse_OVER_LIMIT
+	if r.Shadow {
+		overCode = rlsv3.RateLimitResponse_OK
+	}
+	if c.never[i] {
+		st.Code = overCode
 		return st
 	}
 	j := c.hitOf[i]
 	switch {
 	case c.out == failedDeny:
-		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(time.Second)
+		if !c.hits[j].Shadow && c.mode(r) == extauthz.FailureDeny {
+			st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(time.Second)
+		}
 	case c.out != decided:
 		// blocked or admitted without a decision: nothing was counted.
-	case !c.d.Allowed && j == c.d.Index:
+	case c.decidedHits != nil && !slices.Contains(c.decidedHits, j):
+		// the backend failed and this rule's failure mode is allow
+	case !c.d.Allowed && j == c.hitIndex(c.d.Index):
 		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(c.d.RetryAfter)
-	case c.d.Shadowed && j == c.d.ShadowIndex:
-		// over its limit, but in shadow mode: OK, nothing remaining
+	case c.d.Shadowed && j == c.hitIndex(c.d.ShadowIndex):
+		// over its limit, but in shadow mode: nothing remaining
+		st.Code = overCode
 	case c.d.Allowed:
 		// Exact for the binding hit; for the others a lower bound (the
 		// binding hit has the fewest remaining).
@@ -372,8 +486,8 @@ func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
 func (c *call) count() {
 	s := c.s
 	rule, decision := "", decisionAllowed
-	ruleOfHit := func(j int) string {
-		if j >= 0 && j < len(c.hits) {
+	ruleOfHit := func(k int) string {
+		if j := c.hitIndex(k); j >= 0 && j < len(c.hits) {
 			return c.hits[j].Rule
 		}
 		return ""
@@ -382,7 +496,7 @@ func (c *call) count() {
 	case c.out == blocked:
 		rule, decision = c.ms[c.blockedAt].limit().Label(), decisionDenied
 	case c.out == failedAllow || c.out == failedDeny:
-		rule, decision = ruleOfHit(0), decisionError
+		rule, decision = c.hits[0].Rule, decisionError
 	case !c.d.Allowed:
 		rule, decision = ruleOfHit(c.d.Index), decisionDenied
 	case c.d.Shadowed:
@@ -401,9 +515,9 @@ func (c *call) binding() int {
 	if c.out == blocked {
 		return c.blockedAt
 	}
-	if c.out == decided && c.d.Index >= 0 {
-		for i, j := range c.hitOf {
-			if j == c.d.Index {
+	if j := c.hitIndex(c.d.Index); c.out == decided && j >= 0 {
+		for i, h := range c.hitOf {
+			if h == j {
 				return i
 			}
 		}
@@ -411,10 +525,11 @@ func (c *call) binding() int {
 	return -1
 }
 
-// limitHeaders are ratelimit's x-ratelimit-* headers for the descriptor
-// with a limit and the fewest requests remaining, the binding one (pref)
-// among equals, else the first; nil when no descriptor has a limit.
-func limitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, pref int) []*corev3.HeaderValue {
+// limitHeaders are ratelimit's response headers, named by names, for the
+// descriptor with a limit and the fewest requests remaining, the binding
+// one (pref) among equals, else the first; nil when no descriptor has a
+// limit.
+func limitHeaders(names HeaderNames, sts []*rlsv3.RateLimitResponse_DescriptorStatus, pref int) []*corev3.HeaderValue {
 	var min *rlsv3.RateLimitResponse_DescriptorStatus
 	if pref >= 0 && sts[pref].GetCurrentLimit() != nil {
 		min = sts[pref]
@@ -430,8 +545,8 @@ func limitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, pref int) []*
 	reset := min.GetDurationUntilReset().AsDuration()
 	secs := max(int64((reset+time.Second-1)/time.Second), 1)
 	return []*corev3.HeaderValue{
-		{Key: "x-ratelimit-limit", Value: strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10)},
-		{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(min.GetLimitRemaining()), 10)},
-		{Key: "x-ratelimit-reset", Value: strconv.FormatInt(secs, 10)},
+		{Key: names.Limit, Value: strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+		{Key: names.Remaining, Value: strconv.FormatUint(uint64(min.GetLimitRemaining()), 10)},
+		{Key: names.Reset, Value: strconv.FormatInt(secs, 10)},
 	}
 }

@@ -2,9 +2,13 @@ package rls
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,42 +69,56 @@ func TestInvalidRequests(t *testing.T) {
 }
 
 // TestResponseHeaders: with ResponseHeaders, the descriptor with the
-// fewest remaining gives x-ratelimit-limit, -remaining and -reset, as
-// ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED; without, none.
+// fewest remaining gives the limit, remaining and reset headers, named as
+// ratelimit names them by default (RateLimit-Limit, RateLimit-Remaining,
+// RateLimit-Reset) or as HeaderNames says; without, none.
 func TestResponseHeaders(t *testing.T) {
 	cfg := loadGood(t)
-	s, _ := newMemoryServer(t, cfg, func(o *Options) { o.ResponseHeaders = true })
-	ctx := context.Background()
-	req := request("basic", desc("remote_address", "10.0.0.1"), desc("message_type", "marketing", "to_number", "1"))
-	want := [][3]string{{"2", "1", "60"}, {"2", "0", "60"}}
-	for i, w := range want {
-		resp, err := s.ShouldRateLimit(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]string{}
-		for _, h := range resp.GetResponseHeadersToAdd() {
-			got[h.GetKey()] = h.GetValue()
-		}
-		if got["x-ratelimit-limit"] != w[0] || got["x-ratelimit-remaining"] != w[1] || got["x-ratelimit-reset"] != w[2] {
-			t.Fatalf("call %d: headers %v, want limit %s remaining %s reset %s", i, got, w[0], w[1], w[2])
-		}
-	}
-	resp, err := s.ShouldRateLimit(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.GetOverallCode() != over {
-		t.Fatalf("third call: %s, want OVER_LIMIT", resp.GetOverallCode())
-	}
-	for _, h := range resp.GetResponseHeadersToAdd() {
-		if h.GetKey() == "x-ratelimit-reset" && (h.GetValue() == "0" || h.GetValue() > "60") {
-			t.Fatalf("denied: x-ratelimit-reset %s, want 1..60", h.GetValue())
-		}
+	custom := HeaderNames{Limit: "X-RateLimit-Limit", Remaining: "X-RateLimit-Remaining", Reset: "X-RateLimit-Reset"}
+	for name, names := range map[string]*HeaderNames{"ratelimit's": nil, "custom": &custom} {
+		t.Run(name, func(t *testing.T) {
+			s, _ := newMemoryServer(t, cfg, func(o *Options) {
+				o.ResponseHeaders = true
+				if names != nil {
+					o.HeaderNames = *names
+				}
+			})
+			want := DefaultHeaderNames
+			if names != nil {
+				want = *names
+			}
+			ctx := context.Background()
+			req := request("basic", desc("remote_address", "10.0.0.1"), desc("message_type", "marketing", "to_number", "1"))
+			for i, w := range [][3]string{{"2", "1", "60"}, {"2", "0", "60"}} {
+				resp, err := s.ShouldRateLimit(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]string{}
+				for _, h := range resp.GetResponseHeadersToAdd() {
+					got[h.GetKey()] = h.GetValue()
+				}
+				if len(got) != 3 || got[want.Limit] != w[0] || got[want.Remaining] != w[1] || got[want.Reset] != w[2] {
+					t.Fatalf("call %d: headers %v, want %s %s, %s %s, %s %s", i, got, want.Limit, w[0], want.Remaining, w[1], want.Reset, w[2])
+				}
+			}
+			resp, err := s.ShouldRateLimit(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetOverallCode() != over {
+				t.Fatalf("third call: %s, want OVER_LIMIT", resp.GetOverallCode())
+			}
+			for _, h := range resp.GetResponseHeadersToAdd() {
+				if h.GetKey() == want.Reset && (h.GetValue() == "0" || len(h.GetValue()) > 2) {
+					t.Fatalf("denied: %s %s, want 1..60", want.Reset, h.GetValue())
+				}
+			}
+		})
 	}
 
 	plain, _ := newMemoryServer(t, cfg, nil)
-	resp, err = plain.ShouldRateLimit(ctx, req)
+	resp, err := plain.ShouldRateLimit(context.Background(), request("basic", desc("remote_address", "10.0.0.1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,18 +127,120 @@ func TestResponseHeaders(t *testing.T) {
 	}
 }
 
+// recorder is a Limiter that remembers the hits it was asked about and
+// admits them.
+type recorder struct {
+	mu   sync.Mutex
+	hits [][]window.Hit
+}
+
+func (r *recorder) Decide(_ context.Context, hits []window.Hit) (window.Decision, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hits = append(r.hits, slices.Clone(hits))
+	return window.Decision{Allowed: true, Index: 0, Remaining: 1, ShadowIndex: -1}, nil
+}
+
+// TestHostileRequests: a request's size is bounded (descriptors, entries),
+// and what Envoy passes on from clients (long values, invalid UTF-8, odd
+// bytes) reaches no Redis key unbounded, no log line and no metric label.
+func TestHostileRequests(t *testing.T) {
+	var logs strings.Builder
+	rec := &recorder{}
+	s, reg := newMemoryServer(t, loadGood(t), func(o *Options) {
+		o.Limiter = rec
+		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	ctx := context.Background()
+	secret := "hostile{tag}\xff\x00" + strings.Repeat("v", 100_000)
+	many := request("basic")
+	for range MaxDescriptors + 1 {
+		many.Descriptors = append(many.Descriptors, desc("remote_address", secret))
+	}
+	deep := desc()
+	for range MaxEntries + 1 {
+		deep.Entries = append(deep.Entries, desc("k", secret).Entries...)
+	}
+	for name, req := range map[string]*rlsv3.RateLimitRequest{
+		"too many descriptors": many,
+		"too many entries":     request("basic", deep),
+	} {
+		_, err := s.ShouldRateLimit(ctx, req)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("%s: error %v, want InvalidArgument", name, err)
+		}
+		if strings.Contains(err.Error(), "hostile") {
+			t.Fatalf("%s: the error quotes a request value: %.80s", name, err)
+		}
+	}
+	if len(rec.hits) != 0 {
+		t.Fatalf("refused requests reached the limiter: %d calls", len(rec.hits))
+	}
+
+	ok := request("basic")
+	for range MaxDescriptors {
+		ok.Descriptors = append(ok.Descriptors, desc("remote_address", secret))
+	}
+	ok.Descriptors = append(ok.Descriptors[:MaxDescriptors-3],
+		withLimit(desc("k", secret, "k2", "\xff\xfe"), 5, typev3.RateLimitUnit_MINUTE),
+		desc("message_type", "marketing", "to_number", secret),
+		desc("remote_address", ""))
+	if _, err := s.ShouldRateLimit(ctx, ok); err != nil {
+		t.Fatalf("a request at the limits: %v", err)
+	}
+	if len(rec.hits) != 1 {
+		t.Fatalf("%d limiter calls, want 1", len(rec.hits))
+	}
+	for _, h := range rec.hits[0] {
+		if len(h.Key) > window.MaxKeyLen || strings.Count(h.Key, "{") != 1 || strings.Count(h.Key, "}") != 1 ||
+			strings.IndexFunc(h.Key, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+			t.Fatalf("key %.120q: unbounded, or a hash tag or byte from the request", h.Key)
+		}
+		if strings.Contains(h.Key, "hostile") {
+			t.Fatalf("key %.120q carries the value verbatim", h.Key)
+		}
+	}
+	if strings.Contains(logs.String(), "hostile") {
+		t.Fatal("a log line carries a request value")
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), "hostile") {
+					t.Fatalf("%s{%s} carries a request value", mf.GetName(), l.GetName())
+				}
+			}
+		}
+	}
+}
+
 // TestGlobalShadow: Options.Shadow (--shadow) admits everything, counts it
-// as shadow_denied.
+// as shadow_denied; as under ratelimit's global SHADOW_MODE, a descriptor
+// over its limit still says OVER_LIMIT in its status.
 func TestGlobalShadow(t *testing.T) {
 	s, reg := newMemoryServer(t, loadGood(t), func(o *Options) { o.Shadow = true })
 	req := request("basic", desc("remote_address", "50.0.0.5"), desc("remote_address", "1.1.1.1"))
-	for range 5 {
+	for i := range 5 {
 		resp, err := s.ShouldRateLimit(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if resp.GetOverallCode() != ok {
 			t.Fatalf("overall %s under --shadow", resp.GetOverallCode())
+		}
+		// 50.0.0.5 is blocked (limit 0); 1.1.1.1 has 3 a minute
+		want := []rlsv3.RateLimitResponse_Code{over, ok}
+		if i >= 3 {
+			want[1] = over
+		}
+		for k, st := range resp.GetStatuses() {
+			if st.GetCode() != want[k] {
+				t.Fatalf("call %d: status %d %s, want %s", i, k, st.GetCode(), want[k])
+			}
 		}
 	}
 	if n := counterValue(t, s.metrics.requests.WithLabelValues("basic", "remote_address_50.0.0.5", decisionShadowDenied)); n < 1 {
@@ -287,4 +407,111 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestReloadUnreadableOnce: a directory that cannot be read (a ConfigMap
+// being swapped, a typo) is logged and counted once, not at every poll,
+// and the config stays.
+func TestReloadUnreadableOnce(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "d.yaml")
+	if err := os.WriteFile(file, []byte("domain: one\ndescriptors:\n  - key: k\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newMemoryServer(t, cfg, nil)
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := s.reloadFrom(dir, false); err != nil && counterValue(t, s.metrics.reloads.WithLabelValues("error")) > 1 {
+			t.Fatalf("reported again: %v", err)
+		}
+	}
+	if n := counterValue(t, s.metrics.reloads.WithLabelValues("error")); n != 1 {
+		t.Fatalf("%v reload errors counted, want 1", n)
+	}
+	if s.Config().domains["one"] == nil {
+		t.Fatal("an unreadable directory replaced the config")
+	}
+	if err := s.Reload(); err == nil {
+		t.Fatal("Reload (SIGHUP) of an unreadable directory: no error")
+	}
+}
+
+// failing is a Limiter whose backend is down.
+type failing struct{}
+
+func (failing) Decide(context.Context, []window.Hit) (window.Decision, error) {
+	return window.Decision{}, errors.New("redis: connection refused")
+}
+
+// TestRuleFailureModes: a rule's own failure_mode wins over the server's,
+// as in flashgate's descriptors file: deny refuses, allow admits, local
+// decides in process (only the local rules).
+func TestRuleFailureModes(t *testing.T) {
+	fb, err := window.NewFallback(window.FallbackOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newMemoryServer(t, loadGood(t), func(o *Options) {
+		o.Limiter, o.Fallback, o.FailureMode = failing{}, fb, extauthz.FailureLocal
+	})
+	ctx := context.Background()
+	call := func(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// tenant.user: failure_mode deny (inherited from tenant)
+	if resp := call(request("flashgate", desc("tenant", "t", "user", "u"), desc("quiet", "q"))); resp.GetOverallCode() != over ||
+		resp.GetStatuses()[0].GetCode() != over || resp.GetStatuses()[1].GetCode() != ok {
+		t.Fatalf("deny rule: %v, want OVER_LIMIT by the first descriptor", resp)
+	}
+	// quiet: failure_mode allow, never limited while the backend is down
+	for range 5 {
+		if resp := call(request("flashgate", desc("quiet", "q"))); resp.GetOverallCode() != ok {
+			t.Fatalf("allow rule: %v, want OK", resp)
+		}
+	}
+	// api_key: the server's mode, local: 2 per 90s in a fleet of one; the
+	// allow rule beside it is left out of the fallback's decision
+	var codes []string
+	for range 3 {
+		resp := call(request("flashgate", desc("quiet", "q"), desc("api_key", "k")))
+		codes = append(codes, resp.GetOverallCode().String()+"/"+resp.GetStatuses()[0].GetCode().String()+"/"+resp.GetStatuses()[1].GetCode().String())
+	}
+	if got := strings.Join(codes, ","); got != "OK/OK/OK,OK/OK/OK,OVER_LIMIT/OK/OVER_LIMIT" {
+		t.Fatalf("local rule beside an allow rule: %s", got)
+	}
+}
+
+// TestHitSettings: ban and local_share reach the window stack's hits; a
+// rule without them leaves the server's.
+func TestHitSettings(t *testing.T) {
+	rec := &recorder{}
+	s, _ := newMemoryServer(t, loadGood(t), func(o *Options) { o.Limiter = rec })
+	req := request("flashgate", desc("tenant", "t", "user", "u"), desc("quiet", "q"), desc("api_key", "k"))
+	if _, err := s.ShouldRateLimit(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	hs := rec.hits[0]
+	if len(hs) != 3 {
+		t.Fatalf("%d hits, want 3", len(hs))
+	}
+	if b := hs[0].Ban; b == nil || *b != (window.Ban{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute}) || hs[0].LocalShare != 1 {
+		t.Errorf("tenant.user: ban %v local share %d", b, hs[0].LocalShare)
+	}
+	if b := hs[1].Ban; b == nil || b.Enabled() {
+		t.Errorf("quiet: ban %v, want disabled", b)
+	}
+	if hs[2].Ban != nil || hs[2].LocalShare != 0 {
+		t.Errorf("api_key: ban %v local share %d, want the server's", hs[2].Ban, hs[2].LocalShare)
+	}
 }

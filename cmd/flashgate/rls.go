@@ -89,6 +89,19 @@ func writeRLSTable(w io.Writer, cfg *rls.Config) error {
 			for _, rep := range r.Replaces {
 				opts = append(opts, "replaces="+rep)
 			}
+			if r.FailureMode != extauthz.FailureDefault {
+				opts = append(opts, "failure_mode="+r.FailureMode.String())
+			}
+			if r.LocalShare > 0 {
+				opts = append(opts, fmt.Sprintf("local_share=%d", r.LocalShare))
+			}
+			switch {
+			case r.Ban == nil:
+			case r.Ban.Enabled():
+				opts = append(opts, fmt.Sprintf("ban=%d/%s:%s", r.Ban.Threshold, r.Ban.Window, r.Ban.Duration))
+			default:
+				opts = append(opts, "ban=off")
+			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Label(), limit, win, strings.Join(opts, " "))
 		}
 	}

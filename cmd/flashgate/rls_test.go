@@ -67,7 +67,7 @@ func TestServeRLS(t *testing.T) {
 				}
 				codes = append(codes, resp.GetOverallCode().String())
 				for _, h := range resp.GetResponseHeadersToAdd() {
-					if h.GetKey() == "x-ratelimit-remaining" {
+					if h.GetKey() == rls.DefaultHeaderNames.Remaining {
 						remaining = append(remaining, h.GetValue())
 					}
 				}
@@ -76,7 +76,7 @@ func TestServeRLS(t *testing.T) {
 				t.Fatalf("codes %s, want OK,OK,OVER_LIMIT", got)
 			}
 			if got := strings.Join(remaining, ","); got != "1,0,0" {
-				t.Fatalf("x-ratelimit-remaining %s, want 1,0,0", got)
+				t.Fatalf("%s %s, want 1,0,0", rls.DefaultHeaderNames.Remaining, got)
 			}
 			if !reflectionLists(t, conn, rls.ServiceName) {
 				t.Fatalf("reflection does not list %s", rls.ServiceName)
@@ -125,7 +125,8 @@ func TestValidateRLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"domain basic", "remote_address_50.0.0.5", "specific_limit", "replaces=specific_limit", "168h0m0s", "unlimited"} {
+	for _, w := range []string{"domain basic", "remote_address_50.0.0.5", "specific_limit", "replaces=specific_limit", "168h0m0s", "unlimited",
+		"failure_mode=deny local_share=1 ban=3/10s:1m0s", "ban=off"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
