@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -27,20 +29,36 @@ import (
 // With lazy (the codec of a [Server]'s own gRPC server) a CheckRequest is
 // not decoded at all: its wire bytes are kept for Check, which decodes only
 // what its rules read (see keepWire and decodeCheck).
+//
+// With encoded (also a Server's own) a response found in the map it holds
+// is sent as the bytes stored for it: the OK responses a Server shares
+// between checks are encoded once, when built (see ruleSet.encoded).
 type lenientCodec struct {
-	base encoding.CodecV2
-	lazy bool
+	base    encoding.CodecV2
+	lazy    bool
+	encoded *atomic.Pointer[sync.Map] // *authv3.CheckResponse → []byte
 }
 
-func newLenientCodec(lazy bool) lenientCodec {
+func newLenientCodec(lazy bool, encoded *atomic.Pointer[sync.Map]) lenientCodec {
 	base := encoding.GetCodecV2(grpcproto.Name)
-	return lenientCodec{base: base, lazy: lazy}
+	return lenientCodec{base: base, lazy: lazy, encoded: encoded}
 }
 
 // Name is "proto": the codec replaces, not adds to, the content subtype.
 func (c lenientCodec) Name() string { return grpcproto.Name }
 
-func (c lenientCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+func (c lenientCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if c.encoded != nil {
+		if m := c.encoded.Load(); m != nil {
+			if b, ok := m.Load(v); ok {
+				// A SliceBuffer's Free does nothing: the shared bytes are
+				// only read.
+				return mem.BufferSlice{mem.SliceBuffer(b.([]byte))}, nil
+			}
+		}
+	}
+	return c.base.Marshal(v)
+}
 
 func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if req, ok := v.(*authv3.CheckRequest); ok && c.lazy {

@@ -46,7 +46,7 @@ const StreamWorkers = 128
 //     still get a goroutine of their own.
 //
 // It returns a new slice on each call.
-func GRPCServerOptions() []grpc.ServerOption { return grpcServerOptions(newLenientCodec(false)) }
+func GRPCServerOptions() []grpc.ServerOption { return grpcServerOptions(newLenientCodec(false, nil)) }
 
 // grpcServerOptions is GRPCServerOptions with codec.
 func grpcServerOptions(codec lenientCodec) []grpc.ServerOption {
@@ -72,7 +72,7 @@ func grpcServerOptions(codec lenientCodec) []grpc.ServerOption {
 // flashgate's servers (serve, and the benchmarks' do-nothing server) are
 // set up, so that they are measured alike.
 func NewGRPCServer(auth authv3.AuthorizationServer, hs *health.Server) *grpc.Server {
-	return newGRPCServer(auth, hs, newLenientCodec(false))
+	return newGRPCServer(auth, hs, newLenientCodec(false, nil))
 }
 
 func newGRPCServer(auth authv3.AuthorizationServer, hs *health.Server, codec lenientCodec) *grpc.Server {
@@ -87,9 +87,11 @@ func newGRPCServer(auth authv3.AuthorizationServer, hs *health.Server, codec len
 // NewGRPCServer), its health included. Its codec does not decode a
 // CheckRequest: Check decodes only what the rules in force read of it
 // (headers they do not name are never parsed), where the package-level
-// NewGRPCServer's decodes every field, as any Go ext_authz server would.
+// NewGRPCServer's decodes every field, as any Go ext_authz server would;
+// and it sends the OK responses s shares between checks as bytes encoded
+// once.
 func (s *Server) NewGRPCServer() *grpc.Server {
-	return newGRPCServer(s, s.health, newLenientCodec(true))
+	return newGRPCServer(s, s.health, newLenientCodec(true, &s.encoded))
 }
 
 // GracefulStop stops gs gracefully (in-flight calls finish); if ctx ends

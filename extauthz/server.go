@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/flashgate/flashgate/window"
 )
@@ -77,7 +78,9 @@ type Server struct {
 	gatherer prometheus.Gatherer
 	resp     *respConsts
 
-	rules   atomic.Pointer[ruleSet]
+	rules atomic.Pointer[ruleSet]
+	// encoded is the rule set's encoded map (see ruleSet), for the codec.
+	encoded atomic.Pointer[sync.Map]
 	serving atomic.Bool
 	closed  atomic.Bool
 	pool    sync.Pool // *Mapping
@@ -160,6 +163,7 @@ func (s *Server) installLocked(cfg *Config) {
 	if s.opts.Fallback == nil && slices.ContainsFunc(rs.rules, func(r ruleResp) bool { return r.mode == FailureLocal }) {
 		s.log.Warn("failure mode local has no fallback limiter here: it admits like allow")
 	}
+	s.encoded.Store(rs.encoded)
 	s.rules.Store(rs)
 	s.path = cfg.path
 	s.log.Info("rules loaded", "file", cfg.Name, "domain", cfg.Domain, "rules", len(cfg.Rules))
@@ -402,6 +406,11 @@ type ruleSet struct {
 	// fields is what the rules read of a request: all Check decodes of one
 	// its codec kept as bytes.
 	fields requestFields
+	// encoded maps each shared OK response (okPlain, every okResps entry)
+	// to its wire bytes, encoded when the response is built, so that the
+	// Server's codec does not encode it per check. A new rule set starts a
+	// new map: an old set's responses in flight are encoded as usual.
+	encoded *sync.Map
 }
 
 type ruleResp struct {
@@ -411,6 +420,7 @@ type ruleResp struct {
 	// okResps[n] is the OK response for n remaining, built on first use
 	// (same range as remaining) and then shared: responses are immutable.
 	okResps  []atomic.Pointer[authv3.CheckResponse]
+	encoded  *sync.Map // the rule set's
 	bodyHead string
 	counters ruleCounters
 	mode     FailureMode // resolved: the rule's, else the server's default
@@ -428,10 +438,13 @@ func (s *Server) newRuleSet(cfg *Config) *ruleSet {
 			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}},
 		},
 	}
+	rs.encoded = new(sync.Map)
+	preEncode(rs.encoded, rs.okPlain)
 	rs.rules = make([]ruleResp, len(cfg.Rules))
 	for i, r := range cfg.Rules {
 		rr := &rs.rules[i]
 		rr.k = s.resp
+		rr.encoded = rs.encoded
 		rr.limit = header("x-ratelimit-limit", strconv.Itoa(r.Limit.Requests))
 		rr.remaining = make([]*corev3.HeaderValueOption, min(r.Limit.Requests, maxCachedRemaining)+1)
 		for n := range rr.remaining {
@@ -467,9 +480,18 @@ func (rr *ruleResp) ok(remaining int) *authv3.CheckResponse {
 	}
 	r := rr.newOK(remaining)
 	if !p.CompareAndSwap(nil, r) {
-		r = p.Load()
+		return p.Load()
 	}
+	preEncode(rr.encoded, r)
 	return r
+}
+
+// preEncode stores r's wire bytes in encoded for the codec. A response
+// that does not encode (none of a Server's) is left to the codec.
+func preEncode(encoded *sync.Map, r *authv3.CheckResponse) {
+	if b, err := proto.Marshal(r); err == nil {
+		encoded.Store(r, b)
+	}
 }
 
 // okMsg holds the messages of one OK response in one allocation.

@@ -81,9 +81,9 @@ func TestWireFieldNumbers(t *testing.T) {
 func checkLazyMapping(t *testing.T, cfg *Config, b []byte) {
 	t.Helper()
 	var full authv3.CheckRequest
-	fullErr := newLenientCodec(false).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &full)
+	fullErr := newLenientCodec(false, nil).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &full)
 	var lazy authv3.CheckRequest
-	if err := newLenientCodec(true).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &lazy); err != nil {
+	if err := newLenientCodec(true, nil).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &lazy); err != nil {
 		t.Fatalf("the lazy codec refused the bytes: %v", err)
 	}
 	wire := wireOf(&lazy)
@@ -243,9 +243,9 @@ func TestLazyDecodeMalformed(t *testing.T) {
 
 	_, conn := serveBufconn(t, newEnv(t, cfg, nil).srv)
 	for _, b := range bad {
-		var resp authv3.CheckResponse
-		err := conn.Invoke(context.Background(), authv3.Authorization_Check_FullMethodName, b, &resp,
-			grpc.ForceCodecV2(rawRequestCodec{}))
+		var resp []byte
+		err := conn.Invoke(context.Background(), authv3.Authorization_Check_FullMethodName, &b, &resp,
+			grpc.ForceCodecV2(rawCodec{}))
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("Check(% x) through gRPC = %v, want InvalidArgument", b, err)
 		}
@@ -254,26 +254,16 @@ func TestLazyDecodeMalformed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var raw []byte
+	if err := conn.Invoke(context.Background(), authv3.Authorization_Check_FullMethodName, &good, &raw,
+		grpc.ForceCodecV2(rawCodec{})); err != nil {
+		t.Fatalf("an empty request after the bad ones: %v", err)
+	}
 	var resp authv3.CheckResponse
-	if err := conn.Invoke(context.Background(), authv3.Authorization_Check_FullMethodName, good, &resp,
-		grpc.ForceCodecV2(rawRequestCodec{})); err != nil || resp.GetStatus().GetCode() != 0 {
+	if err := proto.Unmarshal(raw, &resp); err != nil || resp.GetStatus().GetCode() != 0 {
 		t.Fatalf("an empty request after the bad ones = %v, %v; want OK", &resp, err)
 	}
 }
-
-// rawRequestCodec sends a request's bytes as they are and decodes replies
-// as protobuf.
-type rawRequestCodec struct{}
-
-func (rawRequestCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(v.([]byte))}, nil
-}
-
-func (rawRequestCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
-}
-
-func (rawRequestCodec) Name() string { return "proto" }
 
 // FuzzLazyDecode: for any bytes the lenient codec decodes, the lazy decode
 // maps them alike (see checkLazyMapping).
@@ -286,4 +276,39 @@ func FuzzLazyDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { checkLazyMapping(t, cfg, b) })
+}
+
+// TestSharedResponsesPreEncoded: through a Server's own gRPC server, a
+// shared OK response goes out as the bytes encoded when it was built, and
+// they are its encoding: the client reads the same response Check returns.
+func TestSharedResponsesPreEncoded(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	_, conn := serveBufconn(t, e.srv)
+	r := req{path: "/api/coupon/1", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1", "x-device-fp": "d1"}}.proto()
+	// In process first (a fresh uid: remaining 4 after this one), then the
+	// same over gRPC for another uid, which gets the same shared response.
+	want, err := e.srv.Check(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, ok := e.srv.rules.Load().encoded.Load(want)
+	if !ok {
+		t.Fatalf("the shared OK response %v has no stored encoding", want)
+	}
+	r2 := req{path: "/api/coupon/1", ip: "10.0.0.2", headers: map[string]string{"x-uid": "u2", "x-device-fp": "d2"}}.proto()
+	b, err := proto.Marshal(r2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	if err := conn.Invoke(context.Background(), authv3.Authorization_Check_FullMethodName, &b, &raw, grpc.ForceCodecV2(rawCodec{})); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(raw, enc.([]byte)) {
+		t.Fatalf("the reply's bytes differ from the stored encoding")
+	}
+	var got authv3.CheckResponse
+	if err := proto.Unmarshal(raw, &got); err != nil || !proto.Equal(&got, want) {
+		t.Fatalf("over gRPC: %v (%v); in process: %v", &got, err, want)
+	}
 }

@@ -58,10 +58,11 @@ func (k ErrKind) String() string {
 
 // Classify tells what kind of failure err is. A nil err is KindNone.
 func Classify(err error) ErrKind {
+	if err == nil {
+		return KindNone // before ne is declared: it escapes, and would cost a success an allocation
+	}
 	var ne net.Error
 	switch {
-	case err == nil:
-		return KindNone
 	case errors.Is(err, ErrBreakerOpen):
 		return KindBreakerOpen
 	case errors.Is(err, ErrInvalidHit):
