@@ -369,13 +369,13 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 		return p.errf(nf.keyN, "name is set on a descriptor without rate_limit")
 	}
 	if rl != nil {
-		limit, err := p.rateLimit(rl.value)
+		limit, auto, err := p.rateLimit(rl.value)
 		if err != nil {
 			return err
 		}
 		line, col := nodePos(n)
 		r := &Rule{
-			Limit: limit, Match: path, Shadow: inh.shadow, FailureMode: inh.failure,
+			Limit: limit, AutoBuckets: auto, Match: path, Shadow: inh.shadow, FailureMode: inh.failure,
 			LocalShare: inh.localShare, OnMissing: inh.onMissing, Ban: inh.ban, Line: line, Column: col,
 		}
 		var at ast.Node = kf.value
@@ -488,13 +488,14 @@ var units = map[string]time.Duration{
 	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
 }
 
-func (p *cfgParser) rateLimit(n ast.Node) (window.Limit, error) {
-	fs, err := p.fields(n, "rate_limit", "requests", "window", "unit", "requests_per_unit")
+// rateLimit compiles a rate_limit; auto reports that its bucket count was
+// chosen by its size (window.Limit.Auto), not written.
+func (p *cfgParser) rateLimit(n ast.Node) (_ window.Limit, auto bool, err error) {
+	fs, err := p.fields(n, "rate_limit", "requests", "window", "unit", "requests_per_unit", "algorithm", "buckets")
 	if err != nil {
-		return window.Limit{}, err
+		return window.Limit{}, false, err
 	}
-	var l window.Limit
-	var reqN, winN, unitN, rpuN ast.Node
+	var reqN, winN, unitN, rpuN, algN, bucketsN ast.Node
 	for _, f := range fs {
 		switch f.key {
 		case "requests":
@@ -505,8 +506,65 @@ func (p *cfgParser) rateLimit(n ast.Node) (window.Limit, error) {
 			unitN = f.value
 		case "requests_per_unit":
 			rpuN = f.value
+		case "algorithm":
+			algN = f.value
+		case "buckets":
+			bucketsN = f.value
 		}
 	}
+	l, err := p.rateLimitSize(n, reqN, winN, unitN, rpuN)
+	if err != nil {
+		return l, false, err
+	}
+	return p.algorithm(l, algN, bucketsN)
+}
+
+// algorithm applies rate_limit's algorithm (auto, exact or buckets) and
+// buckets to l.
+func (p *cfgParser) algorithm(l window.Limit, algN, bucketsN ast.Node) (_ window.Limit, auto bool, err error) {
+	alg := "auto"
+	if algN != nil {
+		if alg, err = p.str(algN, "algorithm"); err != nil {
+			return l, false, err
+		}
+	}
+	switch alg {
+	case "auto", "buckets":
+	case "exact":
+		if bucketsN != nil {
+			return l, false, p.errf(bucketsN, "buckets is set with algorithm: exact; omit one of them")
+		}
+		return l, false, nil
+	default:
+		return l, false, p.errf(algN, "algorithm %q must be auto, exact or buckets", alg)
+	}
+	if bucketsN == nil {
+		if alg == "buckets" {
+			l.Buckets = window.DefaultBuckets
+			return l, false, nil
+		}
+		a := l.Auto()
+		return a, a.Buckets > 0, nil
+	}
+	if l.Buckets, err = p.integer(bucketsN, "buckets"); err != nil {
+		return l, false, err
+	}
+	if l.Buckets < 1 || l.Buckets > window.MaxBuckets {
+		return l, false, p.errf(bucketsN, "buckets must be between 1 and %d, not %d (algorithm: exact keeps an exact log)", window.MaxBuckets, l.Buckets)
+	}
+	if err := l.Validate(); err != nil {
+		return l, false, p.errf(bucketsN, "%s", err.Error())
+	}
+	return l, false, nil
+}
+
+// rateLimitSize reads rate_limit n's requests and window (or unit and
+// requests_per_unit), given their nodes (nil where absent).
+func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.Limit, error) {
+	var (
+		l   window.Limit
+		err error
+	)
 	switch {
 	case (reqN != nil || winN != nil) && (unitN != nil || rpuN != nil):
 		return l, p.errf(n, "rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form")

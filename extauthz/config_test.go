@@ -18,6 +18,7 @@ import (
 func TestConfigErrors(t *testing.T) {
 	tests := map[string]string{
 		"anchor":                 "4:17: anchors and aliases are not supported in a descriptors file",
+		"bad_algorithm":          `4:54: algorithm "fixed" must be auto, exact or buckets`,
 		"bad_ban":                "5:22: ban threshold must be at least 1, not 0",
 		"bad_duration":           `4:39: window "1 sec" is not a duration such as 1s or 500ms`,
 		"bad_failure_mode":       `4:19: failure_mode "open" must be local, allow or deny`,
@@ -34,6 +35,7 @@ func TestConfigErrors(t *testing.T) {
 		"duplicate_rule_name":    `9:11: rule name "limit" is already used by the rule on line 5`,
 		"empty_domain":           "1:9: domain is empty",
 		"empty_file":             "1:1: the file is empty: it needs at least domain and descriptors",
+		"exact_with_buckets":     "4:70: buckets is set with algorithm: exact; omit one of them",
 		"empty_value":            "4:12: value is empty: omit value to limit per request value",
 		"key_reused_in_path":     `6:14: descriptor key "path" is already used by an enclosing descriptor`,
 		"local_share_not_number": "4:18: local_share must be a whole number, not a string",
@@ -52,6 +54,7 @@ func TestConfigErrors(t *testing.T) {
 		"unknown_top_key":        `2:1: unknown key "descriptor" in the descriptors file; known keys: domain, sources, client_ip, descriptors`,
 		"unused_source":          `4:3: source "devcie" is not used by any descriptor`,
 		"window_without_unit":    "4:39: window 60 has no unit: write a duration such as 1s or 500ms",
+		"zero_buckets":           "4:52: buckets must be between 1 and 1000, not 0 (algorithm: exact keeps an exact log)",
 		"zero_limit":             "4:28: the limit must allow at least 1 request, not 0",
 		"zero_local_share":       "4:18: local_share must be at least 1, not 0 (omit it to share the limit evenly among the live sidecars)",
 	}

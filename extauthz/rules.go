@@ -212,8 +212,14 @@ func (m Match) Pattern() string {
 type Rule struct {
 	// Name is unique in its Config: given, or derived from the path.
 	Name string
-	// Limit is enforced per distinct tuple of request values.
+	// Limit is enforced per distinct tuple of request values. Its Buckets
+	// come from rate_limit's algorithm and buckets: written (algorithm:
+	// buckets is window.DefaultBuckets), 0 for algorithm: exact, and by
+	// default window.Limit.Auto's choice.
 	Limit window.Limit
+	// AutoBuckets: Limit.Buckets was chosen by the rule's size
+	// (window.AutoBucketsAbove), not written in the file.
+	AutoBuckets bool
 	// Match is the descriptor path from the top level down to this rule.
 	Match []Match
 	// Shadow: decide and count, but never deny (shadow_mode).

@@ -42,6 +42,13 @@ func (c *Config) WriteTable(w io.Writer) error {
 		if len(per) == 0 {
 			per = []string{"(one shared bucket)"}
 		}
+		if r.Limit.Buckets > 0 {
+			b := fmt.Sprintf("buckets=%d", r.Limit.Buckets)
+			if r.AutoBuckets {
+				b += " (auto)"
+			}
+			opts = append(opts, b)
+		}
 		if r.Shadow {
 			opts = append(opts, "shadow")
 		}

@@ -81,8 +81,8 @@ func (l Limit) Width() time.Duration {
 
 // Validate reports whether l can be enforced: 1 ≤ Requests ≤ MaxRequests and
 // MinWindow ≤ Window ≤ MaxWindow, with Window a whole number of microseconds
-// (the resolution of the Redis clock), and 0 ≤ Buckets ≤ MaxBuckets with
-// sub-windows of at least a microsecond.
+// (the resolution of the Redis clock), and 0 ≤ Buckets ≤ MaxBuckets (so a
+// sub-window is at least a microsecond).
 func (l Limit) Validate() error {
 	switch {
 	case l.Requests < 1:
@@ -97,8 +97,6 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("window %s: must be a whole number of microseconds", l.Window)
 	case l.Buckets < 0 || l.Buckets > MaxBuckets:
 		return fmt.Errorf("%d buckets: must be between 0 (an exact log) and %d", l.Buckets, MaxBuckets)
-	case l.Buckets > 0 && l.Window < time.Duration(l.Buckets)*time.Microsecond:
-		return fmt.Errorf("%d buckets in a window of %s: each must be at least 1µs", l.Buckets, l.Window)
 	}
 	return nil
 }
