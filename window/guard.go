@@ -137,8 +137,12 @@ func (g *Guard) remote(ctx context.Context, hits []Hit, now int64) (Decision, er
 		}
 		e = ne
 	}
-	until := now + int64(d.RetryAfter)
-	for cur := e.fullUntil.Load(); cur < until && !e.fullUntil.CompareAndSwap(cur, until); cur = e.fullUntil.Load() {
+	// A denial of cost c > 1 says when c requests fit; a single one may fit
+	// now (the window had room, not enough): "full until" only from cost 1.
+	if h.cost() == 1 {
+		until := now + int64(d.RetryAfter)
+		for cur := e.fullUntil.Load(); cur < until && !e.fullUntil.CompareAndSwap(cur, until); cur = e.fullUntil.Load() {
+		}
 	}
 	g.denied(h, e, now)
 	g.store(h, e)

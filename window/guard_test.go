@@ -71,6 +71,28 @@ func TestGuardFullUntil(t *testing.T) {
 	}
 }
 
+// TestGuardCostlyDenialNotFull: a request of cost 3 denied with 2 places
+// left does not make the key "full": a single request still reaches the
+// backend and is admitted, and a later costly one is denied there again.
+func TestGuardCostlyDenialNotFull(t *testing.T) {
+	g, backend, _ := newTestGuard(t, Ban{})
+	h := hit("k", 5, time.Second)
+	costly := h
+	costly.Cost = 3
+	mustDecide(t, g, costly) // 3 of 5
+	if d := mustDecide(t, g, costly); d.Allowed || d.Source != SourceBackend {
+		t.Fatalf("cost 3 with 2 left: %+v, want the backend's denial", d)
+	}
+	g.Wait()
+	calls := backend.calls.Load()
+	if d := mustDecide(t, g, h); !d.Allowed || d.Count != 4 {
+		t.Fatalf("cost 1 with 2 left after a costly denial: %+v, want allowed by the backend with count 4", d)
+	}
+	if got := backend.calls.Load(); got != calls+1 {
+		t.Fatalf("the single request reached the backend %d times, want once", got-calls)
+	}
+}
+
 func TestGuardLimitChangeInvalidates(t *testing.T) {
 	g, _, _ := newTestGuard(t, Ban{})
 	h := hit("k", 1, time.Second)
