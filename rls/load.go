@@ -259,6 +259,9 @@ func parseFile(f File) (*Domain, error) {
 	if len(f.Data) > MaxFileSize {
 		return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("the file is larger than %d bytes", MaxFileSize)}
 	}
+	if err := checkExpansion(f.Name, f.Data); err != nil {
+		return nil, err
+	}
 	var y yamlFile
 	if err := yaml.UnmarshalWithOptions(f.Data, &y, yaml.Strict()); err != nil {
 		var ye yaml.Error

@@ -1,0 +1,98 @@
+package rls
+
+import (
+	"fmt"
+
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// MaxExpandedNodes bounds the YAML nodes one config file may stand for once
+// its aliases are expanded. ratelimit's configs may share descriptors with
+// anchors and aliases, so they are accepted; but nested aliases multiply (a
+// 1 KB "billion laughs" file expands to 10⁹ nodes), and the decoder would
+// build every copy. A million nodes is far beyond any real configuration.
+const MaxExpandedNodes = 1 << 20
+
+// checkExpansion refuses a file whose aliases expand past MaxExpandedNodes.
+// It counts without expanding: an anchor's size is computed once. A file
+// that does not parse is left to the decoder, which reports where.
+func checkExpansion(name string, data []byte) error {
+	f, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil
+	}
+	c := expansion{anchors: map[string]ast.Node{}, sizes: map[ast.Node]int{}}
+	for _, doc := range f.Docs {
+		ast.Walk(anchorCollector(c.anchors), doc)
+	}
+	total := 0
+	for _, doc := range f.Docs {
+		if total += c.size(doc); total > MaxExpandedNodes {
+			return &ConfigError{File: name, Msg: fmt.Sprintf("its aliases expand to more than %d YAML nodes", MaxExpandedNodes)}
+		}
+	}
+	return nil
+}
+
+// anchorCollector records every anchor's value by name (a later anchor of
+// the same name wins, as in the decoder).
+type anchorCollector map[string]ast.Node
+
+func (a anchorCollector) Visit(n ast.Node) ast.Visitor {
+	if an, ok := n.(*ast.AnchorNode); ok && an.Name != nil {
+		a[an.Name.String()] = an.Value
+	}
+	return a
+}
+
+// expansion sizes subtrees with their aliases expanded, saturating just
+// above MaxExpandedNodes.
+type expansion struct {
+	anchors map[string]ast.Node
+	sizes   map[ast.Node]int // anchors' values sized so far; -1 while being sized
+}
+
+func (c *expansion) size(n ast.Node) int {
+	v := &counter{c: c}
+	ast.Walk(v, n)
+	return v.n
+}
+
+// aliased returns the expanded size of the anchor an alias names.
+func (c *expansion) aliased(al *ast.AliasNode) int {
+	if al.Value == nil {
+		return 1
+	}
+	target, ok := c.anchors[al.Value.String()]
+	if !ok || target == nil {
+		return 1 // the decoder reports an unknown alias
+	}
+	switch s, seen := c.sizes[target]; {
+	case seen && s < 0:
+		return MaxExpandedNodes + 1 // an alias inside its own anchor
+	case seen:
+		return s
+	}
+	c.sizes[target] = -1
+	s := c.size(target)
+	c.sizes[target] = s
+	return s
+}
+
+type counter struct {
+	c *expansion
+	n int
+}
+
+func (v *counter) Visit(n ast.Node) ast.Visitor {
+	if v.n > MaxExpandedNodes {
+		return nil
+	}
+	if al, ok := n.(*ast.AliasNode); ok {
+		v.n = min(v.n+v.c.aliased(al), MaxExpandedNodes+1)
+		return nil
+	}
+	v.n++
+	return v
+}
