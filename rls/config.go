@@ -79,6 +79,11 @@ type Rule struct {
 	UnitMultiplier uint32
 	// Window is Unit × UnitMultiplier: the sliding window's length.
 	Window time.Duration
+	// Buckets is the window's window.Limit.Buckets: written (flashgate's
+	// rate_limit algorithm and buckets), or window.Limit.Auto's choice by
+	// size, AutoBuckets then set; 0 is an exact log.
+	Buckets     int
+	AutoBuckets bool
 	// Shadow is shadow_mode: counted and reported, never denies.
 	Shadow bool
 	// FailureMode, LocalShare and Ban are flashgate's additions

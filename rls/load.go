@@ -192,6 +192,10 @@ type (
 		// flashgate's form: {requests: 5, window: 10s}
 		Requests *int64  `yaml:"requests"`
 		Window   *string `yaml:"window"`
+		// flashgate's window algorithm: auto (default), exact or buckets,
+		// and the bucket count.
+		Algorithm string `yaml:"algorithm"`
+		Buckets   *int64 `yaml:"buckets"`
 	}
 	yamlReplace struct {
 		Name string `yaml:"name"`
@@ -412,6 +416,47 @@ func (p fileParser) ban(at string, y *yamlBan) (*window.Ban, error) {
 
 // rule checks one rate_limit block.
 func (p fileParser) rule(at string, y *yamlRateLimit) (*Rule, error) {
+	r, err := p.ruleSize(at, y)
+	if err != nil || r.Unlimited && y.Algorithm == "" && y.Buckets == nil {
+		return r, err
+	}
+	return p.algorithm(at, y, r)
+}
+
+// algorithm applies flashgate's algorithm (auto, exact or buckets) and
+// buckets to r: by default window.Limit.Auto's choice, by the rule's size.
+func (p fileParser) algorithm(at string, y *yamlRateLimit, r *Rule) (*Rule, error) {
+	if r.Unlimited {
+		return nil, p.errAt(at, "an unlimited rate limit must not have algorithm or buckets")
+	}
+	switch y.Algorithm {
+	case "", "auto", "buckets":
+	case "exact":
+		if y.Buckets != nil {
+			return nil, p.errAt(at+".buckets", "buckets is set with algorithm: exact; omit one of them")
+		}
+		return r, nil
+	default:
+		return nil, p.errAt(at+".algorithm", "algorithm %q must be auto, exact or buckets", y.Algorithm)
+	}
+	switch {
+	case y.Buckets != nil:
+		if b := *y.Buckets; b < 1 || b > window.MaxBuckets {
+			return nil, p.errAt(at+".buckets", "buckets must be between 1 and %d, not %d (algorithm: exact keeps an exact log)", window.MaxBuckets, b)
+		}
+		r.Buckets = int(*y.Buckets)
+	case y.Algorithm == "buckets":
+		r.Buckets = window.DefaultBuckets
+	default:
+		r.Buckets = window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window}.Auto().Buckets
+		r.AutoBuckets = r.Buckets > 0
+	}
+	return r, nil
+}
+
+// ruleSize checks one rate_limit block's size: requests and window, or
+// unlimited.
+func (p fileParser) ruleSize(at string, y *yamlRateLimit) (*Rule, error) {
 	r := &Rule{Name: y.Name, Unlimited: y.Unlimited, UnitMultiplier: 1}
 	if y.Requests != nil || y.Window != nil {
 		return p.windowRule(at, y, r)

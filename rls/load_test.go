@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+
+	"github.com/flashgate/flashgate/window"
 )
 
 func TestLoadDirGood(t *testing.T) {
@@ -17,13 +19,19 @@ func TestLoadDirGood(t *testing.T) {
 	for _, d := range c.Domains() {
 		names = append(names, d.Name)
 	}
-	want := []string{"basic", "flashgate", "replaces", "shadow", "units", "unlimited", "wildcard"}
+	want := []string{"basic", "buckets", "flashgate", "replaces", "shadow", "units", "unlimited", "wildcard"}
 	if len(names) != len(want) {
 		t.Fatalf("domains %v, want %v", names, want)
 	}
 	for i := range want {
 		if names[i] != want[i] {
 			t.Fatalf("domains %v, want %v", names, want)
+		}
+	}
+	buckets := map[string]int{"small": 0, "large": window.DefaultBuckets, "chosen": 96, "exact": 0, "bucketed": window.DefaultBuckets}
+	for _, r := range c.domains["buckets"].Rules() {
+		if r.Buckets != buckets[r.Label()] || r.AutoBuckets != (r.Label() == "large") {
+			t.Errorf("rule %s: %d buckets (auto %v), want %d", r.Label(), r.Buckets, r.AutoBuckets, buckets[r.Label()])
 		}
 	}
 	units := c.domains["units"]
@@ -102,6 +110,8 @@ func TestConfigErrors(t *testing.T) {
 		"bad_failure_mode":        `^testdata/bad/bad_failure_mode\.yaml:4:5: failure_mode "open" must be local, allow or deny$`,
 		"local_share_above_limit": `^testdata/bad/local_share_above_limit\.yaml:5:5: local_share 5 is more than the 2 requests per window`,
 		"ban_without_duration":    `^testdata/bad/ban_without_duration\.yaml:4:5: ban needs duration`,
+		"bad_algorithm":           `^testdata/bad/bad_algorithm\.yaml:4:52: algorithm "fixed" must be auto, exact or buckets$`,
+		"zero_buckets":            `^testdata/bad/zero_buckets\.yaml:4:52: buckets must be between 1 and 1000, not 0`,
 		// ext_authz's own keys: Envoy sends the descriptors
 		"sources": `^testdata/bad/sources\.yaml:2:1: unknown field "sources"`,
 	}

@@ -274,7 +274,7 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 		c.hits = append(c.hits, window.Hit{
 			Key:        s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
 			Rule:       r.Label(),
-			Limit:      window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window},
+			Limit:      window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window, Buckets: r.Buckets},
 			Cost:       int(cost),
 			Shadow:     c.shadow(r),
 			Ban:        r.Ban,

@@ -515,3 +515,24 @@ func TestHitSettings(t *testing.T) {
 		t.Errorf("api_key: ban %v local share %d, want the server's", hs[2].Ban, hs[2].LocalShare)
 	}
 }
+
+// TestHitBuckets: a rule's bucket count, written or chosen by size, is its
+// hits' window.Limit.Buckets.
+func TestHitBuckets(t *testing.T) {
+	rec := &recorder{}
+	s, _ := newMemoryServer(t, loadGood(t), func(o *Options) { o.Limiter = rec })
+	req := request("buckets", desc("small", "s"), desc("large", "l"), desc("chosen", "c"), desc("exact", "e"))
+	if _, err := s.ShouldRateLimit(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	hs := rec.hits[0]
+	want := []int{0, window.DefaultBuckets, 96, 0}
+	if len(hs) != len(want) {
+		t.Fatalf("%d hits, want %d", len(hs), len(want))
+	}
+	for i, h := range hs {
+		if h.Limit.Buckets != want[i] {
+			t.Errorf("hit %d (%s): %d buckets, want %d", i, h.Rule, h.Limit.Buckets, want[i])
+		}
+	}
+}

@@ -83,6 +83,13 @@ func writeRLSTable(w io.Writer, cfg *rls.Config) error {
 			if r.Name != "" {
 				opts = append(opts, "path="+r.Path)
 			}
+			if r.Buckets > 0 {
+				b := fmt.Sprintf("buckets=%d", r.Buckets)
+				if r.AutoBuckets {
+					b += " (auto)"
+				}
+				opts = append(opts, b)
+			}
 			if r.Shadow {
 				opts = append(opts, "shadow")
 			}
