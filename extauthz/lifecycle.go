@@ -125,6 +125,9 @@ func (s *Server) SetServing(serving bool) {
 	s.serving.Store(serving)
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(HealthService, st)
+	for _, name := range s.opts.HealthServices {
+		s.health.SetServingStatus(name, st)
+	}
 }
 
 // Serving reports what SetServing last set (false after Shutdown).

@@ -59,6 +59,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for durations and log sampling; nil means time.Now.
 	Now func() time.Time
+	// HealthServices are more gRPC health service names that follow
+	// SetServing with "" and HealthService: the other services the same
+	// gRPC server hosts (serve's RLS).
+	HealthServices []string
 }
 
 // Fallback is what failure mode "local" needs: window.Fallback. It decides

@@ -38,7 +38,8 @@ func rlsDir(t *testing.T) string {
 // TestServeRLS runs serve with --rls-config on a free port, memory and
 // redis backends, and calls ShouldRateLimit through go-control-plane's
 // generated client on the ext_authz port: 2 OK, then OVER_LIMIT, with
-// ratelimit's headers; the service is SERVING and listed by reflection.
+// ratelimit's headers; the service is SERVING (under its own name too) and
+// listed by reflection.
 func TestServeRLS(t *testing.T) {
 	rs := redistest.Start(t)
 	for name, args := range map[string][]string{
@@ -80,6 +81,12 @@ func TestServeRLS(t *testing.T) {
 			}
 			if !reflectionLists(t, conn, rls.ServiceName) {
 				t.Fatalf("reflection does not list %s", rls.ServiceName)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: rls.ServiceName})
+			if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("health of %s = %v, %v; want SERVING", rls.ServiceName, h.GetStatus(), err)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -104,6 +105,9 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	}
 	if b.fallback != nil { // a nil *Fallback must not become a non-nil Limiter
 		opts.Fallback = b.fallback
+	}
+	if o.rlsConfig != "" {
+		opts.HealthServices = []string{rls.ServiceName}
 	}
 	srv, err := extauthz.NewServer(cfg, opts)
 	if err != nil {
