@@ -34,11 +34,6 @@
 -- Numbers go to redis.call as numbers: Redis formats them with %.17g, exact for µs timestamps
 -- (only Lua's own tostring, %.14g, would round them; counter names use string.format's %d).
 
-local SPLIT = 1000000000000 -- 1e12: scores at or below are counters and the width, above are µs
-local ABOVE = '(1000000000000'
-local HORIZON = 5000000 -- µs a bucketed key remembers the member ids it admitted
-local WIDTH = '\0w'
-
 local function add(key, now, member, cost)
   if cost == 1 then
     return redis.call('ZADD', key, 'NX', now, member)
@@ -70,121 +65,131 @@ local function remove(key, member, cost)
   return removed
 end
 
--- bname is the member of sub-window idx's counter.
-local function bname(idx)
-  return '\0' .. string.format('%d', idx)
-end
+-- buckets returns the functions of bucketed keys. They are made only by a call that has one:
+-- a function defined at the top level is a closure made on every call, exact keys' too.
+local function buckets()
+  local SPLIT = 1000000000000 -- 1e12: scores at or below are counters and the width, above are µs
+  local ABOVE = '(1000000000000'
+  local HORIZON = 5000000 -- µs a bucketed key remembers the member ids it admitted
+  local WIDTH = '\0w'
 
--- bload reads a bucketed key: it converts what a reload left (exact entries, another width),
--- trims the member ids past the horizon and the counters past the window, and returns the
--- state: sum (the count), width, the live counters (idx -> count) and whether the width is stored.
-local function bload(key, now, window, nb)
-  local width = math.ceil(window / nb)
-  local rows = redis.call('ZRANGEBYSCORE', key, '-inf', SPLIT, 'WITHSCORES')
-  local live, sum, stored = {}, 0, false
-  local cut = math.floor((now - window) / width)
-  local old, dead = nil, {}
-  for j = 1, #rows, 2 do
-    local m = rows[j]
-    if m == WIDTH then
-      old = tonumber(rows[j + 1])
-    else
-      live[tonumber(string.sub(m, 2))] = tonumber(rows[j + 1])
-    end
+  -- bname is the member of sub-window idx's counter.
+  local function bname(idx)
+    return '\0' .. string.format('%d', idx)
   end
-  if old == width then
-    stored = true
-  elseif old then
-    -- Another width: each counter moves to the sub-window holding its old one's last instant.
-    local moved, top = {}, math.floor(now / width)
-    for idx, c in pairs(live) do
-      dead[#dead + 1] = bname(idx)
-      local to = math.min(math.floor(((idx + 1) * old - 1) / width), top)
-      moved[to] = (moved[to] or 0) + c
-    end
-    live = moved
-  else
-    -- No width: exact entries (or nothing) are there; each entry in the window counts 1.
-    local es = redis.call('ZRANGEBYSCORE', key, now - window + 1, '+inf', 'WITHSCORES')
-    for j = 2, #es, 2 do
-      local idx = math.floor(es[j] / width)
-      live[idx] = (live[idx] or 0) + 1
-    end
-  end
-  for idx, c in pairs(live) do
-    if idx < cut then
-      if stored then
-        dead[#dead + 1] = bname(idx)
+
+  -- bload reads a bucketed key: it converts what a reload left (exact entries, another width),
+  -- trims the member ids past the horizon and the counters past the window, and returns the
+  -- state: sum (the count), width, the live counters (idx -> count) and whether the width is stored.
+  local function bload(key, now, window, nb)
+    local width = math.ceil(window / nb)
+    local rows = redis.call('ZRANGEBYSCORE', key, '-inf', SPLIT, 'WITHSCORES')
+    local live, sum, stored = {}, 0, false
+    local cut = math.floor((now - window) / width)
+    local old, dead = nil, {}
+    for j = 1, #rows, 2 do
+      local m = rows[j]
+      if m == WIDTH then
+        old = tonumber(rows[j + 1])
+      else
+        live[tonumber(string.sub(m, 2))] = tonumber(rows[j + 1])
       end
-      live[idx] = nil
+    end
+    if old == width then
+      stored = true
+    elseif old then
+      -- Another width: each counter moves to the sub-window holding its old one's last instant.
+      local moved, top = {}, math.floor(now / width)
+      for idx, c in pairs(live) do
+        dead[#dead + 1] = bname(idx)
+        local to = math.min(math.floor(((idx + 1) * old - 1) / width), top)
+        moved[to] = (moved[to] or 0) + c
+      end
+      live = moved
     else
-      sum = sum + c
+      -- No width: exact entries (or nothing) are there; each entry in the window counts 1.
+      local es = redis.call('ZRANGEBYSCORE', key, now - window + 1, '+inf', 'WITHSCORES')
+      for j = 2, #es, 2 do
+        local idx = math.floor(es[j] / width)
+        live[idx] = (live[idx] or 0) + 1
+      end
     end
-  end
-  if #dead > 0 then
-    redis.call('ZREM', key, unpack(dead))
-  end
-  if not stored and next(live) then
-    -- Converted: write the counters and the width, and give them the key's lifetime.
-    local args = { width, WIDTH }
     for idx, c in pairs(live) do
-      args[#args + 1] = c
-      args[#args + 1] = bname(idx)
+      if idx < cut then
+        if stored then
+          dead[#dead + 1] = bname(idx)
+        end
+        live[idx] = nil
+      else
+        sum = sum + c
+      end
     end
-    redis.call('ZADD', key, unpack(args))
-    redis.call('PEXPIRE', key, math.ceil((window + width) / 1000))
-    stored = true
+    if #dead > 0 then
+      redis.call('ZREM', key, unpack(dead))
+    end
+    if not stored and next(live) then
+      -- Converted: write the counters and the width, and give them the key's lifetime.
+      local args = { width, WIDTH }
+      for idx, c in pairs(live) do
+        args[#args + 1] = c
+        args[#args + 1] = bname(idx)
+      end
+      redis.call('ZADD', key, unpack(args))
+      redis.call('PEXPIRE', key, math.ceil((window + width) / 1000))
+      stored = true
+    end
+    redis.call('ZREMRANGEBYSCORE', key, ABOVE, now - math.min(HORIZON, window))
+    return { sum = sum, width = width, live = live, stored = stored }
   end
-  redis.call('ZREMRANGEBYSCORE', key, ABOVE, now - math.min(HORIZON, window))
-  return { sum = sum, width = width, live = live, stored = stored }
-end
 
--- bretry returns µs until enough counters of a full bucketed key have left for cost to fit.
-local function bretry(st, limit, cost, window, now)
-  if cost > limit then
+  -- bretry returns µs until enough counters of a full bucketed key have left for cost to fit.
+  local function bretry(st, limit, cost, window, now)
+    if cost > limit then
+      return window
+    end
+    local idxs = {}
+    for idx in pairs(st.live) do
+      idxs[#idxs + 1] = idx
+    end
+    table.sort(idxs)
+    local leave, gone = st.sum + cost - limit, 0
+    for _, idx in ipairs(idxs) do
+      gone = gone + st.live[idx]
+      if gone >= leave then
+        return (idx + 1) * st.width + window - now
+      end
+    end
     return window
   end
-  local idxs = {}
-  for idx in pairs(st.live) do
-    idxs[#idxs + 1] = idx
-  end
-  table.sort(idxs)
-  local leave, gone = st.sum + cost - limit, 0
-  for _, idx in ipairs(idxs) do
-    gone = gone + st.live[idx]
-    if gone >= leave then
-      return (idx + 1) * st.width + window - now
+
+  -- badd records a request of cost in a bucketed key, unless an earlier attempt did; it returns
+  -- what it added to the count.
+  local function badd(key, st, now, member, cost, window)
+    if redis.call('ZADD', key, 'NX', now, member) == 0 then
+      return 0
     end
+    redis.call('ZINCRBY', key, cost, bname(math.floor(now / st.width)))
+    if not st.stored then
+      redis.call('ZADD', key, st.width, WIDTH)
+    end
+    redis.call('PEXPIRE', key, math.ceil((window + st.width) / 1000))
+    return cost
   end
-  return window
-end
 
--- badd records a request of cost in a bucketed key, unless an earlier attempt did; it returns
--- what it added to the count.
-local function badd(key, st, now, member, cost, window)
-  if redis.call('ZADD', key, 'NX', now, member) == 0 then
-    return 0
+  -- bremove takes back what an earlier attempt of member recorded in a bucketed key; it returns
+  -- what it took off the count.
+  local function bremove(key, width, member, cost)
+    local at = redis.call('ZSCORE', key, member)
+    if not at or redis.call('ZREM', key, member) == 0 then
+      return 0
+    end
+    local name = bname(math.floor(at / width))
+    if tonumber(redis.call('ZINCRBY', key, -cost, name)) <= 0 then
+      redis.call('ZREM', key, name)
+    end
+    return cost
   end
-  redis.call('ZINCRBY', key, cost, bname(math.floor(now / st.width)))
-  if not st.stored then
-    redis.call('ZADD', key, st.width, WIDTH)
-  end
-  redis.call('PEXPIRE', key, math.ceil((window + st.width) / 1000))
-  return cost
-end
-
--- bremove takes back what an earlier attempt of member recorded in a bucketed key; it returns
--- what it took off the count.
-local function bremove(key, width, member, cost)
-  local at = redis.call('ZSCORE', key, member)
-  if not at or redis.call('ZREM', key, member) == 0 then
-    return 0
-  end
-  local name = bname(math.floor(at / width))
-  if tonumber(redis.call('ZINCRBY', key, -cost, name)) <= 0 then
-    redis.call('ZREM', key, name)
-  end
-  return cost
+  return { load = bload, retry = bretry, add = badd, remove = bremove }
 end
 
 -- retry returns µs until the entries of a full key have aged out far enough for cost to fit.
@@ -197,7 +202,7 @@ local function retry(key, card, limit, cost, window, now)
   return e[2] + window - now
 end
 
-local clock
+local clock, B
 local out, o = {}, 0
 local a, k = 1, 0
 local nargv = #ARGV
@@ -237,12 +242,13 @@ while a <= nargv do
         over, wait = 1, retry(key, card, limit, cost, window, now)
       end
     else
-      local st = bload(key, now, window, tonumber(nb))
+      B = B or buckets()
+      local st = B.load(key, now, window, tonumber(nb))
       card = st.sum
       if card + cost <= limit then
-        card = card + badd(key, st, now, member, cost, window)
+        card = card + B.add(key, st, now, member, cost, window)
       elseif card == 0 or not redis.call('ZSCORE', key, member) then
-        over, wait = 1, bretry(st, limit, cost, window, now)
+        over, wait = 1, B.retry(st, limit, cost, window, now)
       end
     end
     out[o + 1], out[o + 2], out[o + 3] = card, over, wait
@@ -261,7 +267,8 @@ while a <= nargv do
           card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
         end
       else
-        st = bload(key, now, window, tonumber(ARGV[a + 4]))
+        B = B or buckets()
+        st = B.load(key, now, window, tonumber(ARGV[a + 4]))
         card = st.sum
       end
       local state, wait = 1, 0 -- 1: room, add; 2: full, already holds the member; 0: over
@@ -270,7 +277,7 @@ while a <= nargv do
           state = 2
         else
           if st then
-            wait = bretry(st, limit, cost, window, now)
+            wait = B.retry(st, limit, cost, window, now)
           else
             wait = retry(key, card, limit, cost, window, now)
           end
@@ -301,7 +308,7 @@ while a <= nargv do
         if state == 2 or (state == 1 and card > 0) then
           local st = bstates[i]
           if st then
-            card = card - bremove(key, st.width, member, cost)
+            card = card - B.remove(key, st.width, member, cost)
           else
             card = card - remove(key, member, cost)
           end
@@ -309,7 +316,7 @@ while a <= nargv do
       elseif state == 1 then
         local st = bstates[i]
         if st then
-          card = card + badd(key, st, now, member, cost, window)
+          card = card + B.add(key, st, now, member, cost, window)
         else
           card = card + add(key, now, member, cost)
           redis.call('PEXPIRE', key, math.ceil(window / 1000))
