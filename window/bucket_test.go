@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -333,5 +334,40 @@ func TestBucketedForgetsIds(t *testing.T) {
 	}
 	if n := c.ZCard(ctx, key).Val(); n != 3 {
 		t.Fatalf("ZCARD %d, want 3 (width, counter, the newest id): %v", n, c.ZRangeWithScores(ctx, key, 0, -1).Val())
+	}
+}
+
+// TestMeasureBucketBytes prints Redis's MEMORY USAGE of one key holding n
+// admissions spread evenly over its window, exact and bucketed
+// (BENCHMARKS.md, "Bounded-memory windows"). It runs only when asked:
+//
+//	FLASHGATE_MEASURE=1 go test ./window/ -run TestMeasureBucketBytes -v
+func TestMeasureBucketBytes(t *testing.T) {
+	if os.Getenv("FLASHGATE_MEASURE") == "" {
+		t.Skip("set FLASHGATE_MEASURE=1 to measure")
+	}
+	_, c := startRedis(t)
+	ctx := context.Background()
+	k := testKeys(t)
+	t.Logf("%-8s %7s %8s %12s %9s", "window", "n", "buckets", "bytes/key", "entries")
+	for _, tc := range []struct {
+		w time.Duration
+		n int
+	}{{24 * time.Hour, 1000}, {24 * time.Hour, 10_000}, {24 * time.Hour, 100_000}, {time.Minute, 10_000}} {
+		for _, b := range []int{0, 60, 96} {
+			clock := newStepClock()
+			r := newTestRedis(t, c, RedisOptions{Clock: ClockLocal, Now: clock.Now})
+			key := k.Key("m", fmt.Sprintf("%s-%d-%d", tc.w, tc.n, b))
+			h := bucketed(key, tc.n, tc.w, b)
+			for range tc.n {
+				mustAllow(t, r, "fill", h)
+				clock.Advance(tc.w / time.Duration(tc.n))
+			}
+			bytes, err := c.MemoryUsage(ctx, key, 0).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%-8s %7d %8d %12d %9d", tc.w, tc.n, b, bytes, c.ZCard(ctx, key).Val())
+		}
 	}
 }
