@@ -113,9 +113,10 @@ func TestBucketedReload(t *testing.T) {
 	if d.RetryAfter != 500*time.Millisecond {
 		t.Fatalf("full = %+v, want retry-after 0.5s ([1s,2s) leaves at 12s)", d)
 	}
-	// Exact again: 5 entries, the 2 of [1s,2s) at 2s-1ns: they leave at 12s-1ns.
-	if d := mustDeny(t, m, "exact", hit("k", 5, w)); d.Count != 5 || d.RetryAfter != 500*time.Millisecond-1 {
-		t.Fatalf("exact again = %+v, want count 5, retry-after 0.5s-1ns", d)
+	// Exact again: 5 entries, the 2 of [1s,2s) at 2s (its end): they leave
+	// at 12s.
+	if d := mustDeny(t, m, "exact", hit("k", 5, w)); d.Count != 5 || d.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("exact again = %+v, want count 5, retry-after 0.5s", d)
 	}
 }
 
@@ -236,9 +237,10 @@ func TestBucketedError(t *testing.T) {
 }
 
 // TestBucketedRedisMatchesMemory replays one random sequence of requests,
-// mixing exact and bucketed hits, costs, shadow hits, repeated keys and
-// bucket-count changes, on Memory and on the Redis script (ClockLocal on the
-// same injected clock), and requires the same decision every time: the two
+// mixing exact and bucketed hits, costs, shadow hits, repeated keys (of
+// either kind), bucket-count changes and conversions both ways, on Memory
+// and on the Redis script (ClockLocal on the same injected clock), and
+// requires the same decision every time: the two
 // implementations of the bounded-memory window are one semantics.
 func TestBucketedRedisMatchesMemory(t *testing.T) {
 	t.Parallel()
@@ -249,7 +251,7 @@ func TestBucketedRedisMatchesMemory(t *testing.T) {
 	k := testKeys(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	const w = 10 * time.Second
-	keys := []string{k.Key("a", "1"), k.Key("b", "2"), k.Key("c", "3"), k.Key("d", "4"), k.Key("e", "5")}
+	keys := []string{k.Key("a", "1"), k.Key("b", "2"), k.Key("c", "3"), k.Key("d", "4"), k.Key("e", "5"), k.Key("f", "6")}
 	converted := false
 	var allowed, denied int
 	mk := func() Hit {
@@ -269,6 +271,10 @@ func TestBucketedRedisMatchesMemory(t *testing.T) {
 			if converted { // exact, then bucketed: converted once
 				h.Limit.Buckets = 5
 			}
+		case 5:
+			// Exact or bucketed, hit by hit (an override beside a rule, a
+			// rollout): converted both ways, within requests too.
+			h.Limit.Requests, h.Limit.Buckets = 10, []int{0, 4}[rng.IntN(2)]
 		}
 		if rng.IntN(5) == 0 {
 			h.Cost = 1 + rng.IntN(4)

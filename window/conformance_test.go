@@ -620,6 +620,63 @@ var bucketedCases = []conformanceCase{
 		}
 		return true
 	}},
+	{name: "bucketed: a key hit exact and bucketed in one request is counted once, never over", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
+		// Two hits on one key (an RLS limit override beside the bucketed
+		// config rule of the same entries and window) once admitted twice
+		// the limit and more on Redis: each hit converted the key to its
+		// own kind and the admission went to the stale one.
+		const w = time.Minute
+		for _, tc := range []struct {
+			name string
+			hits func(key string) []Hit
+		}{
+			{"exact first", func(key string) []Hit { return []Hit{hit(key, 5, w), bucketed(key, 5, w, 6)} }},
+			{"bucketed first", func(key string) []Hit { return []Hit{bucketed(key, 5, w, 6), hit(key, 5, w)} }},
+			{"two widths", func(key string) []Hit { return []Hit{bucketed(key, 5, w, 3), bucketed(key, 5, w, 7)} }},
+		} {
+			key := k.Key("mixed", tc.name)
+			admitted := 0
+			for range 10 {
+				if mustDecide(t, lim, tc.hits(key)...).Allowed {
+					admitted++
+				}
+			}
+			// Per-slot mode (Cluster) decides each hit on its own and may
+			// count a request twice (conservative), never more than once
+			// over: at most the limit, at least half of it.
+			if admitted > 5 || admitted < 3 {
+				t.Fatalf("%s: %d admitted in one window, limit 5", tc.name, admitted)
+			}
+			if d := mustDeny(t, lim, tc.name+": exact alone", hit(key, 5, w)); d.Count < 5 {
+				t.Fatalf("%s: exact alone = %+v, want count at least 5", tc.name, d)
+			}
+			if d := mustDeny(t, lim, tc.name+": bucketed alone", bucketed(key, 5, w, 6)); d.Count < 5 {
+				t.Fatalf("%s: bucketed alone = %+v, want count at least 5", tc.name, d)
+			}
+		}
+		return true
+	}},
+	{name: "bucketed: an exact hit on a bucketed key keeps its count", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
+		// A reload that makes a rule exact again, a rollout where sidecars
+		// disagree, or an exact override of a bucketed rule's key: the
+		// counters become entries, so the exact log stays full.
+		const w = time.Hour
+		key := k.Key("uid", "u1")
+		b := bucketed(key, 5, w, 6)
+		b.Cost = 4
+		mustAllow(t, lim, "bucketed cost 4", b)
+		if d := mustAllow(t, lim, "exact", hit(key, 5, w)); d.Count != 5 {
+			t.Fatalf("exact after a bucketed cost 4 = %+v, want count 5", d)
+		}
+		d := mustDeny(t, lim, "exact full", hit(key, 5, w))
+		if d.Count != 5 || d.RetryAfter < w-time.Minute || d.RetryAfter > w+w/6 {
+			t.Fatalf("exact full = %+v, want count 5, retry-after about an hour", d)
+		}
+		if d := mustDeny(t, lim, "bucketed again", bucketed(key, 5, w, 6)); d.Count != 5 {
+			t.Fatalf("bucketed again = %+v, want count 5", d)
+		}
+		return true
+	}},
 	{name: "bucketed: keys expire one window and a sub-window after the last admission", redisOnly: true, run: func(t *testing.T, lim Limiter, c redis.UniversalClient, k Keys) bool {
 		ctx := context.Background()
 		key := k.Key("uid", "hour")

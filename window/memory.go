@@ -125,9 +125,11 @@ func (l *memLog) add(now int64, cost int) {
 
 // setWidth makes l the window of a limit of sub-windows of width ns (0: an
 // exact log), converting what a reload left as redis.lua does: exact
-// entries still in the window become counters; counters of another width move to the
-// sub-window that holds their old one's last instant (at the latest now);
-// counters become entries at that instant, the newest limit of them.
+// entries still in the window become counters; counters of another width
+// move to the sub-window that holds their old one's last instant (at the
+// latest now); counters become entries at their sub-window's end (at the
+// latest now: never earlier than an admission they count, at the µs
+// resolution of Redis too), the newest limit of them.
 func (l *memLog) setWidth(width, now, window int64, limit int) {
 	if width == l.width {
 		return
@@ -157,8 +159,9 @@ func (l *memLog) setWidth(width, now, window int64, limit int) {
 				d := min(skip, n)
 				skip, n = skip-d, n-d
 			}
+			at := min((b.idx+1)*old, now)
 			for range n {
-				l.ts = append(l.ts, last(b))
+				l.ts = append(l.ts, at)
 			}
 		}
 	}
@@ -326,15 +329,23 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 	for i := range hits {
 		h := &hits[i]
 		w := int64(h.Limit.Window)
-		sh := &m.shards[shardIdx[i]]
-		l := sh.logs[h.Key]
-		if l == nil {
-			l = m.insertLocked(sh, h.Key, now, hits)
+		if j := firstOf(hits[:i], h.Key); j >= 0 {
+			// The same key earlier in this request: its first hit loaded
+			// it, and its kind, width and window hold for the request (as
+			// in redis.lua); this hit compares its limit and cost with it.
+			logs[i], w = logs[j], logs[j].window
+		} else {
+			sh := &m.shards[shardIdx[i]]
+			l := sh.logs[h.Key]
+			if l == nil {
+				l = m.insertLocked(sh, h.Key, now, hits)
+			}
+			l.window = w
+			l.setWidth(int64(h.Limit.Width()), now, w, h.Limit.Requests)
+			l.trim(now, w)
+			logs[i] = l
 		}
-		l.window = w
-		l.setWidth(int64(h.Limit.Width()), now, w, h.Limit.Requests)
-		l.trim(now, w)
-		logs[i] = l
+		l := logs[i]
 		n := l.len()
 		st[i] = hitState{count: n}
 		limit := h.Limit.Requests
@@ -391,13 +402,16 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 }
 
 // dup reports whether key is the key of one of hits.
-func dup(hits []Hit, key string) bool {
+func dup(hits []Hit, key string) bool { return firstOf(hits, key) >= 0 }
+
+// firstOf returns the index of the first of hits with key, -1 for none.
+func firstOf(hits []Hit, key string) int {
 	for i := range hits {
 		if hits[i].Key == key {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // insertLocked adds an empty log for key to sh. Idle keys are swept once

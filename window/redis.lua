@@ -23,14 +23,20 @@
 -- one whole. A key that holds exact entries and no width (the rule was exact before a reload)
 -- is converted: its entries become counters. A key whose width differs (the rule's window or
 -- B changed) moves each counter to the new sub-window that holds its old one's last instant.
+-- An exact hit on a key that holds a width (the rule was bucketed before a reload, or another
+-- rule or override with the same key is) converts it back: each counter becomes entries at its
+-- sub-window's end (at the latest now), the newest `limit` of them, its member ids among them. A key hit twice in one request is loaded (and converted) once,
+-- by its first hit: it keeps that hit's kind, width and window for the request, and the other
+-- hits compare their own limit and cost with its count.
 --
 -- Idempotent: a retried call never records a request twice. Where there is room, ZADD NX adds
 -- nothing that an earlier attempt added (bucketed: and then the counter is not incremented); a
 -- full key that already holds the member counts it as admitted. A denied request is recorded
 -- in no key (an earlier attempt's entries, or its counts, are removed).
 --
--- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE; a key with entries is trimmed
--- too (ZREMRANGEBYSCORE, whose reply corrects the count). ZSCORE runs only where a key is full.
+-- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE; a key with entries is checked
+-- for a width (ZSCORE) and trimmed (ZREMRANGEBYSCORE, whose reply corrects the count). ZSCORE of
+-- the member runs only where a key is full.
 -- Numbers go to redis.call as numbers: Redis formats them with %.17g, exact for µs timestamps
 -- (only Lua's own tostring, %.14g, would round them; counter names use string.format's %d).
 
@@ -65,13 +71,14 @@ local function remove(key, member, cost)
   return removed
 end
 
+local WIDTH = '\0w' -- a bucketed key's member holding its sub-window width
+
 -- buckets returns the functions of bucketed keys. They are made only by a call that has one:
 -- a function defined at the top level is a closure made on every call, exact keys' too.
 local function buckets()
   local SPLIT = 1000000000000 -- 1e12: scores at or below are counters and the width, above are µs
   local ABOVE = '(1000000000000'
   local HORIZON = 5000000 -- µs a bucketed key remembers the member ids it admitted
-  local WIDTH = '\0w'
 
   -- bname is the member of sub-window idx's counter.
   local function bname(idx)
@@ -189,7 +196,81 @@ local function buckets()
     end
     return cost
   end
-  return { load = bload, retry = bretry, add = badd, remove = bremove }
+  -- bexact converts a bucketed key (it holds a width) into an exact log for a hit of limit
+  -- and window, as Memory does: each counter becomes entries at its sub-window's end (at the
+  -- latest now: never earlier than the admissions it counts), the newest limit of them. The
+  -- member ids of a sub-window are some of its entries (rescored), so that a retry is still
+  -- counted once; the others get fresh names. It returns the count.
+  local function bexact(key, now, window, limit)
+    local rows = redis.call('ZRANGEBYSCORE', key, '-inf', SPLIT, 'WITHSCORES')
+    local ids = redis.call('ZRANGEBYSCORE', key, ABOVE, '+inf', 'WITHSCORES')
+    redis.call('DEL', key)
+    local old, cs, skip = nil, {}, -limit
+    for j = 1, #rows, 2 do
+      if rows[j] == WIDTH then
+        old = tonumber(rows[j + 1])
+      else
+        local idx = tonumber(string.sub(rows[j], 2))
+        if idx then
+          cs[#cs + 1] = { idx, tonumber(rows[j + 1]) }
+          skip = skip + cs[#cs][2]
+        end
+      end
+    end
+    local mine, kept = {}, {} -- sub-window -> its ids; the ids kept
+    if old then
+      for j = 1, #ids, 2 do
+        local idx = math.floor(tonumber(ids[j + 1]) / old)
+        mine[idx] = mine[idx] or {}
+        table.insert(mine[idx], ids[j])
+      end
+    end
+    table.sort(cs, function(x, y) return x[1] < y[1] end)
+    local todo = {} -- { at, n, idx }
+    for _, c in ipairs(cs) do
+      local n, at = c[2], now
+      if skip > 0 then
+        local d = math.min(skip, n)
+        skip, n = skip - d, n - d
+      end
+      if old then
+        at = math.min((c[1] + 1) * old, now)
+      end
+      if n > 0 and at > now - window then
+        todo[#todo + 1] = { at, n, c[1] }
+        for j = 1, math.min(n, #(mine[c[1]] or {})) do
+          kept[mine[c[1]][j]] = true
+        end
+      end
+    end
+    local card, args, seq = 0, {}, 0
+    for _, t in ipairs(todo) do
+      local m = mine[t[3]] or {}
+      for j = 1, t[2] do
+        local name = m[j]
+        if not name then
+          repeat
+            seq = seq + 1
+            name = '\0e' .. string.format('%d', now) .. '.' .. seq
+          until not kept[name]
+        end
+        args[#args + 1] = t[1]
+        args[#args + 1] = name
+        if #args >= 1000 then
+          card = card + redis.call('ZADD', key, unpack(args))
+          args = {}
+        end
+      end
+    end
+    if #args > 0 then
+      card = card + redis.call('ZADD', key, unpack(args))
+    end
+    if card > 0 then
+      redis.call('PEXPIRE', key, math.ceil(window / 1000))
+    end
+    return card
+  end
+  return { load = bload, retry = bretry, add = badd, remove = bremove, exact = bexact }
 end
 
 -- retry returns µs until the entries of a full key have aged out far enough for cost to fit.
@@ -206,7 +287,7 @@ local clock, B
 local out, o = {}, 0
 local a, k = 1, 0
 local nargv = #ARGV
-local cards, states, retries, bstates = {}, {}, {}, {}
+local cards, states, retries, bstates, windows = {}, {}, {}, {}, {}
 while a <= nargv do
   local member, now, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3
@@ -233,7 +314,12 @@ while a <= nargv do
     if nb == '0' then
       card = redis.call('ZCARD', key)
       if card > 0 then
-        card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+        if redis.call('ZSCORE', key, WIDTH) then
+          B = B or buckets()
+          card = B.exact(key, now, window, limit)
+        else
+          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+        end
       end
       if card + cost <= limit then
         card = card + add(key, now, member, cost)
@@ -256,15 +342,29 @@ while a <= nargv do
   else
     -- Several keys: count every key first, then add to all or to none.
     local deny = false
-    local first = a
+    local start = a
     for i = 1, n do
       local key = KEYS[k + i]
       local limit, window, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
       local card, st
-      if ARGV[a + 4] == '0' then
+      local first = 0 -- the same key earlier in this request: loaded once, by its first hit
+      for j = 1, i - 1 do
+        if KEYS[k + j] == key then
+          first = j
+          break
+        end
+      end
+      if first > 0 then
+        card, st, window = cards[first], bstates[first], windows[first]
+      elseif ARGV[a + 4] == '0' then
         card = redis.call('ZCARD', key)
         if card > 0 then
-          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+          if redis.call('ZSCORE', key, WIDTH) then
+            B = B or buckets()
+            card = B.exact(key, now, window, limit)
+          else
+            card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+          end
         end
       else
         B = B or buckets()
@@ -287,13 +387,13 @@ while a <= nargv do
           end
         end
       end
-      cards[i], states[i], retries[i], bstates[i] = card, state, wait, st or false
+      cards[i], states[i], retries[i], bstates[i], windows[i] = card, state, wait, st or false, window
       a = a + 5
     end
-    a = first
+    a = start
     for i = 1, n do
       local key = KEYS[k + i]
-      local window, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+      local window, cost = windows[i], tonumber(ARGV[a + 2])
       local card, state = cards[i], states[i]
       local dup = 0 -- the same key earlier in this request: it counts once
       for j = 1, i - 1 do
