@@ -129,7 +129,8 @@ var overrideUnits = map[typev3.RateLimitUnit]rlsv3.RateLimitResponse_RateLimit_U
 // overrideRule turns a request's limit override into a rule, or nil when
 // there is none or flashgate cannot enforce it (an unknown unit, a window
 // above window.MaxWindow, more than window.MaxRequests): the descriptor
-// then falls back to the config's rule.
+// then falls back to the config's rule. Its window algorithm is
+// window.Limit.Auto's choice, as for a rule that does not choose one.
 func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) *Rule {
 	if o == nil {
 		return nil
@@ -146,7 +147,12 @@ func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) *Rule {
 	if err != nil {
 		return nil
 	}
-	return &Rule{Path: overrideLabel, RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult, Window: w}
+	r := &Rule{Path: overrideLabel, RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult, Window: w}
+	// Sized as a rule without algorithm: above window.AutoBucketsAbove
+	// requests an exact log would not be bounded.
+	r.Buckets = window.Limit{Requests: int(r.RequestsPerUnit), Window: w}.Auto().Buckets
+	r.AutoBuckets = r.Buckets > 0
+	return r
 }
 
 // overrideLabel is the metrics' rule label of request overrides: their

@@ -535,4 +535,14 @@ func TestHitBuckets(t *testing.T) {
 			t.Errorf("hit %d (%s): %d buckets, want %d", i, h.Rule, h.Limit.Buckets, want[i])
 		}
 	}
+	// A request's limit override is sized as a rule without algorithm: a
+	// 100,000 a day override must not keep an exact log (10 MB a key).
+	large := withLimit(desc("small", "s2"), 100000, typev3.RateLimitUnit_DAY)
+	small := withLimit(desc("small", "s3"), 10000, typev3.RateLimitUnit_DAY)
+	if _, err := s.ShouldRateLimit(context.Background(), request("buckets", large, small)); err != nil {
+		t.Fatal(err)
+	}
+	if hs := rec.hits[1]; len(hs) != 2 || hs[0].Limit.Buckets != window.DefaultBuckets || hs[1].Limit.Buckets != 0 {
+		t.Errorf("overrides of 100,000 and 10,000 a day: %+v, want %d and 0 buckets", hs, window.DefaultBuckets)
+	}
 }
