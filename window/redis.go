@@ -128,9 +128,11 @@ type rediser interface {
 // rule bucketed converts its keys' entries into counters, and one that
 // changes the window or bucket count moves each counter to the new
 // sub-window that holds its old one's last instant (never earlier, so never
-// an over-admission); one that makes a bucketed rule exact again keeps only
-// the admissions of the last IdempotencyHorizon, until the window has
-// passed.
+// an over-admission); an exact hit on a bucketed key (a reload, a rollout,
+// another rule on the same key) turns each counter back into entries at its
+// sub-window's end, the newest Requests of them, its member ids among them.
+// A key hit twice in one request is loaded once, by its first hit, whose
+// kind, width and window then hold for the request.
 //
 // Redis is safe for concurrent use. Close it when done (it stops the
 // auto-pipeline's goroutines); it does not close the client.
