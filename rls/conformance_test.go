@@ -123,6 +123,12 @@ var conformance = map[string][]step{
 		{req: request("basic", desc("remote_address", "5.5.5.5")), code: ok, sts: []st{{ok, 3, 0}}},
 		{req: request("basic", desc("remote_address", "5.5.5.5")), code: over, sts: []st{{over, 3, 0}}},
 	},
+	"each descriptor's status is its own window's": {
+		{req: request("basic", desc("remote_address", "6.6.6.6"), desc("message_type", "marketing", "to_number", "6")), code: ok, sts: []st{{ok, 3, 2}, {ok, 2, 1}}},
+		{req: request("basic", desc("remote_address", "6.6.6.6"), desc("message_type", "marketing", "to_number", "6")), code: ok, sts: []st{{ok, 3, 1}, {ok, 2, 0}}},
+		// denied on the number: the address, not counted, still has one left
+		{req: request("basic", desc("remote_address", "6.6.6.6"), desc("message_type", "marketing", "to_number", "6")), code: over, sts: []st{{ok, 3, 1}, {over, 2, 0}}},
+	},
 	"wildcard: a bucket per value": {
 		{req: request("wildcard", desc("path", "/api/a")), times: 2, code: ok, sts: []st{{ok, 2, -1}}},
 		{req: request("wildcard", desc("path", "/api/a")), code: over, sts: []st{{over, 2, 0}}},

@@ -55,13 +55,13 @@
 // is recorded in none. ratelimit instead increments every descriptor and
 // answers OVER_LIMIT if any is over. shadow_mode descriptors never deny.
 //
-// Statuses: the denying descriptor's (or, when admitted, the binding one's:
-// fewest remaining) limit_remaining and duration_until_reset are exact; the
-// window package reports one hit per decision, so the other descriptors of an
-// admitted request report that same remaining count, a lower bound of their
-// own, and on a denial 0. duration_until_reset is the time until the
-// denying window admits again, else the window's length (a sliding window
-// has no fixed reset).
+// Statuses: each descriptor whose window the decision counted reports that
+// window's own numbers (window.Hit.Report): limit_remaining exact, and when
+// over its limit duration_until_reset the time until it admits again, else
+// the window's length (a sliding window has no fixed reset). Where no
+// window was counted (the Guard refused on another descriptor's full
+// window, or the backend failed), only the refusing descriptor's numbers
+// are exact; the others report OK with 0 remaining.
 //
 // Under Options.Shadow (--shadow, ratelimit's global SHADOW_MODE) the
 // overall code is OK while an over-limit descriptor's status still says

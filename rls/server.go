@@ -242,6 +242,9 @@ type call struct {
 	// decidedHits maps the hits of d back to hits when the fallback
 	// decided a subset of them (per-rule failure modes); nil: the same.
 	decidedHits []int
+	// reports[j] is what the decision learnt of hits[j]'s own window
+	// (hits[j].Report points here); Known false where it learnt nothing.
+	reports []window.HitReport
 }
 
 func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
@@ -280,6 +283,11 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 			Ban:        r.Ban,
 			LocalShare: r.LocalShare,
 		})
+	}
+	// Each hit's own outcome, for its descriptor's status (see status).
+	c.reports = make([]window.HitReport, len(c.hits))
+	for j := range c.hits {
+		c.hits[j].Report = &c.reports[j]
 	}
 	return c
 }
@@ -427,8 +435,8 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	return resp
 }
 
-// status is descriptor i's status. The denying descriptor's and the
-// binding one's numbers are exact; see the package doc for the others.
+// status is descriptor i's status: its own window's numbers where the
+// decision counted it (see the package doc).
 // Under Options.Shadow (ratelimit's global SHADOW_MODE) a descriptor over
 // its limit says OVER_LIMIT while the overall code stays OK, as in
 // ratelimit; under its own shadow_mode it says OK.
@@ -463,14 +471,22 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 		// blocked or admitted without a decision: nothing was counted.
 	case c.decidedHits != nil && !slices.Contains(c.decidedHits, j):
 		// the backend failed and this rule's failure mode is allow
+	case c.reports[j].Known:
+		// The backend (or the fallback) counted this descriptor's own
+		// window: its numbers are exact, whichever hit was binding.
+		if rep := &c.reports[j]; rep.Over {
+			st.Code, st.DurationUntilReset = overCode, durationpb.New(rep.RetryAfter)
+		} else {
+			st.LimitRemaining = uint32(max(min(rep.Remaining, int(r.RequestsPerUnit)), 0))
+		}
 	case !c.d.Allowed && j == c.hitIndex(c.d.Index):
 		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(c.d.RetryAfter)
 	case c.d.Shadowed && j == c.hitIndex(c.d.ShadowIndex):
 		// over its limit, but in shadow mode: nothing remaining
 		st.Code = overCode
 	case c.d.Allowed:
-		// Exact for the binding hit; for the others a lower bound (the
-		// binding hit has the fewest remaining).
+		// Not counted by this decision (none is, on a local refusal): the
+		// binding hit's remaining, a lower bound of this one's.
 		st.LimitRemaining = uint32(max(min(c.d.Remaining, int(r.RequestsPerUnit)), 0))
 	}
 	return st

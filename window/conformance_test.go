@@ -416,6 +416,31 @@ var conformanceCases = []conformanceCase{
 		checkRetryAfter(t, "cost 3 (until the 3rd leaves)", d, at[2], x, w)
 		return true
 	}},
+	{name: "each hit reports its own window", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
+		var ra, rb HitReport
+		a, b := hit(k.Key("uid", "u1"), 5, 10*time.Second), hit(k.Key("ip", "u1"), 3, 10*time.Second)
+		a.Report, b.Report = &ra, &rb
+		for range 3 {
+			mustAllow(t, lim, "under both", a, b)
+		}
+		if want := (HitReport{Known: true, Count: 3, Remaining: 2}); ra != want {
+			t.Fatalf("hit 0 after 3 admissions reports %+v, want %+v", ra, want)
+		}
+		if want := (HitReport{Known: true, Count: 3, Remaining: 0}); rb != want {
+			t.Fatalf("hit 1 after 3 admissions reports %+v, want %+v", rb, want)
+		}
+		d := mustDeny(t, lim, "hit 1 full", a, b)
+		if d.Index != 1 {
+			t.Fatalf("denial %+v, want on hit 1", d)
+		}
+		if want := (HitReport{Known: true, Count: 3, Remaining: 2}); ra != want {
+			t.Fatalf("hit 0 of the denied request reports %+v, want %+v (nothing added)", ra, want)
+		}
+		if !rb.Known || !rb.Over || rb.Count != 3 || rb.Remaining != 0 || rb.RetryAfter <= 0 || rb.RetryAfter > 10*time.Second {
+			t.Fatalf("hit 1 of the denied request reports %+v, want over with count 3 and a retry-after", rb)
+		}
+		return true
+	}},
 	{name: "invalid hits and no hits", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		for _, h := range []Hit{
 			{Key: "", Limit: Limit{Requests: 1, Window: time.Second}},

@@ -135,7 +135,10 @@ var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.
 // the shared backend is unavailable (see [Fallback]); 0 means ceil(Requests
 // / fleet size). Cost is how many requests the hit counts as (Envoy's
 // hits_addend): the request is admitted only if the window has room for all
-// of them, and then records them all; 0 means 1.
+// of them, and then records them all; 0 means 1. Report, when non-nil,
+// receives what the decision learnt of this hit's own window (see
+// [HitReport]); the caller owns it, and it is written only by the Decide
+// call the hit is passed to, before it returns.
 type Hit struct {
 	Key        string
 	Rule       string
@@ -144,6 +147,25 @@ type Hit struct {
 	Ban        *Ban
 	LocalShare int
 	Cost       int
+	Report     *HitReport
+}
+
+// HitReport is one hit's own outcome, beside the [Decision] that describes
+// only the binding hit: what a caller answering per hit needs (an RLS's
+// per-descriptor statuses). A limiter that counted the hit's window sets
+// Known; one that did not (the Guard refusing another key locally, a
+// failed call) leaves the report as it was, so a caller zeroes it first.
+type HitReport struct {
+	Known bool
+	// Count: entries in the window after the decision (a denied request
+	// added none).
+	Count int
+	// Remaining admissions in the window (0 when Over).
+	Remaining int
+	// Over: the window had no room for the hit's cost.
+	Over bool
+	// RetryAfter: when Over, how long until it has.
+	RetryAfter time.Duration
 }
 
 // cost returns the requests h counts as: Cost, or 1 for 0.
@@ -254,6 +276,15 @@ func (s *hitState) limit(h *Hit) int {
 // enforcing hit is over.
 func decide(hits []Hit, st []hitState) Decision {
 	d := Decision{Allowed: true, Index: -1, ShadowIndex: -1}
+	for i := range hits {
+		if r := hits[i].Report; r != nil {
+			rem := 0
+			if !st[i].over {
+				rem = max(st[i].limit(&hits[i])-st[i].count, 0)
+			}
+			*r = HitReport{Known: true, Count: st[i].count, Remaining: rem, Over: st[i].over, RetryAfter: st[i].retryAfter}
+		}
+	}
 	for i := range hits {
 		if !st[i].over {
 			continue
