@@ -1,0 +1,92 @@
+#!/bin/bash
+# CPU cost per check, server and Redis (issue 11; BENCHMARKS.md §8).
+# usage: scripts/bench-cost.sh OUTDIR ROUNDS BIN...      (build first: go build -o /tmp/fg ./cmd/flashgate)
+#
+# For each round and each binary (alternating, so that a busy machine hits every binary alike) it runs the
+# scenarios of $SCEN (default: all below), 8 s each, 32 workers, 100,000 users, against a fresh serve (or
+# noop-server) on its own redis-server, and writes bench's JSON to OUTDIR/BIN-SCENARIO-rROUND.json:
+# server_cpu_us_per_check (/proc/PID/stat), redis_cpu_us_per_check (INFO cpu) and
+# redis_script_calls_per_check (INFO commandstats), with throughput and p50/p99.
+#   noop          noop-server (the do-nothing ext_authz server), minimal requests
+#   noop-env      the same, Envoy-shaped requests (--shape envoy)
+#   one-uni       serve, one rule (x-uid, 5/1s), uniform over the users
+#   one-uni-env   the same, Envoy-shaped requests
+#   one-hot       one rule, 90% of the requests from one user (--hot 0.9)
+#   ex-uni        the built-in example (3 rules: uid, device, IP), uniform
+#   ex-uni-env    the same, Envoy-shaped requests
+#   ex-hot        the example, 90% from one user
+#   ex-hot-env    the same, Envoy-shaped requests
+#   noop-paced    noop-server at a fixed 3000 checks/s
+#   one-paced     one rule at a fixed 3000 checks/s
+set -u
+OUT=$1; ROUNDS=$2; shift 2; mkdir -p "$OUT"
+RP=${RP:-63811}; GP=${GP:-19391}; HP=${HP:-19392}
+ONE="$OUT/one-rule.yaml"
+cat > "$ONE" <<'YAML'
+domain: flashsale
+sources:
+  uid: {request_headers: {header_name: x-uid}}
+descriptors:
+  - key: uid
+    name: coupon_per_uid
+    rate_limit: {requests: 5, window: 1s}
+YAML
+redis-server --port $RP --save '' --appendonly no --daemonize yes --logfile "$OUT/redis.log"; sleep 0.5
+run() { # name bin config(|noop) bench-args...
+  local name=$1 bin=$2 mode=$3; shift 3
+  if [ "$mode" = noop ]; then
+    "$bin" noop-server --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 &
+  else
+    # shellcheck disable=SC2086
+    "$bin" serve --backend redis --redis-addr 127.0.0.1:$RP --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP \
+      --log-level warn $mode > "$OUT/srv.log" 2>&1 &
+  fi
+  local pid=$!
+  for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$GP) 2>/dev/null && break; sleep 0.1; done; sleep 1
+  redis-cli -p $RP flushall >/dev/null
+  local redis=""; [ "$mode" != noop ] && redis="--redis-addr 127.0.0.1:$RP"
+  # shellcheck disable=SC2086
+  "$bin" bench --addr 127.0.0.1:$GP --duration 8s --concurrency 32 --users 100000 --quiet --json \
+    --server-pid $pid $redis "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  kill $pid; wait $pid 2>/dev/null
+}
+for r in $(seq "$ROUNDS"); do
+  for bin in "$@"; do
+    b=$(basename "$bin")
+    for sc in ${SCEN:-noop noop-env one-uni one-uni-env one-hot ex-uni ex-uni-env ex-hot ex-hot-env noop-paced one-paced}; do
+      case $sc in
+        noop) run "$b-noop-r$r" "$bin" noop --hot 0 ;;
+        noop-env) run "$b-noop-env-r$r" "$bin" noop --hot 0 --shape envoy ;;
+        one-uni) run "$b-one-uni-r$r" "$bin" "--config $ONE" --hot 0 ;;
+        one-uni-env) run "$b-one-uni-env-r$r" "$bin" "--config $ONE" --hot 0 --shape envoy ;;
+        one-hot) run "$b-one-hot-r$r" "$bin" "--config $ONE" --hot 0.9 ;;
+        ex-uni) run "$b-ex-uni-r$r" "$bin" "" --hot 0 ;;
+        ex-uni-env) run "$b-ex-uni-env-r$r" "$bin" "" --hot 0 --shape envoy ;;
+        ex-hot) run "$b-ex-hot-r$r" "$bin" "" --hot 0.9 ;;
+        ex-hot-env) run "$b-ex-hot-env-r$r" "$bin" "" --hot 0.9 --shape envoy ;;
+        noop-paced) run "$b-noop-paced-r$r" "$bin" noop --hot 0 --rate 3000 ;;
+        one-paced) run "$b-one-paced-r$r" "$bin" "--config $ONE" --hot 0 --rate 3000 ;;
+        *) echo "unknown scenario $sc" >&2 ;;
+      esac
+    done
+  done
+done
+redis-cli -p $RP shutdown nosave >/dev/null
+# Medians per binary and scenario:
+python3 - "$OUT" <<'PY'
+import json, glob, sys, collections, statistics
+runs = collections.defaultdict(list)
+for f in sorted(glob.glob(sys.argv[1] + '/*.json')):
+    try:
+        runs[f.split('/')[-1][:-5].rsplit('-r', 1)[0]].append(json.load(open(f)))
+    except ValueError:
+        pass
+def med(js, f):
+    v = [f(j) for j in js if f(j) is not None]
+    return statistics.median(v) if v else float('nan')
+print(f"{'run':24s} {'n':>2s} {'checks/s':>9s} {'server µs':>10s} {'Redis µs':>9s} {'calls':>6s} {'p50 ms':>7s} {'p99 ms':>7s}")
+for k, js in sorted(runs.items()):
+    print(f"{k:24s} {len(js):2d} {med(js, lambda j: j['throughput']):9.0f} {med(js, lambda j: j.get('server_cpu_us_per_check')):10.1f} "
+          f"{med(js, lambda j: j.get('redis_cpu_us_per_check')):9.1f} {med(js, lambda j: j.get('redis_script_calls_per_check')):6.3f} "
+          f"{med(js, lambda j: j['latency_ms']['p50']):7.2f} {med(js, lambda j: j['latency_ms']['p99']):7.2f}")
+PY

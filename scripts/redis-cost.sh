@@ -1,0 +1,28 @@
+#!/bin/bash
+# Redis CPU per request of flashgate's script against the textbook one (issue 11; BENCHMARKS.md §8),
+# the recipe of the textbook's README: redis-benchmark, 50 clients, keys rl:<random of RANGE>, CPU from
+# INFO cpu over the calls.
+# usage: scripts/redis-cost.sh PORT TEXTBOOK.lua [ROUNDS]     (a redis-server must listen on PORT)
+# Prints µs of Redis CPU per request: the textbook script pipelined 16 deep, then flashgate's with 1, 4,
+# 8 and 16 requests per script call (the auto-pipeline's batches), pipelined to 16 requests in flight.
+set -eu
+P=$1; TB=$2; ROUNDS=${3:-3}; RANGE=${RANGE:-100000}
+cd "$(dirname "$0")/.."
+cpu() { redis-cli -p "$P" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{s+=$2} END{printf "%.6f", s}'; }
+per() { # requests redis-benchmark-args...: µs per request
+  local n=$1; shift
+  redis-cli -p "$P" flushall >/dev/null
+  local b a; b=$(cpu); redis-benchmark -p "$P" -c 50 -r "$RANGE" -q "$@" >/dev/null; a=$(cpu)
+  awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN{printf "%.2f", (a-b)/n*1e6}'
+}
+TBSHA=$(redis-cli -p "$P" script load "$(cat "$TB")")
+FGSHA=$(redis-cli -p "$P" script load "$(cat window/redis.lua)")
+batch() { # B: µs per request with B requests per call
+  local b=$1 keys=() args=()
+  for i in $(seq "$b"); do keys+=("rl:__rand_int__"); args+=("m:__rand_int__:$i" "" 1 5 1000000 1 0 0); done
+  per 200000 -n $((200000 / b)) -P $((16 / b)) evalsha "$FGSHA" "$b" "${keys[@]}" "${args[@]}"
+}
+for r in $(seq "$ROUNDS"); do
+  echo "round $r: textbook $(per 200000 -n 200000 -P 16 evalsha "$TBSHA" 1 rl:__rand_int__ 0 1000 5 m:__rand_int__:__rand_int__)" \
+    "flashgate-1 $(batch 1) flashgate-4 $(batch 4) flashgate-8 $(batch 8) flashgate-16 $(batch 16)"
+done
