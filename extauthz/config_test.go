@@ -44,6 +44,7 @@ func TestConfigErrors(t *testing.T) {
 		"mixed_rate_limit":       "4:17: rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form",
 		"negative_limit":         "4:28: the limit must allow at least 1 request, not -3",
 		"no_rate_limit":          `3:5: descriptor "remote_address" has neither rate_limit nor nested descriptors`,
+		"reserved_rule_name":     `4:11: rule name "rls.edge" begins with "rls.", which is reserved for the ratelimit service's domains: set another name`,
 		"requests_not_number":    "4:28: requests must be a whole number, not a string",
 		"short_window":           "4:39: window 100µs: must be at least 1ms",
 		"too_many_requests":      "4:28: the limit allows at most 1000000 requests per window, not 2000000",

@@ -105,6 +105,11 @@ func parseOnMissing(s string) (OnMissing, bool) {
 	return MissingSkip, false
 }
 
+// ReservedRulePrefix begins no rule name: the ratelimit service that serve
+// runs beside ext_authz (--rls-config) keys a domain's windows under the
+// rule rls.<domain>, and a rule of the same name would share them.
+const ReservedRulePrefix = "rls."
+
 // SourceKind is where a descriptor key's value comes from.
 type SourceKind uint8
 

@@ -278,7 +278,7 @@ func parseFile(f File) (*Domain, error) {
 	if y.Domain == "" {
 		return nil, p.errAt("$", "config file cannot have an empty domain")
 	}
-	d := &Domain{Name: y.Domain, File: f.Name, keyRule: "rls." + y.Domain, root: *newNode()}
+	d := &Domain{Name: y.Domain, File: f.Name, keyRule: extauthz.ReservedRulePrefix + y.Domain, root: *newNode()}
 	if err := p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}); err != nil {
 		return nil, err
 	}
