@@ -48,9 +48,9 @@ func newLenientCodec(lazy bool, encoded *atomic.Pointer[sync.Map]) lenientCodec 
 func (c lenientCodec) Name() string { return grpcproto.Name }
 
 func (c lenientCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if c.encoded != nil {
+	if r, ok := v.(*authv3.CheckResponse); ok && c.encoded != nil {
 		if m := c.encoded.Load(); m != nil {
-			if b, ok := m.Load(v); ok {
+			if b, ok := m.Load(r); ok {
 				// A SliceBuffer's Free does nothing: the shared bytes are
 				// only read.
 				return mem.BufferSlice{mem.SliceBuffer(b.([]byte))}, nil
