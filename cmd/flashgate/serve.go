@@ -133,7 +133,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		hs = &http.Server{Handler: httpHandler(srv, o.pprof), ReadHeaderTimeout: 5 * time.Second}
 	}
 	log.Info("flashgate serving", "grpc_addr", grpcLis.Addr().String(), "http_addr", addrOf(httpLis),
-		"backend", b.describe, "failure_mode", o.failureMode, "shadow", o.shadow, "rules_file", cfg.Name)
+		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", cfg.Name)
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
