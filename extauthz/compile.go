@@ -213,6 +213,10 @@ func (p *cfgParser) onlyOption(f field, opt string) (string, ast.Node, error) {
 
 // headerName reports whether s is an HTTP/2 header name (token characters,
 // optionally with a leading ':' for pseudo-headers).
+// ValidHeaderName reports whether s is an HTTP header name (RFC 9110
+// token, at most 256 bytes), or an HTTP/2 pseudo-header such as :authority.
+func ValidHeaderName(s string) bool { return headerName(s) }
+
 func headerName(s string) bool {
 	s = strings.TrimPrefix(s, ":")
 	if s == "" || len(s) > 256 {

@@ -3,11 +3,13 @@ package rls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,9 +72,35 @@ type HeaderNames struct {
 	Limit, Remaining, Reset string
 }
 
-// DefaultHeaderNames are ratelimit's defaults: RateLimit-Limit,
+// DefaultHeaderNames returns ratelimit's defaults: RateLimit-Limit,
 // RateLimit-Remaining and RateLimit-Reset.
-var DefaultHeaderNames = HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+func DefaultHeaderNames() HeaderNames {
+	return HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+}
+
+// ParseHeaderNames reads "LIMIT,REMAINING,RESET", three response header
+// names (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and
+// LIMIT_RESET_HEADER); "" is DefaultHeaderNames.
+func ParseHeaderNames(s string) (HeaderNames, error) {
+	if s == "" {
+		return DefaultHeaderNames(), nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) != 3 {
+		return HeaderNames{}, fmt.Errorf("header names %q: want three, LIMIT,REMAINING,RESET", s)
+	}
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if strings.HasPrefix(p, ":") || !extauthz.ValidHeaderName(p) {
+			return HeaderNames{}, fmt.Errorf("header names %q: %q is not a valid HTTP header name", s, p)
+		}
+		parts[i] = p
+	}
+	if parts[0] == parts[1] || parts[0] == parts[2] || parts[1] == parts[2] {
+		return HeaderNames{}, fmt.Errorf("header names %q: the three must differ", s)
+	}
+	return HeaderNames{Limit: parts[0], Remaining: parts[1], Reset: parts[2]}, nil
+}
 
 // Limits of one request. Envoy sends one descriptor per matching
 // rate_limits entry of a route, a handful; these bound what one call can
@@ -123,10 +151,11 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
+	def := DefaultHeaderNames()
 	for _, f := range []struct{ name, def *string }{
-		{&opts.HeaderNames.Limit, &DefaultHeaderNames.Limit},
-		{&opts.HeaderNames.Remaining, &DefaultHeaderNames.Remaining},
-		{&opts.HeaderNames.Reset, &DefaultHeaderNames.Reset},
+		{&opts.HeaderNames.Limit, &def.Limit},
+		{&opts.HeaderNames.Remaining, &def.Remaining},
+		{&opts.HeaderNames.Reset, &def.Reset},
 	} {
 		if *f.name == "" {
 			*f.name = *f.def

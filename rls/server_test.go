@@ -83,7 +83,7 @@ func TestResponseHeaders(t *testing.T) {
 					o.HeaderNames = *names
 				}
 			})
-			want := DefaultHeaderNames
+			want := DefaultHeaderNames()
 			if names != nil {
 				want = *names
 			}

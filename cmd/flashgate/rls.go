@@ -38,9 +38,13 @@ func newRLS(o *serveConfig, ax extauthz.Options) (*rlsService, error) {
 	if err != nil {
 		return nil, err
 	}
+	names, err := rls.ParseHeaderNames(o.rlsNames)
+	if err != nil {
+		return nil, fmt.Errorf("--rls-header-names: %w", err)
+	}
 	srv, err := rls.NewServer(cfg, rls.Options{
 		Limiter: ax.Limiter, Fallback: ax.Fallback, Keys: ax.Keys, FailureMode: ax.FailureMode, Shadow: ax.Shadow,
-		ResponseHeaders: o.rlsHeaders, Registerer: ax.Registerer, Logger: ax.Logger,
+		ResponseHeaders: o.rlsHeaders, HeaderNames: names, Registerer: ax.Registerer, Logger: ax.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -45,7 +45,13 @@ func TestServeRLS(t *testing.T) {
 	for name, args := range map[string][]string{
 		"memory": nil,
 		"redis":  {"--backend", "redis", "--redis-addr", rs.Addr(), "--redis-timeout", "500ms", "--fleet-size", "1"},
+		// ratelimit's LIMIT_*_HEADER settings
+		"header-names": {"--rls-header-names", "X-RL-Limit,X-RL-Remaining,X-RL-Reset"},
 	} {
+		remainingHeader := rls.DefaultHeaderNames().Remaining
+		if name == "header-names" {
+			remainingHeader = "X-RL-Remaining"
+		}
 		t.Run(name, func(t *testing.T) {
 			s := startServe(t, append([]string{"--rls-config", rlsDir(t), "--rls-response-headers", "--key-prefix", "rls" + name}, args...)...)
 			waitFor(t, eventually, "SERVING", func() bool { return grpcHealth(t, s.grpcAddr) == healthpb.HealthCheckResponse_SERVING })
@@ -68,7 +74,7 @@ func TestServeRLS(t *testing.T) {
 				}
 				codes = append(codes, resp.GetOverallCode().String())
 				for _, h := range resp.GetResponseHeadersToAdd() {
-					if h.GetKey() == rls.DefaultHeaderNames.Remaining {
+					if h.GetKey() == remainingHeader {
 						remaining = append(remaining, h.GetValue())
 					}
 				}
@@ -77,7 +83,7 @@ func TestServeRLS(t *testing.T) {
 				t.Fatalf("codes %s, want OK,OK,OVER_LIMIT", got)
 			}
 			if got := strings.Join(remaining, ","); got != "1,0,0" {
-				t.Fatalf("%s %s, want 1,0,0", rls.DefaultHeaderNames.Remaining, got)
+				t.Fatalf("%s %s, want 1,0,0", remainingHeader, got)
 			}
 			if !reflectionLists(t, conn, rls.ServiceName) {
 				t.Fatalf("reflection does not list %s", rls.ServiceName)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
 	"github.com/spf13/pflag"
 )
@@ -51,6 +52,7 @@ type serveOptions struct {
 
 	rlsConfig  string
 	rlsHeaders bool
+	rlsNames   string
 
 	drainTimeout time.Duration
 	pprof        bool
@@ -91,7 +93,8 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.fleetSize, "fleet-size", 0, "sidecars sharing the Redis, for failure mode local's per-sidecar share ceil(limit/N) (0: discover them by heartbeat)")
 	f.DurationVar(&o.fleetTTL, "fleet-ttl", window.DefaultFleetTTL, "how long a sidecar's heartbeat counts it in the fleet (beats every third of it)")
 	f.StringVar(&o.rlsConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): also serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr; reloaded on change and on SIGHUP")
-	f.BoolVar(&o.rlsHeaders, "rls-response-headers", false, "RLS: add x-ratelimit-limit, -remaining and -reset to ShouldRateLimit answers (ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	f.BoolVar(&o.rlsHeaders, "rls-response-headers", false, "RLS: add RateLimit-Limit, -Remaining and -Reset to ShouldRateLimit answers (ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	f.StringVar(&o.rlsNames, "rls-header-names", "", "RLS: the three response header names, LIMIT,REMAINING,RESET (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM: how long in-flight checks may take before the server stops")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on --http-addr (profiling; keep --http-addr private)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -204,6 +207,12 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	}
 	if o.rlsHeaders && o.rlsConfig == "" {
 		return nil, fmt.Errorf("--rls-response-headers needs --rls-config")
+	}
+	if o.rlsNames != "" && !o.rlsHeaders {
+		return nil, fmt.Errorf("--rls-header-names needs --rls-response-headers")
+	}
+	if _, err := rls.ParseHeaderNames(o.rlsNames); err != nil {
+		return nil, fmt.Errorf("--rls-header-names: %w", err)
 	}
 	if o.grpcAddr == "" {
 		return nil, fmt.Errorf("--grpc-addr is empty")
