@@ -188,7 +188,7 @@ func (v *view) header(name string) (string, bool) {
 		n     int
 	)
 	for _, h := range v.http.GetHeaderMap().GetHeaders() {
-		if !strings.EqualFold(h.GetKey(), name) {
+		if !asciiEqualFold(h.GetKey(), name) {
 			continue
 		}
 		s := h.GetValue()
@@ -269,4 +269,26 @@ func normalizeIP(s string) string {
 		return ap.Addr().Unmap().WithZone("").String()
 	}
 	return ""
+}
+
+// asciiEqualFold reports whether a and b are equal under ASCII case folding,
+// as HTTP header names compare (RFC 9110: tokens are ASCII); unlike
+// strings.EqualFold it folds no other letter (U+212A KELVIN SIGN is not k).
+func asciiEqualFold[A, B ~string | ~[]byte](a A, b B) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }

@@ -126,7 +126,7 @@ func (f *requestFields) wantHeader(name []byte) bool {
 // view.header matches them).
 func (f *requestFields) wantHeaderFold(name []byte) bool {
 	for _, h := range f.headers {
-		if len(h) == len(name) && strings.EqualFold(h, string(name)) {
+		if asciiEqualFold(h, name) {
 			return true
 		}
 	}

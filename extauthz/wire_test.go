@@ -180,6 +180,14 @@ func wireRequests(t testing.TB) map[string][]byte {
 	http = protowire.AppendVarint(protowire.AppendTag(http, fHTTPHost, protowire.VarintType), 7)
 	request := protowire.AppendBytes(protowire.AppendTag(nil, fRequestHTTP, protowire.BytesType), http)
 	attrs := protowire.AppendBytes(protowire.AppendTag(nil, fAttrRequest, protowire.BytesType), request)
+	// A header_map key that folds to a rule's header only under Unicode
+	// folding (U+212A KELVIN SIGN): not the header, in either decode.
+	out["kelvin sign"] = marshal(req("/api/coupon/1", "GET", "", "10.0.0.1", nil, []*corev3.HeaderValue{
+		{Key: "x-uid", Value: "real"}, {Key: "x-\u212aey", Value: "victim"}, {Key: "X-\u212aey", Value: "victim2"},
+	}, nil))
+	out["header_map folded"] = marshal(req("/api/coupon/1", "GET", "", "10.0.0.1", nil, []*corev3.HeaderValue{
+		{Key: "X-KEY", Value: "k1"}, {Key: "X-Uid", Value: "u1"},
+	}, nil))
 	out["invalid UTF-8, odd wire types"] = protowire.AppendBytes(protowire.AppendTag(nil, fCheckAttributes, protowire.BytesType), attrs)
 	return out
 }
@@ -197,8 +205,19 @@ func TestLazyDecodeMapsAlike(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	keyCfg, err := ParseConfig("key.yaml", []byte(`
+domain: key
+sources:
+  key: {request_headers: {header_name: x-key}}
+descriptors:
+  - key: key
+    rate_limit: {requests: 5, window: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, b := range wireRequests(t) {
-		for _, cfg := range []*Config{fuzzCfg, example} {
+		for _, cfg := range []*Config{fuzzCfg, example, keyCfg} {
 			t.Run(name+"/"+cfg.Name, func(t *testing.T) { checkLazyMapping(t, cfg, b) })
 		}
 	}

@@ -96,7 +96,7 @@ func ParseHeaderNames(s string) (HeaderNames, error) {
 		}
 		parts[i] = p
 	}
-	if parts[0] == parts[1] || parts[0] == parts[2] || parts[1] == parts[2] {
+	if strings.EqualFold(parts[0], parts[1]) || strings.EqualFold(parts[0], parts[2]) || strings.EqualFold(parts[1], parts[2]) {
 		return HeaderNames{}, fmt.Errorf("header names %q: the three must differ", s)
 	}
 	return HeaderNames{Limit: parts[0], Remaining: parts[1], Reset: parts[2]}, nil

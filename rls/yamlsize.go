@@ -14,17 +14,24 @@ import (
 // build every copy. A million nodes is far beyond any real configuration.
 const MaxExpandedNodes = 1 << 20
 
-// checkExpansion refuses a file whose aliases expand past MaxExpandedNodes.
-// It counts without expanding: an anchor's size is computed once. A file
-// that does not parse is left to the decoder, which reports where.
+// checkExpansion refuses a file whose aliases expand past MaxExpandedNodes,
+// or that defines an anchor name twice (an alias names the anchor defined
+// before it, so a later one of the same name would let sizes be taken on
+// the wrong node; no configuration needs it). It counts without expanding:
+// an anchor's size is computed once. A file that does not parse is left to
+// the decoder, which reports where.
 func checkExpansion(name string, data []byte) error {
 	f, err := parser.ParseBytes(data, 0)
 	if err != nil {
 		return nil
 	}
 	c := expansion{anchors: map[string]ast.Node{}, sizes: map[ast.Node]int{}}
+	collect := anchorCollector{anchors: c.anchors}
 	for _, doc := range f.Docs {
-		ast.Walk(anchorCollector(c.anchors), doc)
+		ast.Walk(&collect, doc)
+	}
+	if collect.twice != "" {
+		return &ConfigError{File: name, Msg: fmt.Sprintf("anchor &%s is defined twice", collect.twice)}
 	}
 	total := 0
 	for _, doc := range f.Docs {
@@ -35,13 +42,20 @@ func checkExpansion(name string, data []byte) error {
 	return nil
 }
 
-// anchorCollector records every anchor's value by name (a later anchor of
-// the same name wins, as in the decoder).
-type anchorCollector map[string]ast.Node
+// anchorCollector records every anchor's value by name, and the first name
+// defined twice.
+type anchorCollector struct {
+	anchors map[string]ast.Node
+	twice   string
+}
 
-func (a anchorCollector) Visit(n ast.Node) ast.Visitor {
+func (a *anchorCollector) Visit(n ast.Node) ast.Visitor {
 	if an, ok := n.(*ast.AnchorNode); ok && an.Name != nil {
-		a[an.Name.String()] = an.Value
+		name := an.Name.String()
+		if _, dup := a.anchors[name]; dup && a.twice == "" {
+			a.twice = name
+		}
+		a.anchors[name] = an.Value
 	}
 	return a
 }

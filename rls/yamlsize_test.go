@@ -59,3 +59,26 @@ func TestAliasBombRefused(t *testing.T) {
 	}
 	t.Logf("refused in %s: %v", time.Since(start), err)
 }
+
+// TestAnchorRedefinedRefused: an anchor name defined twice is refused: an
+// alias names the anchor before it, and a later redefinition (an empty
+// list, say) must not let a shared tree of rules pass as small.
+func TestAnchorRedefinedRefused(t *testing.T) {
+	const y = `
+domain: twice
+descriptors:
+  - key: a
+    descriptors: &L0
+      - key: x
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    descriptors: *L0
+  - key: c
+    descriptors: &L0 []
+`
+	_, err := ParseFiles([]File{{Name: "twice.yaml", Data: []byte(y)}})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "anchor &L0 is defined twice") {
+		t.Fatalf("a redefined anchor: %v, want a ConfigError naming it", err)
+	}
+}

@@ -110,6 +110,7 @@ func TestServeFlagCombinations(t *testing.T) {
 		"rls two names":             {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X-L,X-R"}, "want three"},
 		"rls bad name":              {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X L,X-R,X-T"}, "not a valid HTTP header name"},
 		"rls same names":            {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X-L,X-L,X-T"}, "must differ"},
+		"rls same names but case":   {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X-L,x-l,X-T"}, "must differ"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
