@@ -441,6 +441,22 @@ var conformanceCases = []conformanceCase{
 		}
 		return true
 	}},
+	{name: "a key hit twice at different costs counts once, at the larger", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
+		const w = 10 * time.Minute
+		key := k.Key("uid", "u1")
+		small, big := hit(key, 10, w), hit(key, 10, w)
+		big.Cost = 5
+		if d := mustAllow(t, lim, "cost 1 then 5", small, big); d.Count != 5 {
+			t.Fatalf("cost 1 then 5 = %+v, want count 5", d)
+		}
+		if d := mustAllow(t, lim, "cost 5 then 1", big, small); d.Count != 10 {
+			t.Fatalf("cost 5 then 1 = %+v, want count 10 (the larger cost, whatever the order)", d)
+		}
+		if d := mustDeny(t, lim, "full", small); d.Count != 10 {
+			t.Fatalf("a single request on the full key = %+v, want denied with count 10", d)
+		}
+		return true
+	}},
 	{name: "invalid hits and no hits", run: func(t *testing.T, lim Limiter, _ redis.UniversalClient, k Keys) bool {
 		for _, h := range []Hit{
 			{Key: "", Limit: Limit{Requests: 1, Window: time.Second}},

@@ -378,13 +378,14 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 	}
 	if admit {
 		for i := range hits {
-			if st[i].over {
-				continue // a full shadow window is reported, not grown
-			}
 			if dup(hits[:i], hits[i].Key) {
 				continue // the same key twice in one request counts once
 			}
-			logs[i].add(now, hits[i].cost())
+			cost, over := keyCost(hits, st, i)
+			if over {
+				continue // a full shadow window is reported, not grown
+			}
+			logs[i].add(now, cost)
 		}
 		for i := range hits {
 			if !st[i].over {
@@ -393,12 +394,28 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 		}
 	} else if recordDenied {
 		for i := range hits {
-			if cost := hits[i].cost(); logs[i].len()+cost <= hits[i].Limit.Requests && !dup(hits[:i], hits[i].Key) {
+			if dup(hits[:i], hits[i].Key) {
+				continue
+			}
+			if cost, _ := keyCost(hits, st, i); logs[i].len()+cost <= hits[i].Limit.Requests {
 				logs[i].add(now, cost)
 			}
 		}
 	}
 	return decide(hits, st), nil
+}
+
+// keyCost returns what hit i's key counts in this request: the largest cost
+// of the hits from i on that share its key (a key counts once, at its
+// largest cost, whatever the order), and whether any of them is over.
+func keyCost(hits []Hit, st []hitState, i int) (cost int, over bool) {
+	cost, over = hits[i].cost(), st[i].over
+	for j := i + 1; j < len(hits); j++ {
+		if hits[j].Key == hits[i].Key {
+			cost, over = max(cost, hits[j].cost()), over || st[j].over
+		}
+	}
+	return cost, over
 }
 
 // dup reports whether key is the key of one of hits.

@@ -402,6 +402,19 @@ while a <= nargv do
           break
         end
       end
+      -- A key hit again later in this request counts once, at its largest cost; where any of its
+      -- hits is over, nothing is added (a shadow one: a full window is reported, not grown).
+      local over = false
+      if dup == 0 then
+        local b = a
+        for j = i + 1, n do
+          b = b + 5
+          if KEYS[k + j] == key then
+            cost = math.max(cost, tonumber(ARGV[b + 2]))
+            over = over or states[j] == 0
+          end
+        end
+      end
       if dup > 0 then
         card = cards[dup]
       elseif deny then
@@ -413,7 +426,7 @@ while a <= nargv do
             card = card - remove(key, member, cost)
           end
         end
-      elseif state == 1 then
+      elseif state == 1 and not over then
         local st = bstates[i]
         if st then
           card = card + B.add(key, st, now, member, cost, window)
@@ -423,11 +436,11 @@ while a <= nargv do
         end
       end
       cards[i] = card
-      local over = 0
+      local full = 0
       if state == 0 then
-        over = 1
+        full = 1
       end
-      out[o + 1], out[o + 2], out[o + 3] = card, over, retries[i]
+      out[o + 1], out[o + 2], out[o + 3] = card, full, retries[i]
       o = o + 3
       a = a + 5
     end
