@@ -284,6 +284,27 @@ local function retry(key, card, limit, cost, window, now)
 end
 
 local clock, B
+
+-- load counts key's window for one hit: an exact log (nb "0"), trimmed, a bucketed key met by an exact
+-- hit being converted back first; or (nb = B) its sub-window counters, returned as st.
+local function load(key, now, window, limit, nb)
+  if nb == '0' then
+    local card = redis.call('ZCARD', key)
+    if card > 0 then
+      if redis.call('ZSCORE', key, WIDTH) then
+        B = B or buckets()
+        card = B.exact(key, now, window, limit)
+      else
+        card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+      end
+    end
+    return card, false
+  end
+  B = B or buckets()
+  local st = B.load(key, now, window, tonumber(nb))
+  return st.sum, st
+end
+
 local out, o = {}, 0
 local a, k = 1, 0
 local nargv = #ARGV
@@ -308,33 +329,22 @@ while a <= nargv do
     k = k + 1
     local key = KEYS[k]
     local limit, window, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    local nb = ARGV[a + 4]
+    local card, st = load(key, now, window, limit, ARGV[a + 4])
     a = a + 5
-    local card, over, wait = 0, 0, 0
-    if nb == '0' then
-      card = redis.call('ZCARD', key)
-      if card > 0 then
-        if redis.call('ZSCORE', key, WIDTH) then
-          B = B or buckets()
-          card = B.exact(key, now, window, limit)
-        else
-          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-        end
-      end
-      if card + cost <= limit then
+    local over, wait = 0, 0
+    if card + cost <= limit then
+      if st then
+        card = card + B.add(key, st, now, member, cost, window)
+      else
         card = card + add(key, now, member, cost)
         redis.call('PEXPIRE', key, math.ceil(window / 1000))
-      elseif card == 0 or not redis.call('ZSCORE', key, member) then
-        over, wait = 1, retry(key, card, limit, cost, window, now)
       end
-    else
-      B = B or buckets()
-      local st = B.load(key, now, window, tonumber(nb))
-      card = st.sum
-      if card + cost <= limit then
-        card = card + B.add(key, st, now, member, cost, window)
-      elseif card == 0 or not redis.call('ZSCORE', key, member) then
-        over, wait = 1, B.retry(st, limit, cost, window, now)
+    elseif card == 0 or not redis.call('ZSCORE', key, member) then
+      over = 1
+      if st then
+        wait = B.retry(st, limit, cost, window, now)
+      else
+        wait = retry(key, card, limit, cost, window, now)
       end
     end
     out[o + 1], out[o + 2], out[o + 3] = card, over, wait
@@ -356,20 +366,8 @@ while a <= nargv do
       end
       if first > 0 then
         card, st, window = cards[first], bstates[first], windows[first]
-      elseif ARGV[a + 4] == '0' then
-        card = redis.call('ZCARD', key)
-        if card > 0 then
-          if redis.call('ZSCORE', key, WIDTH) then
-            B = B or buckets()
-            card = B.exact(key, now, window, limit)
-          else
-            card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-          end
-        end
       else
-        B = B or buckets()
-        st = B.load(key, now, window, tonumber(ARGV[a + 4]))
-        card = st.sum
+        card, st = load(key, now, window, limit, ARGV[a + 4])
       end
       local state, wait = 1, 0 -- 1: room, add; 2: full, already holds the member; 0: over
       if card + cost > limit then
