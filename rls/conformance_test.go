@@ -223,17 +223,7 @@ type backend struct {
 }
 
 func backends(t *testing.T) []backend {
-	rs := redistest.Start(t)
-	client, err := window.NewClient(window.ClientConfig{Addrs: []string{rs.Addr()}, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	red, err := window.NewRedis(client, window.RedisOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(red.Close)
+	_, red := startRedis(t, 2*time.Second)
 	return []backend{
 		{"memory", func(t *testing.T) window.Limiter {
 			m, err := window.NewMemory(window.MemoryOptions{})
@@ -244,6 +234,24 @@ func backends(t *testing.T) []backend {
 		}},
 		{"redis", func(*testing.T) window.Limiter { return red }},
 	}
+}
+
+// startRedis starts a redis-server and a Redis limiter on it with the
+// client timeout given; both end with the test.
+func startRedis(t *testing.T, timeout time.Duration) (*redistest.Server, *window.Redis) {
+	t.Helper()
+	rs := redistest.Start(t)
+	client, err := window.NewClient(window.ClientConfig{Addrs: []string{rs.Addr()}, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	red, err := window.NewRedis(client, window.RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(red.Close)
+	return rs, red
 }
 
 func TestConformance(t *testing.T) {

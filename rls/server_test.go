@@ -21,7 +21,6 @@ import (
 
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/window"
-	"github.com/flashgate/flashgate/window/redistest"
 )
 
 func loadGood(t *testing.T) *Config {
@@ -293,17 +292,7 @@ func TestMetricLabels(t *testing.T) {
 // deny answers OVER_LIMIT, allow OK, local decides in process (and
 // enforces there).
 func TestFailureModes(t *testing.T) {
-	rs := redistest.Start(t)
-	client, err := window.NewClient(window.ClientConfig{Addrs: []string{rs.Addr()}, Timeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	red, err := window.NewRedis(client, window.RedisOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(red.Close)
+	rs, red := startRedis(t, 500*time.Millisecond)
 	cfg := loadGood(t)
 	servers := map[extauthz.FailureMode]*Server{}
 	for _, mode := range []extauthz.FailureMode{extauthz.FailureDeny, extauthz.FailureAllow, extauthz.FailureLocal} {
