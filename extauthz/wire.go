@@ -66,12 +66,12 @@ var errMalformed = errors.New("malformed CheckRequest wire data")
 
 // requestFields is what one rule set reads of a CheckRequest.
 type requestFields struct {
-	headers              []string // header names, as the rules spell them
-	path, method, host   bool
-	peer, extensions     bool
-	headersFold          bool // header_map is matched case-insensitively
-	anyHeader, anyHTTP   bool
-	anySource, anyAttrib bool
+	headers            []string // header names, as the rules spell them
+	path, method, host bool
+	peer, extensions   bool
+	headersFold        bool // header_map is matched case-insensitively
+	anyHeader, anyHTTP bool
+	anyAttrib          bool
 }
 
 // fieldsOf returns what cfg's rules read: their sources, and what those
@@ -106,7 +106,6 @@ func fieldsOf(cfg *Config) requestFields {
 	}
 	f.anyHeader = len(f.headers) > 0
 	f.anyHTTP = f.anyHeader || f.path || f.method || f.host
-	f.anySource = f.peer
 	f.anyAttrib = f.anyHTTP || f.peer || f.extensions
 	return f
 }
@@ -187,7 +186,7 @@ func decodeCheck(b []byte, f *requestFields, req *authv3.CheckRequest) error {
 func decodeAttributes(b []byte, f *requestFields, a *authv3.AttributeContext) error {
 	return eachField(b, func(num protowire.Number, v []byte) error {
 		switch {
-		case num == fAttrSource && f.anySource:
+		case num == fAttrSource && f.peer:
 			if a.Source == nil {
 				a.Source = &authv3.AttributeContext_Peer{}
 			}
