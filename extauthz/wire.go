@@ -69,7 +69,6 @@ type requestFields struct {
 	headers            []string // header names, as the rules spell them
 	path, method, host bool
 	peer, extensions   bool
-	headersFold        bool // header_map is matched case-insensitively
 	anyHeader, anyHTTP bool
 	anyAttrib          bool
 }
