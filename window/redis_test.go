@@ -258,8 +258,12 @@ func TestRedisOneRoundTrip(t *testing.T) {
 	if got := after["evalsha"] - before["evalsha"]; got != n {
 		t.Errorf("%d decisions made %d EVALSHA calls, want %d", n, got, n)
 	}
+	// hello and client|setname set a connection up: go-redis dials the
+	// pool's idle connections in the background and sets each up on its
+	// first use, which may fall among these decisions (once per connection,
+	// not per decision).
 	for cmd, calls := range after {
-		if calls != before[cmd] && !slices.Contains([]string{"evalsha", "zremrangebyscore", "zcard", "zscore", "zadd", "pexpire", "time", "info"}, cmd) {
+		if calls != before[cmd] && !slices.Contains([]string{"evalsha", "zremrangebyscore", "zcard", "zscore", "zadd", "pexpire", "time", "info", "hello", "client|setname"}, cmd) {
 			t.Errorf("unexpected command %s (%d calls)", cmd, calls-before[cmd])
 		}
 	}
