@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -15,7 +16,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"google.golang.org/grpc"
@@ -43,6 +46,9 @@ type benchOptions struct {
 	shape       string
 	serverPID   int
 	redisAddr   string
+	api         string // authz or rls
+	domain      string // --api rls: the request's domain
+	descKey     string // --api rls: the descriptor entry's key
 }
 
 // prebuildMax is the largest --users for which every user's CheckRequest is
@@ -93,11 +99,26 @@ object with --json.`,
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file")
 	f.StringVar(&o.shape, "shape", "minimal", "requests: minimal (the rule headers and a user agent) or envoy (what Envoy really sends: pseudo-headers, x-request-id, x-forwarded-*, a 1 KB cookie, ~20 headers, context_extensions)")
 	f.IntVar(&o.serverPID, "server-pid", 0, "PID of the server under test: report its CPU time per check (Linux /proc)")
-	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis: report Redis's CPU time and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
+	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis: report Redis's CPU time, commands and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
+	f.StringVar(&o.api, "api", "authz", "what to call: authz (ext_authz Check) or rls (the rate limit service's ShouldRateLimit, as Envoy's ratelimit filter does: --domain, one descriptor --descriptor-key=<the user's uid>; --shape, --path, --method and --ip do not apply)")
+	f.StringVar(&o.domain, "domain", "flashsale", "--api rls: the request's domain")
+	f.StringVar(&o.descKey, "descriptor-key", "uid", "--api rls: the key of the descriptor's one entry, whose value is the user's uid (u0000000 ...)")
 	return cmd
 }
 
 func (o benchOptions) validate() error {
+	switch o.api {
+	case "authz":
+	case "rls":
+		if o.shape != "minimal" {
+			return errors.New("--shape applies to --api authz only: a rate limit request is its descriptors")
+		}
+		if o.domain == "" || o.descKey == "" {
+			return errors.New("--api rls: --domain and --descriptor-key must not be empty")
+		}
+	default:
+		return fmt.Errorf("--api %q: want authz or rls", o.api)
+	}
 	if o.shape != "minimal" && o.shape != "envoy" {
 		return fmt.Errorf("--shape %q: want minimal or envoy", o.shape)
 	}
@@ -149,6 +170,8 @@ type benchResult struct {
 	ClientCPUS float64 `json:"client_cpu_s,omitempty"`
 	// Shape is the request shape (--shape).
 	Shape string `json:"shape"`
+	// API is what was called (--api): authz or rls.
+	API string `json:"api"`
 	// The server's and Redis's CPU time over the run, and Redis's script
 	// calls, with --server-pid and --redis-addr; per check below.
 	ServerCPUS          float64 `json:"server_cpu_s,omitempty"`
@@ -157,6 +180,11 @@ type benchResult struct {
 	RedisCPUPerCheck    float64 `json:"redis_cpu_us_per_check,omitempty"`
 	ScriptCalls         int64   `json:"redis_script_calls,omitempty"`
 	ScriptCallsPerCheck float64 `json:"redis_script_calls_per_check,omitempty"`
+	// RedisCommands counts every command Redis processed
+	// (total_commands_processed: a script call and each command it runs,
+	// each command of a pipeline).
+	RedisCommands         int64   `json:"redis_commands,omitempty"`
+	RedisCommandsPerCheck float64 `json:"redis_commands_per_check,omitempty"`
 }
 
 type benchLatency struct {
@@ -183,12 +211,19 @@ type userRequests struct {
 	o      benchOptions
 	fixed  netip.Addr // --ip, or invalid for one IP per user
 	tmpl   *authv3.CheckRequest
+	rls    *rlsv3.RateLimitRequest // --api rls: the template instead of tmpl
 	marsh  proto.MarshalOptions
 	encBuf []byte
 }
 
 func newUserRequests(o benchOptions) (*userRequests, error) {
 	u := &userRequests{o: o}
+	if o.api == "rls" {
+		u.rls = &rlsv3.RateLimitRequest{Domain: o.domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: o.descKey}},
+		}}}
+		return u, nil
+	}
 	if o.ip != "" {
 		ip, err := parseIP(o.ip)
 		if err != nil {
@@ -210,12 +245,24 @@ func newUserRequests(o benchOptions) (*userRequests, error) {
 
 // clone returns an encoder with its own template, for one worker.
 func (u *userRequests) clone() *userRequests {
+	if u.rls != nil {
+		return &userRequests{o: u.o, rls: proto.Clone(u.rls).(*rlsv3.RateLimitRequest), marsh: u.marsh}
+	}
 	return &userRequests{o: u.o, fixed: u.fixed, tmpl: proto.Clone(u.tmpl).(*authv3.CheckRequest), marsh: u.marsh}
 }
 
 // encode returns user i's request in wire form, in a buffer reused by the
 // next call.
 func (u *userRequests) encode(i int) ([]byte, error) {
+	if u.rls != nil {
+		u.rls.Descriptors[0].Entries[0].Value = fmt.Sprintf("u%07d", i)
+		b, err := u.marsh.MarshalAppend(u.encBuf[:0], u.rls)
+		if err != nil {
+			return nil, fmt.Errorf("encode request of user %d: %w", i, err)
+		}
+		u.encBuf = b
+		return b, nil
+	}
 	h := u.tmpl.Attributes.Request.Http.Headers
 	h["x-uid"] = fmt.Sprintf("u%07d", i)
 	h["x-device-fp"] = fmt.Sprintf("fp%07d", i)
@@ -381,7 +428,11 @@ type benchWorkerRun struct {
 
 func (wk *benchWorkerRun) run(ctx context.Context, end time.Time) {
 	callOpts := []grpc.CallOption{grpc.ForceCodecV2(rawCodec{})}
-	var answer checkAnswer
+	method := "/envoy.service.auth.v3.Authorization/Check"
+	answer := checkAnswer{rls: wk.o.api == "rls"}
+	if answer.rls {
+		method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+	}
 	var req rawMessage
 	behind := false // with --rate: the previous call ended after this one was due
 	for ctx.Err() == nil {
@@ -412,7 +463,7 @@ func (wk *benchWorkerRun) run(ctx context.Context, end time.Time) {
 			req = b
 		}
 		cctx, cancel := context.WithTimeout(ctx, wk.o.timeout)
-		err := wk.conn.Invoke(cctx, "/envoy.service.auth.v3.Authorization/Check", &req, &answer, callOpts...)
+		err := wk.conn.Invoke(cctx, method, &req, &answer, callOpts...)
 		cancel()
 		done := time.Now()
 		if wk.interval > 0 {
@@ -426,8 +477,12 @@ func (wk *benchWorkerRun) run(ctx context.Context, end time.Time) {
 			wk.fail(err)
 			continue
 		}
+		if answer.rls && answer.code != rlsOK && answer.code != rlsOverLimit {
+			wk.fail(fmt.Errorf("RateLimitResponse.overall_code %d: want OK or OVER_LIMIT", answer.code))
+			continue
+		}
 		wk.w.hist.record(done.Sub(sent))
-		if answer.code == int32(codes.OK) {
+		if answer.allowed() {
 			wk.w.allowed.Add(1)
 		} else {
 			wk.w.denied.Add(1)
@@ -471,7 +526,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 func summarize(o benchOptions, workers []*benchWorker, elapsed time.Duration) benchResult {
 	res := benchResult{
 		Addr: o.addr, Path: o.path, Concurrency: o.concurrency, Connections: o.connections,
-		Users: o.users, Hot: o.hot, Rate: o.rate, DurationS: elapsed.Seconds(), Shape: o.shape,
+		Users: o.users, Hot: o.hot, Rate: o.rate, DurationS: elapsed.Seconds(), Shape: o.shape, API: o.api,
 	}
 	var h histogram
 	for _, w := range workers {
@@ -508,7 +563,11 @@ func writeBenchTable(w io.Writer, r benchResult) error {
 		return fmt.Sprintf("(%.1f%%)", 100*float64(n)/float64(r.Requests))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "target\t%s %s (%s requests)\n", r.Addr, r.Path, r.Shape)
+	if r.API == "rls" {
+		fmt.Fprintf(tw, "target\t%s ShouldRateLimit\n", r.Addr)
+	} else {
+		fmt.Fprintf(tw, "target\t%s %s (%s requests)\n", r.Addr, r.Path, r.Shape)
+	}
 	fmt.Fprintf(tw, "load\t%d workers on %d connections, %d users, hot %.2f", r.Concurrency, r.Connections, r.Users, r.Hot)
 	if r.Rate > 0 {
 		fmt.Fprintf(tw, ", paced to %.0f/s", r.Rate)
@@ -529,7 +588,7 @@ func writeBenchTable(w io.Writer, r benchResult) error {
 		fmt.Fprintf(tw, "server CPU\t%.2fs (%.1f µs per check)\n", r.ServerCPUS, r.ServerCPUPerCheck)
 	}
 	if r.RedisCPUS > 0 || r.ScriptCalls > 0 {
-		fmt.Fprintf(tw, "Redis CPU\t%.3fs (%.1f µs per check), %.3f script calls per check\n", r.RedisCPUS, r.RedisCPUPerCheck, r.ScriptCallsPerCheck)
+		fmt.Fprintf(tw, "Redis CPU\t%.3fs (%.1f µs per check), %.3f script calls and %.3f commands per check\n", r.RedisCPUS, r.RedisCPUPerCheck, r.ScriptCallsPerCheck, r.RedisCommandsPerCheck)
 	}
 	if r.FirstError != "" {
 		fmt.Fprintf(tw, "first error\t%s\n", r.FirstError)

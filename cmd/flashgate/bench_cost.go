@@ -61,9 +61,10 @@ type costProbe struct {
 }
 
 type costStats struct {
-	server  time.Duration
-	redis   float64 // s
-	scripts int64
+	server   time.Duration
+	redis    float64 // s
+	scripts  int64
+	commands int64
 }
 
 func newCostProbe(ctx context.Context, o benchOptions) (*costProbe, error) {
@@ -100,11 +101,11 @@ func (p *costProbe) read(ctx context.Context, s *costStats) error {
 		s.server = cpu
 	}
 	if p.rdb != nil {
-		info, err := p.rdb.Info(ctx, "cpu", "commandstats").Result()
+		info, err := p.rdb.Info(ctx, "cpu", "stats", "commandstats").Result()
 		if err != nil {
 			return fmt.Errorf("--redis-addr: INFO: %w", err)
 		}
-		s.redis, s.scripts = parseRedisCost(info)
+		s.redis, s.scripts, s.commands = parseRedisCost(info)
 	}
 	return nil
 }
@@ -121,12 +122,16 @@ func (p *costProbe) report(r *benchResult) {
 		r.RedisCPUPerCheck = r.RedisCPUS * 1e6 / n
 		r.ScriptCalls = p.stats[1].scripts - p.stats[0].scripts
 		r.ScriptCallsPerCheck = float64(r.ScriptCalls) / n
+		// Less the probe's own INFO (the first counts itself).
+		r.RedisCommands = p.stats[1].commands - p.stats[0].commands - 1
+		r.RedisCommandsPerCheck = float64(r.RedisCommands) / n
 	}
 }
 
-// parseRedisCost reads used_cpu_sys + used_cpu_user (s) and the calls of
-// EVALSHA and EVAL out of INFO cpu and commandstats.
-func parseRedisCost(info string) (cpu float64, scripts int64) {
+// parseRedisCost reads used_cpu_sys + used_cpu_user (s), the calls of
+// EVALSHA and EVAL and total_commands_processed out of INFO cpu, stats and
+// commandstats.
+func parseRedisCost(info string) (cpu float64, scripts, commands int64) {
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -140,9 +145,11 @@ func parseRedisCost(info string) (cpu float64, scripts int64) {
 			scripts += leadingInt(rest)
 		} else if rest, ok := strings.CutPrefix(line, "cmdstat_eval:calls="); ok {
 			scripts += leadingInt(rest)
+		} else if rest, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			commands = leadingInt(rest)
 		}
 	}
-	return cpu, scripts
+	return cpu, scripts, commands
 }
 
 func leadingInt(s string) int64 {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -18,9 +19,26 @@ type rawCodec struct{}
 // rawMessage is a message in its wire form.
 type rawMessage []byte
 
-// checkAnswer is what bench reads of a CheckResponse: status.code.
+// checkAnswer is what bench reads of a CheckResponse: status.code; or, with
+// rls set, of a RateLimitResponse: overall_code.
 type checkAnswer struct {
+	rls  bool
 	code int32
+}
+
+// RateLimitResponse.overall_code's values bench counts (Code_OK and
+// Code_OVER_LIMIT of envoy.service.ratelimit.v3).
+const (
+	rlsOK        = 1
+	rlsOverLimit = 2
+)
+
+// allowed reports whether the answer lets the request through.
+func (a checkAnswer) allowed() bool {
+	if a.rls {
+		return a.code == rlsOK
+	}
+	return a.code == int32(codes.OK)
 }
 
 func (rawCodec) Name() string { return "proto" }
@@ -45,6 +63,9 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		b = data.Materialize()
 	}
 	code, err := statusCode(b)
+	if a.rls {
+		code, err = overallCode(b)
+	}
 	if err != nil {
 		return err
 	}
@@ -79,6 +100,34 @@ func statusCode(b []byte) (int32, error) {
 		st = st[n:]
 	}
 	return 0, nil
+}
+
+// overallCode reads RateLimitResponse.overall_code (field 1, an enum) from
+// the wire form b; absent reads as 0 (UNKNOWN).
+func overallCode(b []byte) (int32, error) {
+	var code int32
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, fmt.Errorf("RateLimitResponse: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0, fmt.Errorf("RateLimitResponse.overall_code: %w", protowire.ParseError(n))
+			}
+			code = int32(v)
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, fmt.Errorf("RateLimitResponse: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return code, nil
 }
 
 // field returns the last value of length-delimited field num in b, or nil.

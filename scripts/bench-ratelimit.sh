@@ -1,0 +1,110 @@
+#!/bin/bash
+# CPU cost per check of flashgate against envoyproxy/ratelimit, same load, same Redis (issue 11;
+# BENCHMARKS.md §9).
+# usage: scripts/bench-ratelimit.sh OUTDIR ROUNDS FLASHGATE_BIN [RATELIMIT_BIN]
+#   FLASHGATE_BIN: go build -o /tmp/fg ./cmd/flashgate
+#   RATELIMIT_BIN: envoyproxy/ratelimit's service_cmd; built here from the Go module proxy when not given
+#                  (RL_VERSION, default latest: go mod download, then go build ./src/service_cmd in a copy)
+#
+# One rule in both: 5 requests per second per uid, ratelimit's config format (flashgate serves it with
+# --rls-config). Each scenario runs 8 s, 32 workers, 100,000 users, against a fresh server on its own
+# redis-server; per round the scenarios alternate, so that a busy machine hits each alike. bench's JSON
+# goes to OUTDIR/SCENARIO-rROUND.json; the medians are printed at the end.
+#   rl            ratelimit, defaults (a Redis pipeline of INCRBY + EXPIRE per request, fixed window),
+#                 USE_STATSD=false (its stats stay in memory), ShouldRateLimit, uniform over the users
+#   rl-pipe       the same with REDIS_PIPELINE_WINDOW=150us (its README's advice for throughput)
+#   rl-hot        ratelimit, 90% of the requests from one user (--hot 0.9)
+#   rl-hot-cache  the same with LOCAL_CACHE_SIZE_IN_BYTES=100MB (its local cache of over-limit keys)
+#   fg-rls        flashgate serve --rls-config, the same requests (exact sliding windows)
+#   fg-rls-hot    the same, 90% from one user
+#   fg-authz      flashgate's own API: ext_authz Check, one rule x-uid 5/1s, minimal requests
+#   fg-authz-env  the same, Envoy-shaped requests (--shape envoy)
+#   noop          flashgate noop-server: a do-nothing ext_authz server, minimal requests
+set -u
+OUT=$1; ROUNDS=$2; FG=$3; RL=${4:-}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+RP=${RP:-63831}; GP=${GP:-19591}; HP=${HP:-19592}
+if [ -z "$RL" ]; then
+  RL="$OUT/ratelimit"
+  if [ ! -x "$RL" ]; then
+    src=$(cd "$OUT" && GOFLAGS=-mod=mod go mod download -json "github.com/envoyproxy/ratelimit@${RL_VERSION:-latest}" |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || exit 1
+    rm -rf "$OUT/ratelimit-src" && cp -r "$src" "$OUT/ratelimit-src" && chmod -R u+w "$OUT/ratelimit-src"
+    (cd "$OUT/ratelimit-src" && go build -o "$RL" ./src/service_cmd) || exit 1
+  fi
+fi
+mkdir -p "$OUT/runtime/ratelimit/config"
+cat > "$OUT/runtime/ratelimit/config/flashsale.yaml" <<'YAML'
+domain: flashsale
+descriptors:
+  - key: uid
+    rate_limit:
+      unit: second
+      requests_per_unit: 5
+YAML
+cat > "$OUT/one-rule.yaml" <<'YAML'
+domain: flashsale
+sources:
+  uid: {request_headers: {header_name: x-uid}}
+descriptors:
+  - key: uid
+    name: coupon_per_uid
+    rate_limit: {requests: 5, window: 1s}
+YAML
+redis-server --port "$RP" --save '' --appendonly no --daemonize yes --logfile "$OUT/redis.log"; sleep 0.5
+run() { # name kind(rl|fg|noop) server-args-or-env... -- bench-args...
+  local name=$1 kind=$2; shift 2
+  local sargs=()
+  while [ "$1" != -- ]; do sargs+=("$1"); shift; done; shift
+  redis-cli -p "$RP" flushall >/dev/null
+  case $kind in
+    rl) env "${sargs[@]}" USE_STATSD=false LOG_LEVEL=error REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$RP \
+          RUNTIME_ROOT="$OUT/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+          GRPC_HOST=127.0.0.1 GRPC_PORT=$GP HOST=127.0.0.1 PORT=$HP DEBUG_HOST=127.0.0.1 DEBUG_PORT=$((HP + 1)) \
+          "$RL" > "$OUT/srv.log" 2>&1 & ;;
+    fg) "$FG" serve --backend redis --redis-addr 127.0.0.1:$RP --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP \
+          --log-level warn "${sargs[@]}" > "$OUT/srv.log" 2>&1 & ;;
+    noop) "$FG" noop-server --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 & ;;
+  esac
+  local pid=$!
+  for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$GP) 2>/dev/null && break; sleep 0.1; done; sleep 1
+  local redis=(--redis-addr 127.0.0.1:$RP); [ "$kind" = noop ] && redis=()
+  "$FG" bench --addr 127.0.0.1:$GP --duration 8s --concurrency 32 --users 100000 --quiet --json \
+    --server-pid $pid "${redis[@]}" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  kill $pid; wait $pid 2>/dev/null
+}
+for r in $(seq "$ROUNDS"); do
+  for sc in ${SCEN:-rl rl-pipe rl-hot rl-hot-cache fg-rls fg-rls-hot fg-authz fg-authz-env noop}; do
+    case $sc in
+      rl) run "rl-r$r" rl X=0 -- --api rls ;;
+      rl-pipe) run "rl-pipe-r$r" rl REDIS_PIPELINE_WINDOW=150us -- --api rls ;;
+      rl-hot) run "rl-hot-r$r" rl X=0 -- --api rls --hot 0.9 ;;
+      rl-hot-cache) run "rl-hot-cache-r$r" rl LOCAL_CACHE_SIZE_IN_BYTES=100000000 -- --api rls --hot 0.9 ;;
+      fg-rls) run "fg-rls-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$OUT/one-rule.yaml" -- --api rls ;;
+      fg-rls-hot) run "fg-rls-hot-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$OUT/one-rule.yaml" -- --api rls --hot 0.9 ;;
+      fg-authz) run "fg-authz-r$r" fg --config "$OUT/one-rule.yaml" -- ;;
+      fg-authz-env) run "fg-authz-env-r$r" fg --config "$OUT/one-rule.yaml" -- --shape envoy ;;
+      noop) run "noop-r$r" noop -- ;;
+      *) echo "unknown scenario $sc" >&2 ;;
+    esac
+  done
+done
+redis-cli -p "$RP" shutdown nosave >/dev/null
+python3 - "$OUT" <<'PY'
+import json, glob, sys, collections, statistics
+runs = collections.defaultdict(list)
+for f in sorted(glob.glob(sys.argv[1] + '/*-r*.json')):
+    try:
+        runs[f.split('/')[-1][:-5].rsplit('-r', 1)[0]].append(json.load(open(f)))
+    except ValueError:
+        pass
+def med(js, f):
+    v = [f(j) for j in js if f(j) is not None]
+    return statistics.median(v) if v else float('nan')
+print(f"{'run':14s} {'n':>2s} {'checks/s':>9s} {'denied':>7s} {'server µs':>10s} {'Redis µs':>9s} {'total µs':>9s} {'cmds':>6s} {'p50 ms':>7s} {'p99 ms':>7s}")
+for k, js in sorted(runs.items()):
+    s = med(js, lambda j: j.get('server_cpu_us_per_check'))
+    rd = med(js, lambda j: j.get('redis_cpu_us_per_check', 0.0))
+    print(f"{k:14s} {len(js):2d} {med(js, lambda j: j['throughput']):9.0f} {med(js, lambda j: j['denied'] / max(j['requests'], 1)):7.3f} "
+          f"{s:10.1f} {rd:9.1f} {med(js, lambda j: j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)):9.1f} "
+          f"{med(js, lambda j: j.get('redis_commands_per_check', 0.0)):6.2f} {med(js, lambda j: j['latency_ms']['p50']):7.2f} {med(js, lambda j: j['latency_ms']['p99']):7.2f}")
+PY
