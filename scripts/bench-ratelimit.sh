@@ -17,6 +17,10 @@
 #   rl-hot-cache  the same with LOCAL_CACHE_SIZE_IN_BYTES=100MB (its local cache of over-limit keys)
 #   fg-rls        flashgate serve --rls-config, the same requests (exact sliding windows)
 #   fg-rls-hot    the same, 90% from one user
+#   rl-ex         ratelimit, three descriptors per request (uid 5/s, device 10/s, ip 100/s: the limits of
+#                 flashgate's built-in example), each per user
+#   fg-rls-ex     flashgate serve --rls-config, the same three-descriptor requests
+#   fg-authz-ex   ext_authz Check on flashgate's built-in example (the same three limits, one script call)
 #   fg-authz      flashgate's own API: ext_authz Check, one rule x-uid 5/1s, minimal requests
 #   fg-authz-env  the same, Envoy-shaped requests (--shape envoy)
 #   noop          flashgate noop-server: a do-nothing ext_authz server, minimal requests
@@ -40,6 +44,16 @@ descriptors:
     rate_limit:
       unit: second
       requests_per_unit: 5
+YAML
+cat > "$OUT/runtime/ratelimit/config/flashsale3.yaml" <<'YAML'
+domain: flashsale3
+descriptors:
+  - key: uid
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: device
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 100}
 YAML
 cat > "$OUT/one-rule.yaml" <<'YAML'
 domain: flashsale
@@ -73,7 +87,7 @@ run() { # name kind(rl|fg|noop) server-args-or-env... -- bench-args...
   kill $pid; wait $pid 2>/dev/null
 }
 for r in $(seq "$ROUNDS"); do
-  for sc in ${SCEN:-rl rl-pipe rl-hot rl-hot-cache fg-rls fg-rls-hot fg-authz fg-authz-env noop}; do
+  for sc in ${SCEN:-rl rl-pipe rl-hot rl-hot-cache rl-ex fg-rls fg-rls-hot fg-rls-ex fg-authz fg-authz-env fg-authz-ex noop}; do
     case $sc in
       rl) run "rl-r$r" rl X=0 -- --api rls ;;
       rl-pipe) run "rl-pipe-r$r" rl REDIS_PIPELINE_WINDOW=150us -- --api rls ;;
@@ -81,6 +95,9 @@ for r in $(seq "$ROUNDS"); do
       rl-hot-cache) run "rl-hot-cache-r$r" rl LOCAL_CACHE_SIZE_IN_BYTES=100000000 -- --api rls --hot 0.9 ;;
       fg-rls) run "fg-rls-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$OUT/one-rule.yaml" -- --api rls ;;
       fg-rls-hot) run "fg-rls-hot-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$OUT/one-rule.yaml" -- --api rls --hot 0.9 ;;
+      rl-ex) run "rl-ex-r$r" rl X=0 -- --api rls --domain flashsale3 --descriptor-key uid,device,ip ;;
+      fg-rls-ex) run "fg-rls-ex-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$OUT/one-rule.yaml" -- --api rls --domain flashsale3 --descriptor-key uid,device,ip ;;
+      fg-authz-ex) run "fg-authz-ex-r$r" fg -- ;;
       fg-authz) run "fg-authz-r$r" fg --config "$OUT/one-rule.yaml" -- ;;
       fg-authz-env) run "fg-authz-env-r$r" fg --config "$OUT/one-rule.yaml" -- --shape envoy ;;
       noop) run "noop-r$r" noop -- ;;

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,7 +103,7 @@ object with --json.`,
 	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis: report Redis's CPU time, commands and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
 	f.StringVar(&o.api, "api", "authz", "what to call: authz (ext_authz Check) or rls (the rate limit service's ShouldRateLimit, as Envoy's ratelimit filter does: --domain, one descriptor --descriptor-key=<the user's uid>; --shape, --path, --method and --ip do not apply)")
 	f.StringVar(&o.domain, "domain", "flashsale", "--api rls: the request's domain")
-	f.StringVar(&o.descKey, "descriptor-key", "uid", "--api rls: the key of the descriptor's one entry, whose value is the user's uid (u0000000 ...)")
+	f.StringVar(&o.descKey, "descriptor-key", "uid", "--api rls: the key of the descriptor's one entry, whose value is the user's uid (u0000000 ...); a comma-separated list sends one such descriptor per key (e.g. uid,device,ip: three limits per request, each per user)")
 	return cmd
 }
 
@@ -113,8 +114,8 @@ func (o benchOptions) validate() error {
 		if o.shape != "minimal" {
 			return errors.New("--shape applies to --api authz only: a rate limit request is its descriptors")
 		}
-		if o.domain == "" || o.descKey == "" {
-			return errors.New("--api rls: --domain and --descriptor-key must not be empty")
+		if o.domain == "" || slices.Contains(strings.Split(o.descKey, ","), "") {
+			return errors.New("--api rls: --domain and the keys of --descriptor-key must not be empty")
 		}
 	default:
 		return fmt.Errorf("--api %q: want authz or rls", o.api)
@@ -219,9 +220,12 @@ type userRequests struct {
 func newUserRequests(o benchOptions) (*userRequests, error) {
 	u := &userRequests{o: o}
 	if o.api == "rls" {
-		u.rls = &rlsv3.RateLimitRequest{Domain: o.domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: o.descKey}},
-		}}}
+		u.rls = &rlsv3.RateLimitRequest{Domain: o.domain}
+		for _, k := range strings.Split(o.descKey, ",") {
+			u.rls.Descriptors = append(u.rls.Descriptors, &ratelimitv3.RateLimitDescriptor{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k}},
+			})
+		}
 		return u, nil
 	}
 	if o.ip != "" {
@@ -255,7 +259,10 @@ func (u *userRequests) clone() *userRequests {
 // next call.
 func (u *userRequests) encode(i int) ([]byte, error) {
 	if u.rls != nil {
-		u.rls.Descriptors[0].Entries[0].Value = fmt.Sprintf("u%07d", i)
+		uid := fmt.Sprintf("u%07d", i)
+		for _, d := range u.rls.Descriptors {
+			d.Entries[0].Value = uid
+		}
 		b, err := u.marsh.MarshalAppend(u.encBuf[:0], u.rls)
 		if err != nil {
 			return nil, fmt.Errorf("encode request of user %d: %w", i, err)

@@ -167,6 +167,12 @@ func TestBenchRLS(t *testing.T) {
 	if r.Allowed != 2 || r.Denied != r.Requests-2 {
 		t.Errorf("allowed %d, denied %d of %d: want 2 allowed, the rest denied", r.Allowed, r.Denied, r.Requests)
 	}
+	// Two descriptors per request, the same limit each: still 2 allowed.
+	r = benchJSON(t, "--addr", s.grpcAddr, "--api", "rls", "--domain", "edge", "--descriptor-key", "remote_address,remote_address",
+		"--duration", "300ms", "--concurrency", "1", "--users", "2", "--quiet")
+	if r.Errors != 0 || r.Allowed > 4 || r.Denied == 0 {
+		t.Errorf("two descriptors: %+v, want at most 2 allowed per user", r)
+	}
 	// A domain serve does not know: ratelimit's answer is OK, no limit.
 	r = benchJSON(t, "--addr", s.grpcAddr, "--api", "rls", "--domain", "nowhere",
 		"--duration", "300ms", "--concurrency", "1", "--users", "1", "--quiet")
@@ -180,6 +186,7 @@ func TestBenchRLSOptions(t *testing.T) {
 		{"--api", "grpc"},
 		{"--api", "rls", "--shape", "envoy"},
 		{"--api", "rls", "--domain", ""},
+		{"--api", "rls", "--descriptor-key", "uid,,ip"},
 	} {
 		_, _, err := runCmd(t, context.Background(), append([]string{"bench", "--addr", "127.0.0.1:1", "--duration", "1s"}, args...)...)
 		if err == nil || strings.Contains(err.Error(), "cannot reach") {
