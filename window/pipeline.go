@@ -15,12 +15,25 @@ import (
 var ErrClosed = errors.New("window: the limiter is closed")
 
 // DefaultPipelineWorkers is how many round trips an auto-pipelining [Redis]
-// keeps in flight at most when RedisOptions.PipelineWorkers is 0.
+// keeps in flight at most when RedisOptions.PipelineWorkers is 0 (the second
+// only while the first is stalled).
 const DefaultPipelineWorkers = 2
 
 // maxPipelineBatch caps the script calls sent in one auto-pipelined round
 // trip: a batch of 3-key scripts then keeps Redis busy for a few ms at most.
 const maxPipelineBatch = 128
+
+// Extra slots: a call goes out while another is in flight only when the
+// newest call in flight has been out for stall, twice the pipeline's
+// smoothed round trip, bounded by these. Under a steady load one call is in
+// flight and the rest batch behind it (the fewer the calls, the fewer
+// syscalls and script set-ups per check on both sides); a reply that is
+// late (a slow batch, a network blip, a dying connection) opens the next
+// slot instead of holding every queued check.
+const (
+	minStall = 250 * time.Microsecond
+	maxStall = 5 * time.Millisecond
+)
 
 // pipelineTimeout bounds an auto-pipelined round trip for the callers whose
 // context has no deadline (the client's own read and write timeouts apply
@@ -28,15 +41,18 @@ const maxPipelineBatch = 128
 const pipelineTimeout = 2 * time.Second
 
 // autoPipeline batches the decisions of concurrent callers into shared
-// script calls, in the manner of rueidis. At most slots calls are in flight.
-// A decision that finds a free slot and nothing queued goes out at once from
-// its caller's goroutine, exactly as without auto-pipelining (so a lone call
-// pays nothing). Otherwise it is queued, and each of slots dispatcher
-// goroutines, when a slot frees, takes everything queued (up to
+// script calls, in the manner of rueidis. At most slots calls are in flight,
+// and a slot beyond the first opens only while the newest call in flight is
+// stalled (out for longer than twice the smoothed round trip; see
+// minStall). A decision that finds a slot open and nothing queued goes out
+// at once from its caller's goroutine, exactly as without auto-pipelining
+// (so a lone call pays nothing). Otherwise it is queued, and each of slots
+// dispatcher goroutines, when a slot opens, takes everything queued (up to
 // maxPipelineBatch) and sends it as ONE script call: the script decides the
 // requests in order, each all or nothing over its own keys with its own
-// member id, and its reply is cut into each caller's. No timer: a batch
-// forms from the calls that arrived while all slots were busy.
+// member id, and its reply is cut into each caller's. A batch forms from the
+// calls that arrived while the call in flight was out; the only timer is a
+// dispatcher's, waiting for a stall while calls are queued.
 //
 // Exactness, all-or-nothing and idempotency are those of unbatched calls:
 // one script call is atomic in Redis, as each of its requests' would be.
@@ -60,12 +76,19 @@ type autoPipeline struct {
 	// own; set only by tests, before the first call, so that sequential
 	// tests exercise the batching path.
 	alwaysQueue bool
+	// stallMin and stallMax bound the stall (minStall, maxStall; tests
+	// change them before the first call).
+	stallMin, stallMax time.Duration
+
+	epoch time.Time // the origin of the monotonic times below
 
 	// mu guards the fields below.
-	mu     sync.Mutex
-	queue  []*pipelineCall
-	busy   int // calls in flight (batches and calls sent on their own)
-	closed bool
+	mu       sync.Mutex
+	queue    []*pipelineCall
+	busy     int   // calls in flight (batches and calls sent on their own)
+	lastSend int64 // ns since epoch the newest call was sent
+	srtt     int64 // smoothed duration of a call, ns; 0 before the first
+	closed   bool
 }
 
 // pipelineCall is one queued request and, once done is closed, its reply.
@@ -91,6 +114,10 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 		stop:   make(chan struct{}),
 		ctx:    ctx,
 		cancel: cancel,
+		epoch:  time.Now(),
+
+		stallMin: minStall,
+		stallMax: maxStall,
 	}
 	for range slots {
 		p.wg.Go(p.dispatch)
@@ -112,18 +139,27 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if p.busy < p.slots && len(p.queue) == 0 && !p.alwaysQueue {
-		p.busy++
-		p.mu.Unlock()
-		res, err := p.eval(ctx, keys, args)
-		p.release()
-		return res, err
+	if len(p.queue) == 0 && !p.alwaysQueue {
+		if now := p.since(); p.openLocked(now) {
+			p.busy++
+			p.lastSend = now
+			p.mu.Unlock()
+			res, err := p.eval(ctx, keys, args)
+			p.release(now)
+			return res, err
+		}
 	}
 	c := &pipelineCall{keys: keys, args: args, gone: ctx.Done(), done: make(chan struct{})}
 	c.deadline, _ = ctx.Deadline()
 	p.queue = append(p.queue, c)
+	// The first queued call wakes a dispatcher; the ones behind it join its
+	// batch (a dispatcher takes the whole queue, and re-signals for what it
+	// leaves), so they need not wake one each.
+	first := len(p.queue) == 1
 	p.mu.Unlock()
-	p.signal()
+	if first {
+		p.signal()
+	}
 	select {
 	case <-c.done:
 		return c.res, c.err
@@ -154,10 +190,33 @@ func isDone(ch <-chan struct{}) bool {
 	}
 }
 
-// release frees a slot and wakes a dispatcher if calls are queued.
-func (p *autoPipeline) release() {
+// since returns the monotonic time in ns since p.epoch.
+func (p *autoPipeline) since() int64 { return int64(time.Since(p.epoch)) }
+
+// stallLocked is how long the newest call in flight must have been out for
+// another slot to open: twice the smoothed round trip, within
+// [minStall, maxStall].
+func (p *autoPipeline) stallLocked() int64 {
+	return min(max(2*p.srtt, int64(p.stallMin)), int64(p.stallMax))
+}
+
+// openLocked reports whether a call may go out at now: none is in flight,
+// or a slot is free and the newest call in flight is stalled.
+func (p *autoPipeline) openLocked(now int64) bool {
+	return p.busy == 0 || p.busy < p.slots && now-p.lastSend >= p.stallLocked()
+}
+
+// release frees the slot of a call sent at sent, folds its duration into
+// the smoothed round trip, and wakes a dispatcher if calls are queued.
+func (p *autoPipeline) release(sent int64) {
+	took := p.since() - sent
 	p.mu.Lock()
 	p.busy--
+	if p.srtt == 0 {
+		p.srtt = max(took, 1)
+	} else {
+		p.srtt = max(p.srtt+(took-p.srtt)/8, 1)
+	}
 	queued := len(p.queue) > 0
 	p.mu.Unlock()
 	if queued {
@@ -177,40 +236,64 @@ func (p *autoPipeline) signal() {
 // on a slot, until close.
 func (p *autoPipeline) dispatch() {
 	batch := make([]*pipelineCall, 0, maxPipelineBatch)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	for {
-		var ok bool
-		batch, ok = p.take(batch[:0])
+		var (
+			ok   bool
+			wait time.Duration
+			sent int64
+		)
+		batch, sent, wait, ok = p.take(batch[:0])
 		if !ok {
 			return
 		}
 		if len(batch) == 0 {
+			var stalled <-chan time.Time
+			if wait > 0 {
+				// Calls are queued behind a call in flight: a slot opens
+				// when it stalls, unless it ends first (a wake).
+				timer.Reset(wait)
+				stalled = timer.C
+			}
 			select {
 			case <-p.wake:
+			case <-stalled:
 			case <-p.stop:
 				return
 			}
+			timer.Stop()
 			continue
 		}
 		p.send(batch)
 		clear(batch) // let finished calls be collected
-		p.release()
+		p.release(sent)
 	}
 }
 
 // take takes a slot and appends up to maxPipelineBatch queued calls to
 // batch, oldest first, and wakes another dispatcher when calls remain and
-// slots are free. It appends nothing (and takes no slot) when nothing is
-// queued or no slot is free. ok is false once closed.
-func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, ok bool) {
+// slots are free; sent is when (p.since). It appends nothing (and takes no
+// slot) when nothing is queued or no slot is open; wait is then how long
+// until the call in flight stalls and a free slot opens (0: none will, a
+// call's end wakes the dispatchers). ok is false once closed.
+func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int64, wait time.Duration, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return batch, false
+		return batch, 0, 0, false
 	}
 	if len(p.queue) == 0 || p.busy >= p.slots {
-		return batch, true
+		return batch, 0, 0, true
+	}
+	now := p.since()
+	if !p.openLocked(now) {
+		return batch, 0, time.Duration(p.lastSend + p.stallLocked() - now), true
 	}
 	p.busy++
+	prev := p.lastSend
+	p.lastSend = now
 	// Calls whose caller already gave up (its deadline passed while queued)
 	// are completed here, never sent: sending them would record requests
 	// that the failure mode has already answered.
@@ -231,12 +314,13 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, ok bool) 
 	if len(batch) == 0 {
 		// Everything taken was abandoned: give the slot back.
 		p.busy--
-		return batch, true
+		p.lastSend = prev
+		return batch, 0, 0, true
 	}
 	if rest > 0 && p.busy < p.slots {
 		p.signal()
 	}
-	return batch, true
+	return batch, now, 0, true
 }
 
 // send runs batch as one script call and completes every call with its

@@ -447,3 +447,146 @@ func sendFirsts(t *testing.T, r *Redis, keys []string) []error {
 	}
 	return errs
 }
+
+// readGate holds the reply of one connection: after arm, the first
+// connection that reads blocks before its read until release is closed (a
+// network stall on that connection only; Redis itself stays free).
+type readGate struct {
+	mu      sync.Mutex
+	armed   bool
+	held    net.Conn
+	holding chan struct{} // closed once a read is held
+	release chan struct{}
+}
+
+func newReadGate() *readGate {
+	return &readGate{holding: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *readGate) arm() {
+	g.mu.Lock()
+	g.armed = true
+	g.mu.Unlock()
+}
+
+type gatedConn struct {
+	net.Conn
+	g *readGate
+}
+
+func (c *gatedConn) Read(b []byte) (int, error) {
+	g := c.g
+	g.mu.Lock()
+	hold := g.armed && g.held == nil
+	if hold {
+		g.armed, g.held = false, c
+		close(g.holding)
+	}
+	g.mu.Unlock()
+	if hold {
+		<-g.release
+	}
+	return c.Conn.Read(b)
+}
+
+// gatedRedis is an auto-pipelining limiter on a real Redis whose
+// connections pass through g, with stall bounds lo and hi.
+func gatedRedis(t *testing.T, g *readGate, lo, hi time.Duration) (*Redis, *countHook) {
+	t.Helper()
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{
+		Addr: s.Addr(), ReadTimeout: 20 * time.Second, WriteTimeout: 20 * time.Second, PoolSize: 4,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			cn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &gatedConn{Conn: cn, g: g}, nil
+		},
+	})
+	t.Cleanup(func() { c.Close() })
+	hook := &countHook{}
+	c.AddHook(hook)
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
+	r.pipe.stallMin, r.pipe.stallMax = lo, hi
+	t.Cleanup(r.Close)
+	mustDecide(t, r, hit(testKeys(t).Key("warm", "up"), 5, time.Minute)) // load the script
+	return r, hook
+}
+
+// TestAutoPipelineStallOpensSlot: while one call is in flight the next
+// queue behind it, unless it stalls: a reply held on its connection opens
+// the second slot, and the calls behind it are decided at once, not after
+// it.
+func TestAutoPipelineStallOpensSlot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	k := testKeys(t)
+	for _, tc := range []struct {
+		name   string
+		lo, hi time.Duration
+		stall  bool // the second slot opens while the first call is held
+	}{
+		{"stalls", time.Microsecond, time.Microsecond, true},
+		{"never", time.Hour, time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newReadGate()
+			r, hook := gatedRedis(t, g, tc.lo, tc.hi)
+			hook.cmds.Store(0)
+			hook.pipelines.Store(0)
+			g.arm()
+			first := make(chan error, 1)
+			go func() {
+				_, err := r.Decide(ctx, []Hit{hit(k.Key(tc.name, "first"), 5, time.Minute)})
+				first <- err
+			}()
+			<-g.holding
+			second := make(chan error, 1)
+			go func() {
+				d, err := r.Decide(ctx, []Hit{hit(k.Key(tc.name, "second"), 5, time.Minute)})
+				if err == nil && !d.Allowed {
+					err = fmt.Errorf("decision %+v, want allowed", d)
+				}
+				second <- err
+			}()
+			if tc.stall {
+				if err := <-second; err != nil {
+					t.Fatalf("second call: %v", err)
+				}
+				select {
+				case err := <-first:
+					t.Fatalf("the held call returned (%v) before its reply was released", err)
+				default:
+				}
+			} else {
+				// Queued behind the call in flight, not sent.
+				for queued := false; !queued; {
+					r.pipe.mu.Lock()
+					queued = len(r.pipe.queue) == 1
+					r.pipe.mu.Unlock()
+					if ctx.Err() != nil {
+						t.Fatal("the second call never queued")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if got := hook.cmds.Load() + hook.pipelines.Load(); got != 1 {
+					t.Fatalf("%d script calls sent while the first is in flight, want 1", got)
+				}
+			}
+			close(g.release)
+			if err := <-first; err != nil {
+				t.Fatalf("first call: %v", err)
+			}
+			if !tc.stall {
+				if err := <-second; err != nil {
+					t.Fatalf("second call: %v", err)
+				}
+			}
+			if got := hook.cmds.Load() + hook.pipelines.Load(); got != 2 {
+				t.Errorf("%d script calls, want 2", got)
+			}
+		})
+	}
+}

@@ -74,16 +74,17 @@ type RedisOptions struct {
 	// Sentinel Redis: the decisions that queued while round trips were in
 	// flight go out as ONE script call, which decides them in order, each
 	// all or nothing over its own keys with its own member id, so the
-	// guarantees are unchanged (one script call is atomic). At most
-	// PipelineWorkers calls are in flight: a decision that finds one free and
-	// nothing queued is sent at once from its own goroutine (a lone decision
-	// is not delayed); the others queue and go out together when a call ends
-	// (no timer). It starts PipelineWorkers goroutines: call [Redis.Close].
-	// Ignored in per-slot (Cluster) mode.
+	// guarantees are unchanged (one script call is atomic). One call is in
+	// flight, and up to PipelineWorkers while the newest call in flight is
+	// stalled (out for twice the smoothed round trip, 250 µs to 5 ms): a
+	// decision that finds a slot open and nothing queued is sent at once
+	// from its own goroutine (a lone decision is not delayed); the others
+	// queue and go out together when a call ends or stalls. It starts
+	// PipelineWorkers goroutines: call [Redis.Close]. Ignored in per-slot
+	// (Cluster) mode.
 	AutoPipeline bool
 	// PipelineWorkers bounds the round trips in flight with AutoPipeline
 	// (each on its own pooled connection); 0 means DefaultPipelineWorkers.
-	// Fewer make larger batches.
 	PipelineWorkers int
 }
 
