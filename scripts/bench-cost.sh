@@ -72,21 +72,4 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 redis-cli -p $RP shutdown nosave >/dev/null
-# Medians per binary and scenario:
-python3 - "$OUT" <<'PY'
-import json, glob, sys, collections, statistics
-runs = collections.defaultdict(list)
-for f in sorted(glob.glob(sys.argv[1] + '/*.json')):
-    try:
-        runs[f.split('/')[-1][:-5].rsplit('-r', 1)[0]].append(json.load(open(f)))
-    except ValueError:
-        pass
-def med(js, f):
-    v = [f(j) for j in js if f(j) is not None]
-    return statistics.median(v) if v else float('nan')
-print(f"{'run':24s} {'n':>2s} {'checks/s':>9s} {'server µs':>10s} {'Redis µs':>9s} {'calls':>6s} {'p50 ms':>7s} {'p99 ms':>7s}")
-for k, js in sorted(runs.items()):
-    print(f"{k:24s} {len(js):2d} {med(js, lambda j: j['throughput']):9.0f} {med(js, lambda j: j.get('server_cpu_us_per_check')):10.1f} "
-          f"{med(js, lambda j: j.get('redis_cpu_us_per_check')):9.1f} {med(js, lambda j: j.get('redis_script_calls_per_check')):6.3f} "
-          f"{med(js, lambda j: j['latency_ms']['p50']):7.2f} {med(js, lambda j: j['latency_ms']['p99']):7.2f}")
-PY
+"$(dirname "$0")/bench-medians.py" "$OUT"

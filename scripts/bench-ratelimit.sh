@@ -106,22 +106,4 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 redis-cli -p "$RP" shutdown nosave >/dev/null
-python3 - "$OUT" <<'PY'
-import json, glob, sys, collections, statistics
-runs = collections.defaultdict(list)
-for f in sorted(glob.glob(sys.argv[1] + '/*-r*.json')):
-    try:
-        runs[f.split('/')[-1][:-5].rsplit('-r', 1)[0]].append(json.load(open(f)))
-    except ValueError:
-        pass
-def med(js, f):
-    v = [f(j) for j in js if f(j) is not None]
-    return statistics.median(v) if v else float('nan')
-print(f"{'run':14s} {'n':>2s} {'checks/s':>9s} {'denied':>7s} {'server µs':>10s} {'Redis µs':>9s} {'total µs':>9s} {'cmds':>6s} {'p50 ms':>7s} {'p99 ms':>7s}")
-for k, js in sorted(runs.items()):
-    s = med(js, lambda j: j.get('server_cpu_us_per_check'))
-    rd = med(js, lambda j: j.get('redis_cpu_us_per_check', 0.0))
-    print(f"{k:14s} {len(js):2d} {med(js, lambda j: j['throughput']):9.0f} {med(js, lambda j: j['denied'] / max(j['requests'], 1)):7.3f} "
-          f"{s:10.1f} {rd:9.1f} {med(js, lambda j: j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)):9.1f} "
-          f"{med(js, lambda j: j.get('redis_commands_per_check', 0.0)):6.2f} {med(js, lambda j: j['latency_ms']['p50']):7.2f} {med(js, lambda j: j['latency_ms']['p99']):7.2f}")
-PY
+"$(dirname "$0")/bench-medians.py" "$OUT"

@@ -80,54 +80,40 @@ func statusCode(b []byte) (int32, error) {
 	if err != nil || st == nil {
 		return 0, err
 	}
-	for len(st) > 0 {
-		num, typ, n := protowire.ConsumeTag(st)
-		if n < 0 {
-			return 0, fmt.Errorf("CheckResponse.status: %w", protowire.ParseError(n))
-		}
-		st = st[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(st)
-			if n < 0 {
-				return 0, fmt.Errorf("CheckResponse.status.code: %w", protowire.ParseError(n))
-			}
-			return int32(v), nil
-		}
-		n = protowire.ConsumeFieldValue(num, typ, st)
-		if n < 0 {
-			return 0, fmt.Errorf("CheckResponse.status: %w", protowire.ParseError(n))
-		}
-		st = st[n:]
-	}
-	return 0, nil
+	return varintField(st, 1, "CheckResponse.status")
 }
 
 // overallCode reads RateLimitResponse.overall_code (field 1, an enum) from
 // the wire form b; absent reads as 0 (UNKNOWN).
 func overallCode(b []byte) (int32, error) {
-	var code int32
+	return varintField(b, 1, "RateLimitResponse")
+}
+
+// varintField returns the last value of varint field num of message b (0
+// when absent, as proto3 reads it); what names the message in errors.
+func varintField(b []byte, num protowire.Number, what string) (int32, error) {
+	var v int32
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		n0, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return 0, fmt.Errorf("RateLimitResponse: %w", protowire.ParseError(n))
+			return 0, fmt.Errorf("%s: %w", what, protowire.ParseError(n))
 		}
 		b = b[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
+		if n0 == num && typ == protowire.VarintType {
+			x, n := protowire.ConsumeVarint(b)
 			if n < 0 {
-				return 0, fmt.Errorf("RateLimitResponse.overall_code: %w", protowire.ParseError(n))
+				return 0, fmt.Errorf("%s field %d: %w", what, num, protowire.ParseError(n))
 			}
-			code = int32(v)
-			b = b[n:]
+			v, b = int32(x), b[n:]
 			continue
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
+		n = protowire.ConsumeFieldValue(n0, typ, b)
 		if n < 0 {
-			return 0, fmt.Errorf("RateLimitResponse: %w", protowire.ParseError(n))
+			return 0, fmt.Errorf("%s: %w", what, protowire.ParseError(n))
 		}
 		b = b[n:]
 	}
-	return code, nil
+	return v, nil
 }
 
 // field returns the last value of length-delimited field num in b, or nil.

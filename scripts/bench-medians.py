@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""Medians of flashgate bench --json results: scripts/bench-medians.py OUTDIR
+
+Reads OUTDIR/NAME-rROUND.json (as scripts/bench-cost.sh and scripts/bench-ratelimit.sh write them) and prints,
+per NAME, the median over its rounds of: checks/s, the share denied, server and Redis CPU µs per check and
+their sum, Redis script calls and commands per check, p50 and p99 latency (ms)."""
+import collections
+import glob
+import json
+import statistics
+import sys
+
+runs = collections.defaultdict(list)
+for f in sorted(glob.glob(sys.argv[1] + '/*-r*.json')):
+    try:
+        runs[f.split('/')[-1][:-5].rsplit('-r', 1)[0]].append(json.load(open(f)))
+    except ValueError:
+        pass  # a run that failed wrote no JSON; its .err says why
+
+
+def med(js, f):
+    v = [f(j) for j in js if f(j) is not None]
+    return statistics.median(v) if v else float('nan')
+
+
+print(f"{'run':24s} {'n':>2s} {'checks/s':>9s} {'denied':>7s} {'server µs':>10s} {'Redis µs':>9s} {'total µs':>9s} "
+      f"{'calls':>6s} {'cmds':>6s} {'p50 ms':>7s} {'p99 ms':>7s}")
+for k, js in sorted(runs.items()):
+    print(f"{k:24s} {len(js):2d} {med(js, lambda j: j['throughput']):9.0f} "
+          f"{med(js, lambda j: j['denied'] / max(j['requests'], 1)):7.3f} "
+          f"{med(js, lambda j: j.get('server_cpu_us_per_check')):10.1f} {med(js, lambda j: j.get('redis_cpu_us_per_check')):9.1f} "
+          f"{med(js, lambda j: j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)):9.1f} "
+          f"{med(js, lambda j: j.get('redis_script_calls_per_check')):6.3f} {med(js, lambda j: j.get('redis_commands_per_check')):6.2f} "
+          f"{med(js, lambda j: j['latency_ms']['p50']):7.2f} {med(js, lambda j: j['latency_ms']['p99']):7.2f}")
