@@ -21,16 +21,7 @@
 set -u
 OUT=$1; ROUNDS=$2; shift 2; mkdir -p "$OUT"
 RP=${RP:-63811}; GP=${GP:-19391}; HP=${HP:-19392}
-ONE="$OUT/one-rule.yaml"
-cat > "$ONE" <<'YAML'
-domain: flashsale
-sources:
-  uid: {request_headers: {header_name: x-uid}}
-descriptors:
-  - key: uid
-    name: coupon_per_uid
-    rate_limit: {requests: 5, window: 1s}
-YAML
+ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
 redis-server --port $RP --save '' --appendonly no --daemonize yes --logfile "$OUT/redis.log"; sleep 0.5
 run() { # name bin config(|noop) bench-args...
   local name=$1 bin=$2 mode=$3; shift 3

@@ -55,15 +55,7 @@ descriptors:
   - key: ip
     rate_limit: {unit: second, requests_per_unit: 100}
 YAML
-cat > "$OUT/one-rule.yaml" <<'YAML'
-domain: flashsale
-sources:
-  uid: {request_headers: {header_name: x-uid}}
-descriptors:
-  - key: uid
-    name: coupon_per_uid
-    rate_limit: {requests: 5, window: 1s}
-YAML
+ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
 redis-server --port "$RP" --save '' --appendonly no --daemonize yes --logfile "$OUT/redis.log"; sleep 0.5
 run() { # name kind(rl|fg|noop) server-args-or-env... -- bench-args...
   local name=$1 kind=$2; shift 2
@@ -93,13 +85,13 @@ for r in $(seq "$ROUNDS"); do
       rl-pipe) run "rl-pipe-r$r" rl REDIS_PIPELINE_WINDOW=150us -- --api rls ;;
       rl-hot) run "rl-hot-r$r" rl X=0 -- --api rls --hot 0.9 ;;
       rl-hot-cache) run "rl-hot-cache-r$r" rl LOCAL_CACHE_SIZE_IN_BYTES=100000000 -- --api rls --hot 0.9 ;;
-      fg-rls) run "fg-rls-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$OUT/one-rule.yaml" -- --api rls ;;
-      fg-rls-hot) run "fg-rls-hot-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$OUT/one-rule.yaml" -- --api rls --hot 0.9 ;;
+      fg-rls) run "fg-rls-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$ONE" -- --api rls ;;
+      fg-rls-hot) run "fg-rls-hot-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$ONE" -- --api rls --hot 0.9 ;;
       rl-ex) run "rl-ex-r$r" rl X=0 -- --api rls --domain flashsale3 --descriptor-key uid,device,ip ;;
-      fg-rls-ex) run "fg-rls-ex-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$OUT/one-rule.yaml" -- --api rls --domain flashsale3 --descriptor-key uid,device,ip ;;
+      fg-rls-ex) run "fg-rls-ex-r$r" fg --rls-config "$OUT/runtime/ratelimit" --config "$ONE" -- --api rls --domain flashsale3 --descriptor-key uid,device,ip ;;
       fg-authz-ex) run "fg-authz-ex-r$r" fg -- ;;
-      fg-authz) run "fg-authz-r$r" fg --config "$OUT/one-rule.yaml" -- ;;
-      fg-authz-env) run "fg-authz-env-r$r" fg --config "$OUT/one-rule.yaml" -- --shape envoy ;;
+      fg-authz) run "fg-authz-r$r" fg --config "$ONE" -- ;;
+      fg-authz-env) run "fg-authz-env-r$r" fg --config "$ONE" -- --shape envoy ;;
       noop) run "noop-r$r" noop -- ;;
       *) echo "unknown scenario $sc" >&2 ;;
     esac
