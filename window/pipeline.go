@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,16 +44,16 @@ const pipelineTimeout = 2 * time.Second
 // autoPipeline batches the decisions of concurrent callers into shared
 // script calls, in the manner of rueidis. At most slots calls are in flight,
 // and a slot beyond the first opens only while the newest call in flight is
-// stalled (out for longer than twice the smoothed round trip; see
-// minStall). A decision that finds a slot open and nothing queued goes out
+// stalled (out for twice the smoothed round trip; see minStall). A decision that finds a slot open and nothing queued goes out
 // at once from its caller's goroutine, exactly as without auto-pipelining
 // (so a lone call pays nothing). Otherwise it is queued, and each of slots
 // dispatcher goroutines, when a slot opens, takes everything queued (up to
 // maxPipelineBatch) and sends it as ONE script call: the script decides the
 // requests in order, each all or nothing over its own keys with its own
 // member id, and its reply is cut into each caller's. A batch forms from the
-// calls that arrived while the call in flight was out; the only timer is a
-// dispatcher's, waiting for a stall while calls are queued.
+// calls that arrived while the call in flight was out; besides each call's
+// deadline, the only timer is a dispatcher's, waiting for a stall while
+// calls are queued.
 //
 // Exactness, all-or-nothing and idempotency are those of unbatched calls:
 // one script call is atomic in Redis, as each of its requests' would be.
@@ -83,12 +84,12 @@ type autoPipeline struct {
 	epoch time.Time // the origin of the monotonic times below
 
 	// mu guards the fields below.
-	mu       sync.Mutex
-	queue    []*pipelineCall
-	busy     int   // calls in flight (batches and calls sent on their own)
-	lastSend int64 // ns since epoch the newest call was sent
-	srtt     int64 // smoothed duration of a call, ns; 0 before the first
-	closed   bool
+	mu     sync.Mutex
+	queue  []*pipelineCall
+	busy   int     // calls in flight (batches and calls sent on their own)
+	sends  []int64 // when each call in flight was sent (ns since epoch); len busy
+	srtt   int64   // smoothed duration of a call, ns; 0 before the first
+	closed bool
 }
 
 // pipelineCall is one queued request and, once done is closed, its reply.
@@ -126,7 +127,8 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 }
 
 // run makes one script call and returns its reply: at once when a slot is
-// free and nothing is queued, else queued for a dispatcher's next batch. It
+// open (see openLocked) and nothing is queued, else queued for a
+// dispatcher's next batch. It
 // returns ctx's error as soon as ctx is done, and ErrClosed when a queued
 // call's pipeline closes first; in both cases the call may still run on
 // Redis (and be recorded), as any call cut by a timeout may.
@@ -141,11 +143,10 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 	}
 	if len(p.queue) == 0 && !p.alwaysQueue {
 		if now := p.since(); p.openLocked(now) {
-			p.busy++
-			p.lastSend = now
+			p.sendLocked(now)
 			p.mu.Unlock()
 			res, err := p.eval(ctx, keys, args)
-			p.release(now)
+			p.release(now, true)
 			return res, err
 		}
 	}
@@ -153,8 +154,9 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 	c.deadline, _ = ctx.Deadline()
 	p.queue = append(p.queue, c)
 	// The first queued call wakes a dispatcher; the ones behind it join its
-	// batch (a dispatcher takes the whole queue, and re-signals for what it
-	// leaves), so they need not wake one each.
+	// batch (a dispatcher takes the whole queue; what maxPipelineBatch
+	// leaves wakes another while a slot is free, else the end of a call in
+	// flight does), so they need not wake one each.
 	first := len(p.queue) == 1
 	p.mu.Unlock()
 	if first {
@@ -200,18 +202,39 @@ func (p *autoPipeline) stallLocked() int64 {
 	return min(max(2*p.srtt, int64(p.stallMin)), int64(p.stallMax))
 }
 
-// openLocked reports whether a call may go out at now: none is in flight,
-// or a slot is free and the newest call in flight is stalled.
-func (p *autoPipeline) openLocked(now int64) bool {
-	return p.busy == 0 || p.busy < p.slots && now-p.lastSend >= p.stallLocked()
+// newestLocked is when the newest call in flight was sent; busy > 0.
+func (p *autoPipeline) newestLocked() int64 {
+	return slices.Max(p.sends)
 }
 
-// release frees the slot of a call sent at sent, folds its duration into
-// the smoothed round trip, and wakes a dispatcher if calls are queued.
-func (p *autoPipeline) release(sent int64) {
+// openLocked reports whether a call may go out at now: none is in flight,
+// or a slot is free and the newest call in flight has stalled.
+func (p *autoPipeline) openLocked(now int64) bool {
+	return p.busy == 0 || p.busy < p.slots && now-p.newestLocked() >= p.stallLocked()
+}
+
+// sendLocked takes a slot for a call sent at now.
+func (p *autoPipeline) sendLocked(now int64) {
+	p.busy++
+	p.sends = append(p.sends, now)
+}
+
+// unsendLocked gives back the slot of the call sent at sent.
+func (p *autoPipeline) unsendLocked(sent int64) {
+	p.busy--
+	if i := slices.Index(p.sends, sent); i >= 0 {
+		p.sends = slices.Delete(p.sends, i, i+1)
+	}
+}
+
+// release frees the slot of a call sent at sent and folds its duration into
+// the smoothed round trip. With wake (a call sent from its caller's
+// goroutine) it wakes a dispatcher if calls are queued; a dispatcher's own
+// call needs none, the dispatcher takes the queue next.
+func (p *autoPipeline) release(sent int64, wake bool) {
 	took := p.since() - sent
 	p.mu.Lock()
-	p.busy--
+	p.unsendLocked(sent)
 	if p.srtt == 0 {
 		p.srtt = max(took, 1)
 	} else {
@@ -219,7 +242,7 @@ func (p *autoPipeline) release(sent int64) {
 	}
 	queued := len(p.queue) > 0
 	p.mu.Unlock()
-	if queued {
+	if wake && queued {
 		p.signal()
 	}
 }
@@ -268,7 +291,7 @@ func (p *autoPipeline) dispatch() {
 		}
 		p.send(batch)
 		clear(batch) // let finished calls be collected
-		p.release(sent)
+		p.release(sent, false)
 	}
 }
 
@@ -289,11 +312,9 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int6
 	}
 	now := p.since()
 	if !p.openLocked(now) {
-		return batch, 0, time.Duration(p.lastSend + p.stallLocked() - now), true
+		return batch, 0, time.Duration(p.newestLocked() + p.stallLocked() - now), true
 	}
-	p.busy++
-	prev := p.lastSend
-	p.lastSend = now
+	p.sendLocked(now)
 	// Calls whose caller already gave up (its deadline passed while queued)
 	// are completed here, never sent: sending them would record requests
 	// that the failure mode has already answered.
@@ -313,8 +334,7 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int6
 	p.queue = p.queue[:rest]
 	if len(batch) == 0 {
 		// Everything taken was abandoned: give the slot back.
-		p.busy--
-		p.lastSend = prev
+		p.unsendLocked(now)
 		return batch, 0, 0, true
 	}
 	if rest > 0 && p.busy < p.slots {

@@ -518,74 +518,109 @@ func gatedRedis(t *testing.T, g *readGate, lo, hi time.Duration) (*Redis, *count
 // TestAutoPipelineStallOpensSlot: while one call is in flight the next
 // queue behind it, unless it stalls: a reply held on its connection opens
 // the second slot, and the calls behind it are decided at once, not after
-// it.
+// it. Cases: "stalled" (the held call has stalled when the next arrive:
+// they go out at once, one after another, while it is held), "timer" (the
+// next arrives first: it queues, and goes out when the dispatcher's timer
+// finds the held call stalled), "never" (no stall: it stays queued).
 func TestAutoPipelineStallOpensSlot(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	k := testKeys(t)
 	for _, tc := range []struct {
-		name   string
-		lo, hi time.Duration
-		stall  bool // the second slot opens while the first call is held
+		name  string
+		stall time.Duration
 	}{
-		{"stalls", time.Microsecond, time.Microsecond, true},
-		{"never", time.Hour, time.Hour, false},
+		{"stalled", 200 * time.Millisecond},
+		{"timer", time.Second},
+		{"never", time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newReadGate()
-			r, hook := gatedRedis(t, g, tc.lo, tc.hi)
+			r, hook := gatedRedis(t, g, tc.stall, tc.stall)
+			calls := func() int64 { return hook.cmds.Load() + hook.pipelines.Load() }
 			hook.cmds.Store(0)
 			hook.pipelines.Store(0)
+			decide := func(name string) <-chan error {
+				done := make(chan error, 1)
+				go func() {
+					d, err := r.Decide(ctx, []Hit{hit(k.Key(tc.name, name), 5, time.Minute)})
+					if err == nil && !d.Allowed {
+						err = fmt.Errorf("decision %+v, want allowed", d)
+					}
+					done <- err
+				}()
+				return done
+			}
 			g.arm()
-			first := make(chan error, 1)
-			go func() {
-				_, err := r.Decide(ctx, []Hit{hit(k.Key(tc.name, "first"), 5, time.Minute)})
-				first <- err
-			}()
+			first := decide("first")
 			<-g.holding
-			second := make(chan error, 1)
-			go func() {
-				d, err := r.Decide(ctx, []Hit{hit(k.Key(tc.name, "second"), 5, time.Minute)})
-				if err == nil && !d.Allowed {
-					err = fmt.Errorf("decision %+v, want allowed", d)
-				}
-				second <- err
-			}()
-			if tc.stall {
-				if err := <-second; err != nil {
-					t.Fatalf("second call: %v", err)
-				}
+			held := func(what string) {
+				t.Helper()
 				select {
 				case err := <-first:
-					t.Fatalf("the held call returned (%v) before its reply was released", err)
+					t.Fatalf("the held call returned (%v) before %s", err, what)
 				default:
 				}
-			} else {
-				// Queued behind the call in flight, not sent.
-				for queued := false; !queued; {
-					r.pipe.mu.Lock()
-					queued = len(r.pipe.queue) == 1
-					r.pipe.mu.Unlock()
+			}
+			queued := func() bool {
+				r.pipe.mu.Lock()
+				defer r.pipe.mu.Unlock()
+				return len(r.pipe.queue) == 1
+			}
+			want := int64(2)
+			switch tc.name {
+			case "stalled":
+				time.Sleep(tc.stall + 50*time.Millisecond)
+				if err := <-decide("second"); err != nil {
+					t.Fatalf("second call: %v", err)
+				}
+				held("the second call's")
+				// The held call is still out and stalled: the slot the
+				// second call freed is open at once, whenever it was sent.
+				r.pipe.mu.Lock()
+				open := r.pipe.busy == 1 && r.pipe.openLocked(r.pipe.since())
+				r.pipe.mu.Unlock()
+				if !open {
+					t.Fatal("a slot is free and the call in flight stalled, but no slot is open")
+				}
+				if err := <-decide("third"); err != nil {
+					t.Fatalf("third call: %v", err)
+				}
+				held("the third call's")
+				want = 3
+			case "timer", "never":
+				second := decide("second")
+				for !queued() {
 					if ctx.Err() != nil {
 						t.Fatal("the second call never queued")
 					}
 					time.Sleep(time.Millisecond)
 				}
-				if got := hook.cmds.Load() + hook.pipelines.Load(); got != 1 {
+				if got := calls(); got != 1 {
 					t.Fatalf("%d script calls sent while the first is in flight, want 1", got)
 				}
-			}
-			close(g.release)
-			if err := <-first; err != nil {
-				t.Fatalf("first call: %v", err)
-			}
-			if !tc.stall {
+				if tc.name == "timer" {
+					if err := <-second; err != nil {
+						t.Fatalf("second call: %v", err)
+					}
+					held("the queued call's")
+					break
+				}
+				close(g.release)
 				if err := <-second; err != nil {
 					t.Fatalf("second call: %v", err)
 				}
 			}
-			if got := hook.cmds.Load() + hook.pipelines.Load(); got != 2 {
-				t.Errorf("%d script calls, want 2", got)
+			select {
+			case <-g.release:
+			default:
+				close(g.release)
+			}
+			if err := <-first; err != nil {
+				t.Fatalf("first call: %v", err)
+			}
+			if got := calls(); got != want {
+				t.Errorf("%d script calls, want %d", got, want)
 			}
 		})
 	}
