@@ -62,7 +62,8 @@ func newBenchCmd(e env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench --addr A --duration D --concurrency N --users N --hot F [--path P] [--json]",
 		Short: "Load-test a running ext_authz server",
-		Long: `bench sends ext_authz Check requests to a running server from --concurrency
+		Long: `bench sends ext_authz Check requests (or, with --api rls, the rate limit
+service's ShouldRateLimit requests) to a running server from --concurrency
 workers for --duration, and reports throughput, allowed/denied/errors and the
 latency distribution (p50/p90/p99/p99.9/max, measured in log buckets to
 within 1.6%).
