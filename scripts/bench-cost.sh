@@ -22,7 +22,9 @@ set -u
 OUT=$1; ROUNDS=$2; shift 2; mkdir -p "$OUT"
 RP=${RP:-63811}; GP=${GP:-19391}; HP=${HP:-19392}
 ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
-redis-server --port $RP --save '' --appendonly no --daemonize yes --logfile "$OUT/redis.log"; sleep 0.5
+# shellcheck source=scripts/bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh"
+bench_start_redis
 run() { # name bin config(|noop) bench-args...
   local name=$1 bin=$2 mode=$3; shift 3
   if [ "$mode" = noop ]; then
@@ -32,14 +34,14 @@ run() { # name bin config(|noop) bench-args...
     "$bin" serve --backend redis --redis-addr 127.0.0.1:$RP --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP \
       --log-level warn $mode > "$OUT/srv.log" 2>&1 &
   fi
-  local pid=$!
-  for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$GP) 2>/dev/null && break; sleep 0.1; done; sleep 1
+  SRV_PID=$!
+  bench_server_up "$name" || return
   redis-cli -p $RP flushall >/dev/null
   local redis=""; [ "$mode" != noop ] && redis="--redis-addr 127.0.0.1:$RP"
   # shellcheck disable=SC2086
   "$bin" bench --addr 127.0.0.1:$GP --duration 8s --concurrency 32 --users 100000 --quiet --json \
-    --server-pid $pid $redis "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
-  kill $pid; wait $pid 2>/dev/null
+    --server-pid "$SRV_PID" $redis "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  bench_server_down
 }
 for r in $(seq "$ROUNDS"); do
   for bin in "$@"; do
@@ -62,5 +64,5 @@ for r in $(seq "$ROUNDS"); do
     done
   done
 done
-redis-cli -p $RP shutdown nosave >/dev/null
+bench_cleanup
 "$(dirname "$0")/bench-medians.py" "$OUT"

@@ -7,15 +7,23 @@ their sum, Redis script calls and commands per check, p50 and p99 latency (ms)."
 import collections
 import glob
 import json
+import os
+import re
 import statistics
 import sys
 
 runs = collections.defaultdict(list)
-for f in sorted(glob.glob(sys.argv[1] + '/*-r*.json')):
+failed = []
+for f in sorted(glob.glob(sys.argv[1] + '/*.json')):
+    m = re.fullmatch(r'(.+)-r(\d+)\.json', os.path.basename(f))
+    if not m:
+        continue
     try:
-        runs[f.split('/')[-1][:-5].rsplit('-r', 1)[0]].append(json.load(open(f)))
+        j = json.load(open(f))
     except ValueError:
-        pass  # a run that failed wrote no JSON; its .err says why
+        failed.append(f)  # the run wrote no JSON; its .err says why
+        continue
+    runs[m.group(1)].append(j)
 
 
 def med(js, f):
@@ -32,3 +40,6 @@ for k, js in sorted(runs.items()):
           f"{med(js, lambda j: j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)):9.1f} "
           f"{med(js, lambda j: j.get('redis_script_calls_per_check')):6.3f} {med(js, lambda j: j.get('redis_commands_per_check')):6.2f} "
           f"{med(js, lambda j: j['latency_ms']['p50']):7.2f} {med(js, lambda j: j['latency_ms']['p99']):7.2f}")
+if failed:
+    print('runs without a result (see their .err):', ' '.join(failed), file=sys.stderr)
+    sys.exit(1)

@@ -7,9 +7,11 @@
 #                  (RL_VERSION, default latest: go mod download, then go build ./src/service_cmd in a copy)
 #
 # One rule in both: 5 requests per second per uid, ratelimit's config format (flashgate serves it with
-# --rls-config). Each scenario runs 8 s, 32 workers, 100,000 users, against a fresh server on its own
-# redis-server; per round the scenarios alternate, so that a busy machine hits each alike. bench's JSON
-# goes to OUTDIR/SCENARIO-rROUND.json; the medians are printed at the end.
+# --rls-config). Each scenario runs 8 s, 32 workers, 100,000 users, against a fresh server; all share the
+# script's own redis-server on RP (flushed before each); per round the scenarios alternate, so that a busy
+# machine hits each alike. bench's JSON goes to OUTDIR/SCENARIO-rROUND.json; the medians are printed at the
+# end, and the exit status is 1 if a run has no result. Ports: RP (Redis), GP (gRPC), HP and HP+1 (HTTP);
+# the script refuses ports already in use.
 #   rl            ratelimit, defaults (a Redis pipeline of INCRBY + EXPIRE per request, fixed window),
 #                 USE_STATSD=false (its stats stay in memory), ShouldRateLimit, uniform over the users
 #   rl-pipe       the same with REDIS_PIPELINE_WINDOW=150us (its README's advice for throughput)
@@ -56,7 +58,9 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 100}
 YAML
 ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
-redis-server --port "$RP" --save '' --appendonly no --daemonize yes --logfile "$OUT/redis.log"; sleep 0.5
+# shellcheck source=scripts/bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh"
+bench_start_redis
 run() { # name kind(rl|fg|noop) server-args-or-env... -- bench-args...
   local name=$1 kind=$2; shift 2
   local sargs=()
@@ -71,12 +75,12 @@ run() { # name kind(rl|fg|noop) server-args-or-env... -- bench-args...
           --log-level warn "${sargs[@]}" > "$OUT/srv.log" 2>&1 & ;;
     noop) "$FG" noop-server --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 & ;;
   esac
-  local pid=$!
-  for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$GP) 2>/dev/null && break; sleep 0.1; done; sleep 1
+  SRV_PID=$!
+  bench_server_up "$name" || return
   local redis=(--redis-addr 127.0.0.1:$RP); [ "$kind" = noop ] && redis=()
   "$FG" bench --addr 127.0.0.1:$GP --duration 8s --concurrency 32 --users 100000 --quiet --json \
-    --server-pid $pid "${redis[@]}" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
-  kill $pid; wait $pid 2>/dev/null
+    --server-pid "$SRV_PID" "${redis[@]}" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  bench_server_down
 }
 for r in $(seq "$ROUNDS"); do
   for sc in ${SCEN:-rl rl-pipe rl-hot rl-hot-cache rl-ex fg-rls fg-rls-hot fg-rls-ex fg-authz fg-authz-env fg-authz-ex noop}; do
@@ -97,5 +101,5 @@ for r in $(seq "$ROUNDS"); do
     esac
   done
 done
-redis-cli -p "$RP" shutdown nosave >/dev/null
+bench_cleanup
 "$(dirname "$0")/bench-medians.py" "$OUT"

@@ -44,9 +44,10 @@ const pipelineTimeout = 2 * time.Second
 // autoPipeline batches the decisions of concurrent callers into shared
 // script calls, in the manner of rueidis. At most slots calls are in flight,
 // and a slot beyond the first opens only while the newest call in flight is
-// stalled (out for twice the smoothed round trip; see minStall). A decision that finds a slot open and nothing queued goes out
-// at once from its caller's goroutine, exactly as without auto-pipelining
-// (so a lone call pays nothing). Otherwise it is queued, and each of slots
+// stalled (out for twice the smoothed round trip; see minStall). A decision
+// that finds a slot open and nothing queued goes out at once from its
+// caller's goroutine, exactly as without auto-pipelining (so a lone call
+// pays nothing). Otherwise it is queued, and each of slots
 // dispatcher goroutines, when a slot opens, takes everything queued (up to
 // maxPipelineBatch) and sends it as ONE script call: the script decides the
 // requests in order, each all or nothing over its own keys with its own
@@ -128,10 +129,10 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 
 // run makes one script call and returns its reply: at once when a slot is
 // open (see openLocked) and nothing is queued, else queued for a
-// dispatcher's next batch. It
-// returns ctx's error as soon as ctx is done, and ErrClosed when a queued
-// call's pipeline closes first; in both cases the call may still run on
-// Redis (and be recorded), as any call cut by a timeout may.
+// dispatcher's next batch. It returns ctx's error as soon as ctx is done,
+// and ErrClosed when a queued call's pipeline closes first; in both cases
+// the call may still run on Redis (and be recorded), as any call cut by a
+// timeout may.
 func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -52,26 +52,29 @@ type benchOptions struct {
 	descKey     string // --api rls: the descriptor entry's key
 }
 
-// prebuildMax is the largest --users for which every user's CheckRequest is
-// encoded once up front (about 250 bytes each); above it, workers encode each
-// request into a reused buffer.
+// prebuildMax is the largest --users for which every user's request
+// (CheckRequest, or RateLimitRequest with --api rls) is encoded once up front
+// (about 250 bytes each); above it, workers encode each request into a
+// reused buffer.
 const prebuildMax = 200_000
 
 func newBenchCmd(e env) *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench --addr A --duration D --concurrency N --users N --hot F [--path P] [--json]",
-		Short: "Load-test a running ext_authz server",
+		Use:   "bench --addr A --duration D --concurrency N --users N --hot F [--path P] [--api authz|rls [--domain D] [--descriptor-key K[,K...]]] [--json]",
+		Short: "Load-test a running ext_authz (or rate limit service) server",
 		Long: `bench sends ext_authz Check requests (or, with --api rls, the rate limit
 service's ShouldRateLimit requests) to a running server from --concurrency
 workers for --duration, and reports throughput, allowed/denied/errors and the
 latency distribution (p50/p90/p99/p99.9/max, measured in log buckets to
 within 1.6%).
 
-Each request carries the x-uid and x-device-fp headers of one of --users
-distinct users, drawn uniformly, except that a fraction --hot of all requests
-comes from one abusive user (uid u0000000). Each user has its own client IP
-(10.0.0.0/8) unless --ip sets one for all. With --rate, workers pace
+Each request is one of --users distinct users', drawn uniformly, except that
+a fraction --hot of all requests comes from one abusive user (uid u0000000).
+A Check carries the user's x-uid and x-device-fp headers, and each user has
+its own client IP (10.0.0.0/8) unless --ip sets one for all. A
+ShouldRateLimit (--api rls) carries one descriptor per --descriptor-key,
+each with the user's uid as its value. With --rate, workers pace
 themselves to that total rate, and a late request's latency counts from when
 it should have been sent.
 
@@ -85,7 +88,7 @@ object with --json.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "ext_authz gRPC server address (host:port or unix:///path)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's gRPC address (host:port or unix:///path)")
 	f.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send requests")
 	f.IntVar(&o.concurrency, "concurrency", 16, "number of workers, each with one call in flight")
 	f.IntVar(&o.connections, "connections", 2, "number of HTTP/2 connections the workers share")

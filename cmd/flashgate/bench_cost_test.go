@@ -37,6 +37,12 @@ func TestBenchCostAgainstRedis(t *testing.T) {
 	if beats := int64(res.DurationS) + 2; 2*res.ScriptCalls < int64(res.Allowed) || res.ScriptCalls > int64(res.Requests)+beats {
 		t.Errorf("%d script calls for %d checks (%d allowed): want one per check or per batch of two, plus at most %d heartbeats", res.ScriptCalls, res.Requests, res.Allowed, beats)
 	}
+	// Every script call is a command and runs some (TIME, ZCARD, ZADD,
+	// PEXPIRE for a fresh key), all counted by total_commands_processed.
+	if res.RedisCommands <= res.ScriptCalls || res.RedisCommandsPerCheck > 20 {
+		t.Errorf("%d Redis commands (%.2f per check) for %d script calls: want more than the calls, at most 20 per check",
+			res.RedisCommands, res.RedisCommandsPerCheck, res.ScriptCalls)
+	}
 	if res.RedisCPUS < 0 {
 		t.Errorf("Redis CPU %gs", res.RedisCPUS)
 	}

@@ -62,9 +62,12 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	} else {
 		b = data.Materialize()
 	}
-	code, err := statusCode(b)
+	var code int32
+	var err error
 	if a.rls {
 		code, err = overallCode(b)
+	} else {
+		code, err = statusCode(b)
 	}
 	if err != nil {
 		return err

@@ -1,0 +1,47 @@
+# Shared by scripts/bench-cost.sh and scripts/bench-ratelimit.sh (sourced, after OUT, RP, GP and HP are set):
+# their redis-server and the server under test, started on free ports and stopped on any exit.
+SRV_PID=""
+
+bench_cleanup() {
+  bench_server_down
+  redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1
+}
+
+# bench_start_redis refuses ports already in use (it would measure, flush and stop someone else's
+# server), then starts the benchmark's redis-server on RP and stops it when the script exits.
+bench_start_redis() {
+  local p
+  for p in "$GP" "$HP"; do
+    if (echo > "/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "port $p is in use: set GP and HP" >&2; exit 1; fi
+  done
+  if redis-cli -p "$RP" ping >/dev/null 2>&1; then echo "a Redis already answers on port $RP: set RP" >&2; exit 1; fi
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT TERM
+  redis-server --port "$RP" --save '' --appendonly no --daemonize yes --logfile "$OUT/redis.log"
+  for _ in $(seq 50); do redis-cli -p "$RP" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "redis-server did not start on port $RP (see $OUT/redis.log)" >&2
+  exit 1
+}
+
+# bench_server_up NAME waits for the server SRV_PID to listen on GP. If it died or never listened it says
+# so, leaves an empty NAME.json (which bench-medians.py reports as a failed run) and returns 1.
+bench_server_up() {
+  for _ in $(seq 50); do (echo > "/dev/tcp/127.0.0.1/$GP") 2>/dev/null && break; sleep 0.1; done
+  sleep 1
+  if kill -0 "$SRV_PID" 2>/dev/null && (echo > "/dev/tcp/127.0.0.1/$GP") 2>/dev/null; then
+    return 0
+  fi
+  echo "$1: the server did not start (see $OUT/srv.log)" >&2
+  : > "$OUT/$1.json"
+  bench_server_down
+  return 1
+}
+
+# bench_server_down stops the server under test, if one runs.
+bench_server_down() {
+  if [ -n "$SRV_PID" ]; then
+    kill "$SRV_PID" 2>/dev/null
+    wait "$SRV_PID" 2>/dev/null
+  fi
+  SRV_PID=""
+}
