@@ -53,7 +53,7 @@ func startFleet(t *testing.T, n int, addr, prefix string, extra ...string) []*pr
 	for i := range procs {
 		wg.Go(func() {
 			args := append([]string{"--backend", "redis", "--redis-addr", addr, "--key-prefix", prefix, "--ban-duration", "0"}, extra...)
-			p, err := launch(t, args)
+			p, err := launchRetry(t, args)
 			if err != nil {
 				t.Errorf("start sidecar %d: %v", i, err)
 				return

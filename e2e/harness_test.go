@@ -107,15 +107,22 @@ type proc struct {
 	Health healthpb.HealthClient
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t testing.TB) string {
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago: all are held open until each is picked, so that the kernel does not
+// hand the same port out twice. Another process may still take one before
+// it is used; launchRetry starts again on new ones then.
+func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	addrs := make([]string, n)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("find a free port: %v", err)
+		}
+		defer l.Close()
+		addrs[i] = l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // startFlashgate runs `flashgate serve --grpc-addr A --http-addr B args...`
@@ -124,26 +131,37 @@ func freeAddr(t testing.TB) string {
 // data race or panic in it fails the test.
 func startFlashgate(t testing.TB, args ...string) *proc {
 	t.Helper()
-	var lastErr error
+	p, err := launchRetry(t, args)
+	if err != nil {
+		t.Fatalf("start flashgate serve %s: %v", strings.Join(args, " "), err)
+	}
+	return p
+}
+
+// launchRetry launches serve, and again on new ports (up to 3 times) when
+// a port it was given was taken in between (by a process launched at the
+// same time, say).
+func launchRetry(t testing.TB, args []string) (*proc, error) {
+	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		p, err := launch(t, args)
+		var p *proc
+		p, err = launch(t, args)
 		if err == nil {
-			return p
+			return p, nil
 		}
-		lastErr = err
 		if !strings.Contains(err.Error(), "address already in use") {
 			break
 		}
 	}
-	t.Fatalf("start flashgate serve %s: %v", strings.Join(args, " "), lastErr)
-	return nil
+	return nil, err
 }
 
 func launch(t testing.TB, args []string) (*proc, error) {
+	addrs := freeAddrs(t, 2)
 	p := &proc{
 		t:        t,
-		GRPCAddr: freeAddr(t),
-		HTTPAddr: freeAddr(t),
+		GRPCAddr: addrs[0],
+		HTTPAddr: addrs[1],
 		out:      &syncBuffer{},
 		done:     make(chan struct{}),
 	}
