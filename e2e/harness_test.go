@@ -110,19 +110,19 @@ type proc struct {
 // freeAddrs returns n distinct loopback addresses that were free a moment
 // ago: all are held open until each is picked, so that the kernel does not
 // hand the same port out twice. Another process may still take one before
-// it is used; launchRetry starts again on new ones then.
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
+// it is used; launchRetry starts again on new ones then. (It returns an
+// error rather than failing t: startFleet calls it off the test goroutine.)
+func freeAddrs(n int) ([]string, error) {
 	addrs := make([]string, n)
 	for i := range addrs {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("find a free port: %v", err)
+			return nil, fmt.Errorf("find a free port: %w", err)
 		}
 		defer l.Close()
 		addrs[i] = l.Addr().String()
 	}
-	return addrs
+	return addrs, nil
 }
 
 // startFlashgate runs `flashgate serve --grpc-addr A --http-addr B args...`
@@ -157,7 +157,10 @@ func launchRetry(t testing.TB, args []string) (*proc, error) {
 }
 
 func launch(t testing.TB, args []string) (*proc, error) {
-	addrs := freeAddrs(t, 2)
+	addrs, err := freeAddrs(2)
+	if err != nil {
+		return nil, err
+	}
 	p := &proc{
 		t:        t,
 		GRPCAddr: addrs[0],
