@@ -85,11 +85,12 @@ type autoPipeline struct {
 	epoch time.Time // the origin of the monotonic times below
 
 	// mu guards the fields below.
-	mu     sync.Mutex
-	queue  []*pipelineCall
-	busy   int     // calls in flight (batches and calls sent on their own)
-	sends  []int64 // when each call in flight was sent (ns since epoch); len busy
-	srtt   int64   // smoothed duration of a call, ns; 0 before the first
+	mu    sync.Mutex
+	queue []*pipelineCall
+	// sends holds when each call in flight (batches and calls sent on their
+	// own) was sent, ns since epoch: len(sends) calls are in flight.
+	sends  []int64
+	srtt   int64 // smoothed duration of a call, ns; 0 before the first
 	closed bool
 }
 
@@ -203,7 +204,7 @@ func (p *autoPipeline) stallLocked() int64 {
 	return min(max(2*p.srtt, int64(p.stallMin)), int64(p.stallMax))
 }
 
-// newestLocked is when the newest call in flight was sent; busy > 0.
+// newestLocked is when the newest call in flight was sent; one must be.
 func (p *autoPipeline) newestLocked() int64 {
 	return slices.Max(p.sends)
 }
@@ -211,18 +212,17 @@ func (p *autoPipeline) newestLocked() int64 {
 // openLocked reports whether a call may go out at now: none is in flight,
 // or a slot is free and the newest call in flight has stalled.
 func (p *autoPipeline) openLocked(now int64) bool {
-	return p.busy == 0 || p.busy < p.slots && now-p.newestLocked() >= p.stallLocked()
+	busy := len(p.sends)
+	return busy == 0 || busy < p.slots && now-p.newestLocked() >= p.stallLocked()
 }
 
 // sendLocked takes a slot for a call sent at now.
 func (p *autoPipeline) sendLocked(now int64) {
-	p.busy++
 	p.sends = append(p.sends, now)
 }
 
 // unsendLocked gives back the slot of the call sent at sent.
 func (p *autoPipeline) unsendLocked(sent int64) {
-	p.busy--
 	if i := slices.Index(p.sends, sent); i >= 0 {
 		p.sends = slices.Delete(p.sends, i, i+1)
 	}
@@ -308,7 +308,7 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int6
 	if p.closed {
 		return batch, 0, 0, false
 	}
-	if len(p.queue) == 0 || p.busy >= p.slots {
+	if len(p.queue) == 0 || len(p.sends) >= p.slots {
 		return batch, 0, 0, true
 	}
 	now := p.since()
@@ -338,7 +338,7 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int6
 		p.unsendLocked(now)
 		return batch, 0, 0, true
 	}
-	if rest > 0 && p.busy < p.slots {
+	if rest > 0 && len(p.sends) < p.slots {
 		p.signal()
 	}
 	return batch, now, 0, true

@@ -578,7 +578,7 @@ func TestAutoPipelineStallOpensSlot(t *testing.T) {
 				// The held call is still out and stalled: the slot the
 				// second call freed is open at once, whenever it was sent.
 				r.pipe.mu.Lock()
-				open := r.pipe.busy == 1 && r.pipe.openLocked(r.pipe.since())
+				open := len(r.pipe.sends) == 1 && r.pipe.openLocked(r.pipe.since())
 				r.pipe.mu.Unlock()
 				if !open {
 					t.Fatal("a slot is free and the call in flight stalled, but no slot is open")
