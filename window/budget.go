@@ -70,15 +70,25 @@ func (b *Budget) Current() time.Duration {
 // Decide implements [Limiter]: next's decision within the current budget.
 func (b *Budget) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	budget := b.Current()
-	cctx, cancel := context.WithTimeout(ctx, budget)
 	start := b.now()
-	d, err := b.next.Decide(cctx, hits)
+	var (
+		d     Decision
+		spent bool
+		err   error
+	)
+	if bn, ok := b.next.(budgeted); ok {
+		d, spent, err = bn.decideWithin(ctx, hits, budget)
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, budget)
+		d, err = b.next.Decide(cctx, hits)
+		spent = err != nil && ctx.Err() == nil && cctx.Err() != nil
+		cancel()
+	}
 	took := b.now().Sub(start)
-	cancel()
 	switch {
 	case err == nil:
 		b.observe(int64(took))
-	case ctx.Err() == nil && cctx.Err() != nil:
+	case spent:
 		// Out of budget (the caller is still waiting): as slow as the budget.
 		b.observe(int64(max(took, budget)))
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -88,6 +98,15 @@ func (b *Budget) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 		}
 	}
 	return d, err
+}
+
+// budgeted is a Limiter that keeps a budget itself: Decide within budget
+// from now, reporting whether the budget ran out (err is then that call's
+// timeout). [Redis] is one: its auto-pipeline keeps the deadlines of queued
+// calls on shared timers, where a context per call would arm a timer per
+// check.
+type budgeted interface {
+	decideWithin(ctx context.Context, hits []Hit, budget time.Duration) (Decision, bool, error)
 }
 
 // observe folds one latency sample into the estimate (RFC 6298, 2.2–2.3).

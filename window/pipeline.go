@@ -87,6 +87,9 @@ type autoPipeline struct {
 	// mu guards the fields below.
 	mu    sync.Mutex
 	queue []*pipelineCall
+	// ticks holds the channels of the ticks callers wait for (tickLocked),
+	// by tick number; each is removed and closed at its tick.
+	ticks map[int64]chan struct{}
 	// sends holds when each call in flight (batches and calls sent on their
 	// own) was sent, ns since epoch: len(sends) calls are in flight.
 	sends  []int64
@@ -98,7 +101,7 @@ type autoPipeline struct {
 type pipelineCall struct {
 	keys     []string
 	args     []any
-	deadline time.Time       // zero: the caller's context has none
+	deadline time.Time       // the caller's (its context's, or run's by); zero: none
 	gone     <-chan struct{} // the caller's ctx.Done(): closed once it gave up
 	done     chan struct{}   // closed by the dispatcher after it set res and err
 	res      []any
@@ -118,6 +121,7 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 		ctx:    ctx,
 		cancel: cancel,
 		epoch:  time.Now(),
+		ticks:  make(map[int64]chan struct{}),
 
 		stallMin: minStall,
 		stallMax: maxStall,
@@ -131,12 +135,24 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 // run makes one script call and returns its reply: at once when a slot is
 // open (see openLocked) and nothing is queued, else queued for a
 // dispatcher's next batch. It returns ctx's error as soon as ctx is done,
-// and ErrClosed when a queued call's pipeline closes first; in both cases
-// the call may still run on Redis (and be recorded), as any call cut by a
-// timeout may.
-func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]any, error) {
+// context.DeadlineExceeded once by (zero: none) has passed, and ErrClosed
+// when a queued call's pipeline closes first; in each case the call may
+// still run on Redis (and be recorded), as any call cut by a timeout may.
+//
+// by is a deadline the pipeline keeps without a context or a timer of the
+// caller's own (a [Budget]'s, one per check, would cost a timer, a context
+// and a registration with the caller's context on every check): a queued
+// caller waits on a channel shared by every caller whose by falls within
+// the same tick (tickRes) and closed at its end, so it returns at most one
+// tick after by. A call sent on its own gets a context with by.
+func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, args []any) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	deadline, _ := ctx.Deadline()
+	own := !by.IsZero() && (deadline.IsZero() || by.Before(deadline))
+	if own {
+		deadline = by
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -147,14 +163,23 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 		if now := p.since(); p.openLocked(now) {
 			p.sendLocked(now)
 			p.mu.Unlock()
-			res, err := p.eval(ctx, keys, args)
+			ectx := ctx
+			if own {
+				var cancel context.CancelFunc
+				ectx, cancel = context.WithDeadline(ctx, by)
+				defer cancel()
+			}
+			res, err := p.eval(ectx, keys, args)
 			p.release(now, true)
 			return res, err
 		}
 	}
-	c := &pipelineCall{keys: keys, args: args, gone: ctx.Done(), done: make(chan struct{})}
-	c.deadline, _ = ctx.Deadline()
+	c := &pipelineCall{keys: keys, args: args, deadline: deadline, gone: ctx.Done(), done: make(chan struct{})}
 	p.queue = append(p.queue, c)
+	var expired <-chan struct{}
+	if own {
+		expired = p.tickLocked(by)
+	}
 	// The first queued call wakes a dispatcher; the ones behind it join its
 	// batch (a dispatcher takes the whole queue; what maxPipelineBatch
 	// leaves wakes another while a slot is free, else the end of a call in
@@ -166,12 +191,21 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 	}
 	select {
 	case <-c.done:
+		if c.err == errAbandoned {
+			// Its deadline passed while it was queued.
+			return nil, abandoned(ctx)
+		}
 		return c.res, c.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-expired:
+		return nil, context.DeadlineExceeded
 	case <-p.stop:
 		select {
 		case <-c.done: // a reply that arrived together with close wins
+			if c.err == errAbandoned {
+				return nil, abandoned(ctx)
+			}
 			return c.res, c.err
 		default:
 			return nil, ErrClosed
@@ -179,8 +213,42 @@ func (p *autoPipeline) run(ctx context.Context, keys []string, args []any) ([]an
 	}
 }
 
-// errAbandoned completes a queued call whose caller gave up before it was
-// sent; nobody reads it.
+// abandoned is the error of a call taken off the queue unsent because its
+// deadline had passed: ctx's, or context.DeadlineExceeded for the
+// pipeline's own deadline or one of ctx whose timer has not fired yet.
+func abandoned(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
+// tickRes is the resolution of the deadlines the pipeline keeps (run's
+// by): a caller waiting for a batch returns at most this long after its
+// deadline. One timer per tick in use replaces one per call.
+const tickRes = 500 * time.Microsecond
+
+// tickLocked returns a channel that is closed at the first tick (a
+// multiple of tickRes since p.epoch) at or after by.
+func (p *autoPipeline) tickLocked(by time.Time) <-chan struct{} {
+	n := (int64(by.Sub(p.epoch)) + int64(tickRes) - 1) / int64(tickRes)
+	if ch, ok := p.ticks[n]; ok {
+		return ch
+	}
+	ch := make(chan struct{})
+	p.ticks[n] = ch
+	time.AfterFunc(time.Until(p.epoch.Add(time.Duration(n)*tickRes)), func() {
+		p.mu.Lock()
+		delete(p.ticks, n)
+		p.mu.Unlock()
+		close(ch)
+	})
+	return ch
+}
+
+// errAbandoned completes a queued call whose caller gave up, or whose
+// deadline passed, before it was sent; run returns the deadline's error
+// instead.
 var errAbandoned = errors.New("window: abandoned before it was sent")
 
 // isDone reports whether ch (a ctx.Done(); nil for a context that never
@@ -319,11 +387,12 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int6
 	// Calls whose caller already gave up (its deadline passed while queued)
 	// are completed here, never sent: sending them would record requests
 	// that the failure mode has already answered.
+	wall := time.Now()
 	n := 0
 	for n < len(p.queue) && len(batch) < maxPipelineBatch {
 		c := p.queue[n]
 		n++
-		if isDone(c.gone) {
+		if isDone(c.gone) || !c.deadline.IsZero() && !wall.Before(c.deadline) {
 			c.err = errAbandoned
 			close(c.done)
 			continue

@@ -313,9 +313,31 @@ func (r *Redis) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	return d, err
 }
 
+// decideWithin implements budgeted: Decide within budget from now, and
+// whether the budget ran out. With an auto-pipeline the budget is the
+// pipeline's to keep (no context or timer per call; see
+// [autoPipeline.run]); otherwise it is a deadline in ctx.
+func (r *Redis) decideWithin(ctx context.Context, hits []Hit, budget time.Duration) (Decision, bool, error) {
+	by := time.Now().Add(budget)
+	if r.pipe == nil {
+		cctx, cancel := context.WithDeadline(ctx, by)
+		defer cancel()
+		d, err := r.Decide(cctx, hits)
+		return d, err != nil && ctx.Err() == nil && cctx.Err() != nil, err
+	}
+	d, _, err := r.decideBy(ctx, by, hits, r.member())
+	return d, err != nil && ctx.Err() == nil && !time.Now().Before(by), err
+}
+
 // decideMember decides hits as request member and also returns the Redis
 // time of the decision in µs (on per-slot mode: of the last key's node).
 func (r *Redis) decideMember(ctx context.Context, hits []Hit, member string) (Decision, int64, error) {
+	return r.decideBy(ctx, time.Time{}, hits, member)
+}
+
+// decideBy is decideMember with a deadline by (zero: none) that the
+// auto-pipeline keeps besides ctx's; only auto-pipelined calls take one.
+func (r *Redis) decideBy(ctx context.Context, by time.Time, hits []Hit, member string) (Decision, int64, error) {
 	if err := validateHits(hits); err != nil {
 		return Decision{}, 0, err
 	}
@@ -342,7 +364,7 @@ func (r *Redis) decideMember(ctx context.Context, hits []Hit, member string) (De
 	if r.perKey && len(hits) > 1 {
 		at, err = r.decidePerKey(ctx, hits, member, now, st)
 	} else {
-		at, err = r.decideOnce(ctx, hits, member, now, st)
+		at, err = r.decideOnce(ctx, by, hits, member, now, st)
 	}
 	if err != nil {
 		return Decision{}, 0, err
@@ -351,8 +373,8 @@ func (r *Redis) decideMember(ctx context.Context, hits []Hit, member string) (De
 }
 
 // decideOnce runs the script once over every key: one round trip, or a
-// share of one when auto-pipelining.
-func (r *Redis) decideOnce(ctx context.Context, hits []Hit, member, now string, st []hitState) (int64, error) {
+// share of one when auto-pipelining (within by, if not zero).
+func (r *Redis) decideOnce(ctx context.Context, by time.Time, hits []Hit, member, now string, st []hitState) (int64, error) {
 	keys := make([]string, len(hits))
 	args := make([]any, 0, 3+hitArgs*len(hits))
 	args = append(args, member, now, len(hits))
@@ -365,7 +387,7 @@ func (r *Redis) decideOnce(ctx context.Context, hits []Hit, member, now string, 
 		err error
 	)
 	if r.pipe != nil {
-		res, err = r.pipe.run(ctx, keys, args)
+		res, err = r.pipe.run(ctx, by, keys, args)
 	} else {
 		res, err = r.evalSha(ctx, keys, args)
 	}

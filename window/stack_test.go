@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -236,6 +237,65 @@ func TestBudgetDeadline(t *testing.T) {
 	}
 	if took < 50*time.Millisecond {
 		t.Fatalf("returned after %s, before the budget of 50ms", took)
+	}
+}
+
+// TestBudgetPipelineDeadline: over an auto-pipelined Redis the Budget's
+// deadline is the pipeline's to keep (no context per call): checks queued
+// behind a stuck Redis return at their budget as the Budget's timeout, not
+// before it, and those still queued then are never sent.
+func TestBudgetPipelineDeadline(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true, PipelineWorkers: 2})
+	t.Cleanup(r.Close)
+	const budget = 60 * time.Millisecond
+	b, err := NewBudget(r, BudgetOptions{Min: budget, Max: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := testKeys(t)
+	mustDecide(t, b, hit(k.Key("warm", "up"), 5, time.Minute))
+
+	wait := pauseRedis(t, s.Addr(), time.Second)
+	var wg sync.WaitGroup
+	for i := range 2 { // both slots: sent, stuck until Redis is free
+		wg.Go(func() {
+			_, _ = r.Decide(context.Background(), []Hit{hit(k.Key("slot", fmt.Sprint(i)), 5, time.Minute)})
+		})
+	}
+	time.Sleep(30 * time.Millisecond)
+	queued := someKeys(t, 10)
+	for _, key := range queued {
+		wg.Go(func() {
+			start := time.Now()
+			_, err := b.Decide(context.Background(), []Hit{hit(key, 5, time.Minute)})
+			took := time.Since(start)
+			if Classify(err) != KindTimeout || !strings.Contains(err.Error(), "within the budget") {
+				t.Errorf("a check queued behind a stuck Redis = %v (%s), want the budget's timeout", err, Classify(err))
+			}
+			if took < budget {
+				t.Errorf("returned after %s, before the budget of %s", took, budget)
+			}
+			if took > 700*time.Millisecond {
+				t.Errorf("returned after %s, long after the budget of %s (Redis was stuck for 1s)", took, budget)
+			}
+		})
+	}
+	// A call without a deadline queued behind them, past their budget:
+	// they would go out in its batch.
+	time.Sleep(150 * time.Millisecond)
+	live := k.Key("live", "1")
+	wg.Go(func() { mustDecide(t, r, hit(live, 5, time.Minute)) })
+	wg.Wait()
+	wait()
+	if n := c.ZCard(context.Background(), live).Val(); n != 1 {
+		t.Errorf("the live call's key holds %d entries, want 1", n)
+	}
+	mustDecide(t, b, hit(k.Key("after", "1"), 5, time.Minute)) // not wedged
+	for _, key := range queued {
+		if n := c.ZCard(context.Background(), key).Val(); n != 0 {
+			t.Errorf("%s holds %d entries: a check past its budget was sent and recorded", key, n)
+		}
 	}
 }
 
