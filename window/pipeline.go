@@ -73,6 +73,8 @@ type autoPipeline struct {
 	// cancel cancels ctx, the parent of every batch's context.
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the dispatchers
+	// calls pools the queued calls (see pipelineCall.done).
+	calls sync.Pool
 
 	// alwaysQueue sends every call through the dispatchers, never on its
 	// own; set only by tests, before the first call, so that sequential
@@ -103,10 +105,17 @@ type pipelineCall struct {
 	args     []any
 	deadline time.Time       // the caller's (its context's, or run's by); zero: none
 	gone     <-chan struct{} // the caller's ctx.Done(): closed once it gave up
-	done     chan struct{}   // closed by the dispatcher after it set res and err
-	res      []any
-	err      error
+	// done receives one value (complete) once res and err are set; it has
+	// room for it, so completing never blocks. A caller that received it
+	// gives the call back to the pipeline's pool; one that gave up first
+	// leaves it to the garbage collector.
+	done chan struct{}
+	res  []any
+	err  error
 }
+
+// complete hands c's res and err to its caller; c is the caller's again.
+func (c *pipelineCall) complete() { c.done <- struct{}{} }
 
 // newAutoPipeline starts slots dispatchers of r's script.
 func newAutoPipeline(r *Redis, slots int) *autoPipeline {
@@ -122,6 +131,9 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 		cancel: cancel,
 		epoch:  time.Now(),
 		ticks:  make(map[int64]chan struct{}),
+		calls: sync.Pool{New: func() any {
+			return &pipelineCall{done: make(chan struct{}, 1)}
+		}},
 
 		stallMin: minStall,
 		stallMax: maxStall,
@@ -174,7 +186,8 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 			return res, err
 		}
 	}
-	c := &pipelineCall{keys: keys, args: args, deadline: deadline, gone: ctx.Done(), done: make(chan struct{})}
+	c := p.calls.Get().(*pipelineCall)
+	c.keys, c.args, c.deadline, c.gone = keys, args, deadline, ctx.Done()
 	p.queue = append(p.queue, c)
 	var expired <-chan struct{}
 	if own {
@@ -191,11 +204,14 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 	}
 	select {
 	case <-c.done:
-		if c.err == errAbandoned {
+		res, err := c.res, c.err
+		*c = pipelineCall{done: c.done}
+		p.calls.Put(c)
+		if err == errAbandoned {
 			// Its deadline passed while it was queued.
 			return nil, abandoned(ctx)
 		}
-		return c.res, c.err
+		return res, err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-expired:
@@ -394,7 +410,7 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int6
 		n++
 		if isDone(c.gone) || !c.deadline.IsZero() && !wall.Before(c.deadline) {
 			c.err = errAbandoned
-			close(c.done)
+			c.complete()
 			continue
 		}
 		batch = append(batch, c)
@@ -430,7 +446,7 @@ func (p *autoPipeline) send(batch []*pipelineCall) {
 	if len(batch) == 1 {
 		c := batch[0]
 		c.res, c.err = p.eval(ctx, c.keys, c.args)
-		close(c.done)
+		c.complete()
 		return
 	}
 	nkeys, nargs := 0, 0
@@ -461,7 +477,7 @@ func (p *autoPipeline) send(batch []*pipelineCall) {
 			c.res = res[off : off+n : off+n]
 		}
 		off += n
-		close(c.done)
+		c.complete()
 	}
 }
 
@@ -481,7 +497,7 @@ func (p *autoPipeline) sendEach(ctx context.Context, batch []*pipelineCall) {
 		if isNoScript(c.err) {
 			c.res, c.err = p.eval(ctx, c.keys, c.args)
 		}
-		close(c.done)
+		c.complete()
 	}
 }
 
@@ -520,7 +536,7 @@ func (p *autoPipeline) close() {
 	p.cancel()
 	for _, c := range queued {
 		c.err = ErrClosed
-		close(c.done)
+		c.complete()
 	}
 	p.wg.Wait()
 }

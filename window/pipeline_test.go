@@ -431,7 +431,7 @@ func sendFirsts(t *testing.T, r *Redis, keys []string) []error {
 	t.Helper()
 	batch := make([]*pipelineCall, len(keys))
 	for i, key := range keys {
-		batch[i] = &pipelineCall{keys: []string{key}, args: appendHitArgs([]any{r.member(), "", 1}, &[]Hit{hit(key, 5, time.Minute)}[0]), done: make(chan struct{})}
+		batch[i] = &pipelineCall{keys: []string{key}, args: appendHitArgs([]any{r.member(), "", 1}, &[]Hit{hit(key, 5, time.Minute)}[0]), done: make(chan struct{}, 1)}
 	}
 	r.pipe.send(batch)
 	errs := make([]error, len(batch))
