@@ -36,7 +36,7 @@ import (
 type lenientCodec struct {
 	base    encoding.CodecV2
 	lazy    bool
-	encoded *atomic.Pointer[sync.Map] // *authv3.CheckResponse → []byte
+	encoded *atomic.Pointer[sync.Map] // *authv3.CheckResponse → mem.BufferSlice
 }
 
 func newLenientCodec(lazy bool, encoded *atomic.Pointer[sync.Map]) lenientCodec {
@@ -51,9 +51,8 @@ func (c lenientCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if r, ok := v.(*authv3.CheckResponse); ok && c.encoded != nil {
 		if m := c.encoded.Load(); m != nil {
 			if b, ok := m.Load(r); ok {
-				// A SliceBuffer's Free does nothing: the shared bytes are
-				// only read.
-				return mem.BufferSlice{mem.SliceBuffer(b.([]byte))}, nil
+				// Shared, read only (see preEncode).
+				return b.(mem.BufferSlice), nil
 			}
 		}
 	}

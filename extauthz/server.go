@@ -20,6 +20,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/mem"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -490,11 +491,13 @@ func (rr *ruleResp) ok(remaining int) *authv3.CheckResponse {
 	return r
 }
 
-// preEncode stores r's wire bytes in encoded for the codec. A response
-// that does not encode (none of a Server's) is left to the codec.
+// preEncode stores r's wire bytes in encoded for the codec, as the
+// mem.BufferSlice the codec returns: gRPC only reads it (a SliceBuffer's
+// Ref and Free do nothing), so every send shares it and none allocates. A
+// response that does not encode (none of a Server's) is left to the codec.
 func preEncode(encoded *sync.Map, r *authv3.CheckResponse) {
 	if b, err := proto.Marshal(r); err == nil {
-		encoded.Store(r, b)
+		encoded.Store(r, mem.BufferSlice{mem.SliceBuffer(b)})
 	}
 }
 
