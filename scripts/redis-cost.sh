@@ -4,9 +4,14 @@
 # INFO cpu over the calls.
 # usage: scripts/redis-cost.sh PORT TEXTBOOK.lua [ROUNDS]     (a redis-server must listen on PORT)
 # Prints µs of Redis CPU per request: the textbook script pipelined 16 deep, then flashgate's with 1, 4,
-# 8 and 16 requests per script call (the auto-pipeline's batches), pipelined to 16 requests in flight.
+# 8 and 16 requests per script call (the auto-pipeline's batches), pipelined to 16 requests in flight;
+# then both at 8 requests per round trip (the textbook -P 8, flashgate one call of 8 with -P 1), what an
+# auto-pipelined batch of 8 is end to end.
+# RANGE (default 100000) is the key space and N (default 200000) the requests per run: RANGE=100000000
+# N=1000000 makes nearly every request create its key and, over a run of several seconds, most keys
+# expire during it, as in the end-to-end load of 100,000 users on a 1 s window.
 set -eu
-P=$1; TB=$2; ROUNDS=${3:-3}; RANGE=${RANGE:-100000}
+P=$1; TB=$2; ROUNDS=${3:-3}; RANGE=${RANGE:-100000}; N=${N:-200000}
 cd "$(dirname "$0")/.."
 cpu() { redis-cli -p "$P" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{s+=$2} END{printf "%.6f", s}'; }
 per() { # requests redis-benchmark-args...: µs per request
@@ -17,12 +22,14 @@ per() { # requests redis-benchmark-args...: µs per request
 }
 TBSHA=$(redis-cli -p "$P" script load "$(cat "$TB")")
 FGSHA=$(redis-cli -p "$P" script load "$(cat window/redis.lua)")
-batch() { # B: µs per request with B requests per call
-  local b=$1 keys=() args=()
+batch() { # B [DEPTH]: µs per request with B requests per call, DEPTH (16) requests in flight per client
+  local b=$1 d=${2:-16} keys=() args=()
   for i in $(seq "$b"); do keys+=("rl:__rand_int__"); args+=("m:__rand_int__:$i" "" 1 5 1000000 1 0 0); done
-  per 200000 -n $((200000 / b)) -P $((16 / b)) evalsha "$FGSHA" "$b" "${keys[@]}" "${args[@]}"
+  per "$N" -n $((N / b)) -P $((d / b)) evalsha "$FGSHA" "$b" "${keys[@]}" "${args[@]}"
 }
 for r in $(seq "$ROUNDS"); do
-  echo "round $r: textbook $(per 200000 -n 200000 -P 16 evalsha "$TBSHA" 1 rl:__rand_int__ 0 1000 5 m:__rand_int__:__rand_int__)" \
-    "flashgate-1 $(batch 1) flashgate-4 $(batch 4) flashgate-8 $(batch 8) flashgate-16 $(batch 16)"
+  echo "round $r: textbook $(per "$N" -n "$N" -P 16 evalsha "$TBSHA" 1 rl:__rand_int__ 0 1000 5 m:__rand_int__:__rand_int__)" \
+    "flashgate-1 $(batch 1) flashgate-4 $(batch 4) flashgate-8 $(batch 8) flashgate-16 $(batch 16)" \
+    "textbook-P8 $(per "$N" -n "$N" -P 8 evalsha "$TBSHA" 1 rl:__rand_int__ 0 1000 5 m:__rand_int__:__rand_int__)" \
+    "flashgate-8-P1 $(batch 8 8)"
 done

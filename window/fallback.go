@@ -16,15 +16,16 @@ type FallbackOptions struct {
 	Size func() int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// MaxKeys bounds the keys tracked (seeds and local logs), as
-	// MemoryOptions.MaxKeys does; 0 means DefaultFallbackMaxKeys.
+	// MaxKeys bounds the local logs, as MemoryOptions.MaxKeys does, and
+	// sizes the seed table (the next power of two, 16 bytes a slot); 0
+	// means DefaultFallbackMaxKeys.
 	MaxKeys int
 }
 
-// DefaultFallbackMaxKeys is the default bound on the keys a [Fallback]
-// tracks: about 50 MB. Past it, new keys evict the ones that go idle soonest
-// (see [Memory]); an evicted seed only makes that key's allowance the plain
-// share again.
+// DefaultFallbackMaxKeys is the default bound on the local logs a
+// [Fallback] keeps in an outage (past it, new keys evict the ones that go
+// idle soonest; see [Memory]) and the default size of its seed table: 4 MiB.
+// Two keys whose seeds share a slot of the table both get the stricter one.
 const DefaultFallbackMaxKeys = 1 << 18
 
 // Fallback is the in-process limiter of failure mode "local": what one
@@ -65,11 +66,15 @@ const DefaultFallbackMaxKeys = 1 << 18
 //
 // Only the binding hit of a decision is seeded (the tightest admission, or
 // the denying hit); other hits of a multi-rule request are enforced at their
-// share. A key's state is an exact log, bounded like [Memory]'s.
+// share. Seeds live in a fixed table by key hash (no allocation per seed):
+// two keys whose seeds are live in one slot both get the larger count, so a
+// collision only makes the fallback stricter. A key's local state in an
+// outage is an exact log, bounded like [Memory]'s.
 //
 // Fallback is safe for concurrent use.
 type Fallback struct {
-	mem     *Memory
+	mem     *Memory    // the local logs
+	seeds   *seedTable // what Redis last reported, by key hash
 	size    func() int
 	now     func() time.Time
 	pending [pendingSlots]atomic.Int32 // calls in flight by key hash (Watch)
@@ -85,7 +90,10 @@ func (f *Fallback) pendingOf(key string) int {
 }
 
 // slot is key's counter in the in-flight table.
-func (f *Fallback) slot(key string) uint64 { return maphash.String(f.seed, key) % pendingSlots }
+func (f *Fallback) slot(key string) uint64 { return f.hash(key) % pendingSlots }
+
+// hash is key's hash for the in-flight and seed tables.
+func (f *Fallback) hash(key string) uint64 { return maphash.String(f.seed, key) }
 
 var _ Limiter = (*Fallback)(nil)
 
@@ -104,7 +112,7 @@ func NewFallback(o FallbackOptions) (*Fallback, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fallback: %w", err)
 	}
-	return &Fallback{mem: mem, size: o.Size, now: o.Now, seed: maphash.MakeSeed()}, nil
+	return &Fallback{mem: mem, seeds: newSeedTable(o.MaxKeys), size: o.Size, now: o.Now, seed: maphash.MakeSeed()}, nil
 }
 
 // Len returns the keys held (see [Memory.Len]).
@@ -129,6 +137,8 @@ func (f *Fallback) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 func (f *Fallback) DecideAfter(ctx context.Context, hits []Hit, cause error) (Decision, error) {
 	n := max(f.size(), 1)
 	return f.mem.decide(ctx, hits, func(h *Hit, l *memLog, now int64) int {
+		// The key's seed, as of now, is its log's (for its retry-after).
+		l.seen, l.seenUntil, _ = f.seeds.load(f.hash(h.Key), now)
 		return max(allowance(h, l, now, n)-f.pendingOf(h.Key), 0)
 	}, Classify(cause) == KindTimeout)
 }
@@ -170,19 +180,7 @@ func (f *Fallback) Observe(hits []Hit, d Decision) {
 	// N ≥ 2 that skips the keys Redis reports with fewer than about N
 	// entries (a uniform load's); alone, every count counts.
 	informative := ceilDiv(max(h.Limit.Requests-d.Count, 0), n) < share
-	sh := &f.mem.shards[shardOf(h.Key)]
-	sh.mu.Lock()
-	l := sh.logs[h.Key]
-	if l == nil && !informative {
-		sh.mu.Unlock()
-		return
-	}
-	if l == nil {
-		l = f.mem.insertLocked(sh, h.Key, now, hits[d.Index:d.Index+1])
-		l.window = int64(h.Limit.Window)
-	}
-	l.seen, l.seenUntil = d.Count, now+int64(h.Limit.Window)
-	sh.mu.Unlock()
+	f.seeds.store(f.hash(h.Key), d.Count, now+int64(h.Limit.Window), now, informative)
 }
 
 // Watch returns next with every successful decision observed by f: the
