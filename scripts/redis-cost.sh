@@ -9,15 +9,17 @@
 # auto-pipelined batch of 8 is end to end.
 # RANGE (default 100000) is the key space and N (default 200000) the requests per run: RANGE=100000000
 # N=1000000 makes nearly every request create its key and, over a run of several seconds, most keys
-# expire during it, as in the end-to-end load of 100,000 users on a 1 s window.
+# expire during it, as in the end-to-end load of 100,000 users on a 1 s window. C (default 50) is
+# redis-benchmark's connections: C=2 is the shape of flashgate's auto-pipeline end to end (one or two
+# connections with a call in flight, so every round trip is a wake-up of Redis's event loop of its own).
 set -eu
-P=$1; TB=$2; ROUNDS=${3:-3}; RANGE=${RANGE:-100000}; N=${N:-200000}
+P=$1; TB=$2; ROUNDS=${3:-3}; RANGE=${RANGE:-100000}; N=${N:-200000}; C=${C:-50}
 cd "$(dirname "$0")/.."
 cpu() { redis-cli -p "$P" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{s+=$2} END{printf "%.6f", s}'; }
 per() { # requests redis-benchmark-args...: µs per request
   local n=$1; shift
   redis-cli -p "$P" flushall >/dev/null
-  local b a; b=$(cpu); redis-benchmark -p "$P" -c 50 -r "$RANGE" -q "$@" >/dev/null; a=$(cpu)
+  local b a; b=$(cpu); redis-benchmark -p "$P" -c "$C" -r "$RANGE" -q "$@" >/dev/null; a=$(cpu)
   awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN{printf "%.2f", (a-b)/n*1e6}'
 }
 TBSHA=$(redis-cli -p "$P" script load "$(cat "$TB")")
