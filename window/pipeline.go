@@ -52,9 +52,9 @@ const pipelineTimeout = 2 * time.Second
 // maxPipelineBatch) and sends it as ONE script call: the script decides the
 // requests in order, each all or nothing over its own keys with its own
 // member id, and its reply is cut into each caller's. A batch forms from the
-// calls that arrived while the call in flight was out; besides each call's
-// deadline, the only timer is a dispatcher's, waiting for a stall while
-// calls are queued.
+// calls that arrived while the call in flight was out. The timers are a
+// dispatcher's, waiting for a stall while calls are queued, and one per
+// 0.5 ms tick in which the pipeline's own deadlines (run's by) end.
 //
 // Exactness, all-or-nothing and idempotency are those of unbatched calls:
 // one script call is atomic in Redis, as each of its requests' would be.
@@ -99,7 +99,8 @@ type autoPipeline struct {
 	closed bool
 }
 
-// pipelineCall is one queued request and, once done is closed, its reply.
+// pipelineCall is one queued request and, once done has received, its
+// reply.
 type pipelineCall struct {
 	keys     []string
 	args     []any
@@ -209,7 +210,7 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 		p.calls.Put(c)
 		if err == errAbandoned {
 			// Its deadline passed while it was queued.
-			return nil, abandoned(ctx)
+			return nil, abandoned(ctx, own)
 		}
 		return res, err
 	case <-ctx.Done():
@@ -220,7 +221,7 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 		select {
 		case <-c.done: // a reply that arrived together with close wins
 			if c.err == errAbandoned {
-				return nil, abandoned(ctx)
+				return nil, abandoned(ctx, own)
 			}
 			return c.res, c.err
 		default:
@@ -230,13 +231,20 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 }
 
 // abandoned is the error of a call taken off the queue unsent because its
-// deadline had passed: ctx's, or context.DeadlineExceeded for the
-// pipeline's own deadline or one of ctx whose timer has not fired yet.
-func abandoned(ctx context.Context) error {
+// deadline had passed: context.DeadlineExceeded for the pipeline's own
+// deadline (own), else ctx's error. A deadline of ctx's own may have passed
+// a moment before ctx's timer fires: abandoned waits for it, so that the
+// layers above see the caller's own deadline (ctx.Err() set, which the
+// Breaker does not count against Redis) and not a timeout of Redis's.
+func abandoned(ctx context.Context, own bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return context.DeadlineExceeded
+	if own {
+		return context.DeadlineExceeded
+	}
+	<-ctx.Done() // its deadline has passed: at once
+	return ctx.Err()
 }
 
 // tickRes is the resolution of the deadlines the pipeline keeps (run's

@@ -366,6 +366,10 @@ func TestAutoPipelineAbandonedNotSent(t *testing.T) {
 			defer cancel()
 			if _, err := r.Decide(ctx, []Hit{hit(key, 5, time.Minute)}); err == nil {
 				t.Errorf("a call queued behind a busy Redis succeeded within 30ms")
+			} else if ctx.Err() == nil {
+				// The caller's own deadline, not Redis's: the Breaker
+				// must be able to tell (ctx.Err() set).
+				t.Errorf("a call given up at its caller's deadline returned %v before its context was done", err)
 			}
 		})
 	}

@@ -241,9 +241,10 @@ func TestBudgetDeadline(t *testing.T) {
 }
 
 // TestBudgetPipelineDeadline: over an auto-pipelined Redis the Budget's
-// deadline is the pipeline's to keep (no context per call): checks queued
-// behind a stuck Redis return at their budget as the Budget's timeout, not
-// before it, and those still queued then are never sent.
+// deadline is the pipeline's to keep (no context per call): a check sent on
+// its own and checks queued behind a stuck Redis return at their budget as
+// the Budget's timeout, not before it, and those still queued then are never
+// sent.
 func TestBudgetPipelineDeadline(t *testing.T) {
 	s, c := startRedis(t)
 	r := newTestRedis(t, c, RedisOptions{AutoPipeline: true, PipelineWorkers: 2})
@@ -257,6 +258,13 @@ func TestBudgetPipelineDeadline(t *testing.T) {
 	mustDecide(t, b, hit(k.Key("warm", "up"), 5, time.Minute))
 
 	wait := pauseRedis(t, s.Addr(), time.Second)
+	// Nothing in flight: a check goes out on its own, with its budget in
+	// its context.
+	start := time.Now()
+	_, err = b.Decide(context.Background(), []Hit{hit(k.Key("lone", "1"), 5, time.Minute)})
+	if took := time.Since(start); Classify(err) != KindTimeout || took < budget || took > 700*time.Millisecond {
+		t.Fatalf("a check sent alone to a stuck Redis = %v (%s) after %s, want a timeout at its budget of %s", err, Classify(err), took, budget)
+	}
 	var wg sync.WaitGroup
 	for i := range 2 { // both slots: sent, stuck until Redis is free
 		wg.Go(func() {
