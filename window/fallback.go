@@ -17,15 +17,14 @@ type FallbackOptions struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// MaxKeys bounds the local logs, as MemoryOptions.MaxKeys does, and
-	// sizes the seed table (the next power of two, 16 bytes a slot); 0
-	// means DefaultFallbackMaxKeys.
+	// sizes the seed table (as many entries, in buckets of four, 16 bytes an
+	// entry); 0 means DefaultFallbackMaxKeys.
 	MaxKeys int
 }
 
 // DefaultFallbackMaxKeys is the default bound on the local logs a
 // [Fallback] keeps in an outage (past it, new keys evict the ones that go
 // idle soonest; see [Memory]) and the default size of its seed table: 4 MiB.
-// Two keys whose seeds share a slot of the table both get the stricter one.
 const DefaultFallbackMaxKeys = 1 << 18
 
 // Fallback is the in-process limiter of failure mode "local": what one
@@ -66,10 +65,13 @@ const DefaultFallbackMaxKeys = 1 << 18
 //
 // Only the binding hit of a decision is seeded (the tightest admission, or
 // the denying hit); other hits of a multi-rule request are enforced at their
-// share. Seeds live in a fixed table by key hash (no allocation per seed):
-// two keys whose seeds are live in one slot both get the larger count, so a
-// collision only makes the fallback stricter. A key's local state in an
-// outage is an exact log, bounded like [Memory]'s.
+// share. Seeds live in a fixed table by key hash (no allocation per seed),
+// each the used share of its key's limit, in buckets of four keys: a key that
+// finds its bucket full of other keys' live seeds is merged into the
+// bucket's shared entry (the larger share), which the bucket's keys without
+// an entry of their own then read at their own limit. A collision only makes
+// the fallback stricter. A key's local state in an outage is an exact log,
+// bounded like [Memory]'s.
 //
 // Fallback is safe for concurrent use.
 type Fallback struct {
@@ -138,7 +140,7 @@ func (f *Fallback) DecideAfter(ctx context.Context, hits []Hit, cause error) (De
 	n := max(f.size(), 1)
 	return f.mem.decide(ctx, hits, func(h *Hit, l *memLog, now int64) int {
 		// The key's seed, as of now, is its log's (for its retry-after).
-		l.seen, l.seenUntil, _ = f.seeds.load(f.hash(h.Key), now)
+		l.seen, l.seenUntil, _ = f.seeds.load(f.hash(h.Key), h.Limit.Requests, now)
 		return max(allowance(h, l, now, n)-f.pendingOf(h.Key), 0)
 	}, Classify(cause) == KindTimeout)
 }
@@ -166,7 +168,8 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // hits: the binding hit's count, live until one window from now. Local
 // answers (d.Source other than SourceBackend) teach nothing and are
 // ignored, and so is a count too low to lower the allowance below the share
-// (unless the key holds a seed already, which it then updates).
+// (unless the key holds a live seed of its own already, which it then
+// updates).
 func (f *Fallback) Observe(hits []Hit, d Decision) {
 	if d.Source != SourceBackend || d.Index < 0 || d.Index >= len(hits) {
 		return
@@ -180,7 +183,7 @@ func (f *Fallback) Observe(hits []Hit, d Decision) {
 	// N ≥ 2 that skips the keys Redis reports with fewer than about N
 	// entries (a uniform load's); alone, every count counts.
 	informative := ceilDiv(max(h.Limit.Requests-d.Count, 0), n) < share
-	f.seeds.store(f.hash(h.Key), d.Count, now+int64(h.Limit.Window), now, informative)
+	f.seeds.store(f.hash(h.Key), d.Count, h.Limit.Requests, now+int64(h.Limit.Window), now, informative)
 }
 
 // Watch returns next with every successful decision observed by f: the

@@ -5,64 +5,117 @@ import (
 	"time"
 )
 
-// TestSeedTable: a key's own seed is updated both ways and expires; a
-// non-informative count is stored only over the key's own live seed; two
-// keys live in one slot share the stricter seed (the larger count, the
-// later expiry) and never read a looser one; an expired slot is free again.
-func TestSeedTable(t *testing.T) {
-	tab := newSeedTable(4)
-	if len(tab.slots) != 4 {
-		t.Fatalf("%d slots for 4 keys, want 4", len(tab.slots))
-	}
-	const sec = int64(time.Second)
-	// Same slot (low bits 1), different tags (high bits).
-	a, b, c := uint64(1)<<40|1, uint64(2)<<40|1, uint64(3)<<40|1
-	other := uint64(1)<<40 | 2 // another slot
-
-	seed := func(h uint64, now int64) (int, int64, bool) { return tab.load(h, now) }
-	if _, _, ok := seed(a, 0); ok {
-		t.Fatal("an empty table has a seed")
-	}
-	tab.store(a, 1, sec, 0, false)
-	if _, _, ok := seed(a, 0); ok {
-		t.Fatal("a non-informative count was stored for a key without a seed")
-	}
-	tab.store(a, 4, sec, 0, true)
-	if n, until, ok := seed(a, 10); !ok || n != 4 || until != sec {
-		t.Fatalf("a's seed = %d until %d (%v), want 4 until 1s", n, until, ok)
-	}
-	tab.store(a, 1, sec+5, 5, false) // its own seed: updated, even downwards
-	if n, _, _ := seed(a, 10); n != 1 {
-		t.Fatalf("a's seed after a count of 1 = %d, want 1", n)
-	}
-	if _, _, ok := seed(b, 10); ok {
-		t.Fatal("b reads a's seed (another tag, same slot)")
-	}
-	if _, _, ok := seed(other, 10); ok {
-		t.Fatal("another slot has a seed")
-	}
-	tab.store(b, 2, 2*sec, 10, false) // not informative, a's slot: dropped
-	if n, _, _ := seed(a, 20); n != 1 {
-		t.Fatalf("a's seed after b's non-informative count = %d, want 1", n)
-	}
-	tab.store(b, 3, 2*sec, 10, true) // shares the slot: max for both
-	for _, h := range []uint64{a, b, c} {
-		if n, until, ok := seed(h, 20); !ok || n != 3 || until != 2*sec {
-			t.Fatalf("a shared slot reads %d until %d (%v) for %x, want 3 until 2s", n, until, ok, h)
+// TestSeedShare: a count stored as a share of its limit comes back exactly
+// at that limit, for every limit up to the largest.
+func TestSeedShare(t *testing.T) {
+	for _, limit := range []int{1, 2, 3, 5, 7, 10, 99, 1000, 65_537, 999_983, MaxRequests} {
+		counts := []int{0, 1, 2, limit / 3, limit / 2, limit - 2, limit - 1, limit, limit + 5}
+		for c := 0; c < min(limit, 2000); c++ {
+			counts = append(counts, c)
+		}
+		for _, c := range counts {
+			if c < 0 {
+				continue
+			}
+			if got := countOfShare(shareOfLimit(c, limit), limit); got != min(c, limit) {
+				t.Fatalf("count %d of %d comes back as %d", c, limit, got)
+			}
 		}
 	}
-	tab.store(a, 0, 2*sec, 30, true) // a shared slot only grows
-	if n, _, _ := seed(b, 40); n != 3 {
-		t.Fatalf("a shared seed fell to %d on one key's lower count, want 3", n)
+	// At another limit, proportionally (rounded down from a share rounded up).
+	if got := countOfShare(shareOfLimit(5, 10), 4); got != 2 {
+		t.Fatalf("5 of 10 at a limit of 4 = %d, want 2", got)
 	}
-	if _, _, ok := seed(a, 2*sec); ok {
-		t.Fatal("a seed is live at its expiry")
+}
+
+// TestSeedTable: a key's own seed is updated both ways and expires; a
+// non-informative count is stored only over the key's own live seed; a
+// bucket holds seedWays keys' own seeds, and a key that finds no room is
+// merged into the bucket's shared entry (the larger share, the later
+// expiry), which every key of the bucket without an entry of its own reads
+// at its own limit: never a looser seed than its own.
+func TestSeedTable(t *testing.T) {
+	tab := newSeedTable(16)
+	if len(tab.buckets) != 4 {
+		t.Fatalf("%d buckets for 16 keys, want 4", len(tab.buckets))
 	}
-	tab.store(c, 5, 3*sec, 2*sec, true) // the expired slot is c's alone
-	if _, _, ok := seed(a, 2*sec+1); ok {
-		t.Fatal("a reads c's seed after the shared one expired")
+	const sec = int64(time.Second)
+	key := func(tag uint64) uint64 { return tag<<32 | 1 } // bucket 1, tag
+	load := func(h uint64, limit int, now int64) int {
+		n, _, ok := tab.load(h, limit, now)
+		if !ok {
+			return -1
+		}
+		return n
 	}
-	if n, _, ok := seed(c, 2*sec+1); !ok || n != 5 {
-		t.Fatalf("c's seed = %d (%v), want 5", n, ok)
+	a, b, c, d, e, f := key(10), key(11), key(12), key(13), key(14), key(15)
+
+	tab.store(a, 1, 5, sec, 0, false)
+	if n := load(a, 5, 0); n != -1 {
+		t.Fatalf("a non-informative count was stored for a key without a seed: %d", n)
+	}
+	tab.store(a, 4, 5, sec, 0, true)
+	if n := load(a, 5, 10); n != 4 {
+		t.Fatalf("a's seed = %d, want 4", n)
+	}
+	tab.store(a, 1, 5, sec, 5, false) // its own seed: updated, even downwards
+	if n := load(a, 5, 10); n != 1 {
+		t.Fatalf("a's seed after a count of 1 = %d, want 1", n)
+	}
+	if n := load(b, 5, 10); n != -1 {
+		t.Fatalf("b reads a seed (another tag, same bucket): %d", n)
+	}
+	if n := load(key(10)+2, 5, 10); n != -1 {
+		t.Fatalf("another bucket reads a seed: %d", n)
+	}
+	// Fill the bucket: a (until 1s), b, c, d (later).
+	tab.store(b, 30, 100, 3*sec, 10, true)
+	tab.store(c, 2, 5, 3*sec, 10, true)
+	tab.store(d, 2, 5, 3*sec, 10, true)
+	if n := load(e, 5, 20); n != -1 {
+		t.Fatalf("e reads a seed before any was shared: %d", n)
+	}
+	tab.store(e, 5, 10, 2*sec, 20, false) // no room, not informative: dropped
+	if n := load(e, 10, 30); n != -1 {
+		t.Fatalf("e's non-informative count was stored: %d", n)
+	}
+	tab.store(e, 5, 10, 2*sec, 20, true) // no room: merged with a's (soonest to expire)
+	for _, tc := range []struct {
+		name  string
+		h     uint64
+		limit int
+		want  int
+	}{
+		{"e (merged, its own limit)", e, 10, 5},       // max(1/5, 5/10) = 0.5 of 10
+		{"a (merged into)", a, 5, 2},                  // 0.5 of 5, above its own 1
+		{"f (no seed, the bucket's shared)", f, 4, 2}, // 0.5 of 4
+		{"b (its own)", b, 100, 30},
+		{"c (its own)", c, 5, 2},
+	} {
+		if n := load(tc.h, tc.limit, 30); n != tc.want {
+			t.Errorf("%s reads %d, want %d", tc.name, n, tc.want)
+		}
+	}
+	if _, until, _ := tab.load(e, 10, 30); until != 2*sec {
+		t.Errorf("the shared seed lasts until %d, want the later of the two (2s)", until)
+	}
+	tab.store(f, 9, 10, 2*sec, 40, true) // merged: the share only grows
+	if n := load(e, 10, 50); n != 9 {
+		t.Errorf("e reads %d after f's 9 of 10 was merged, want 9", n)
+	}
+	tab.store(e, 1, 10, 2*sec, 50, true) // still no room: the shared share stays
+	if n := load(e, 10, 60); n != 9 {
+		t.Errorf("a shared seed fell to %d on one key's lower count, want 9", n)
+	}
+	// At 2s the shared entry expires; its place is free for a key's own.
+	if n := load(f, 10, 2*sec); n != -1 {
+		t.Errorf("f reads %d from an expired shared entry", n)
+	}
+	tab.store(f, 3, 10, 4*sec, 2*sec, true)
+	if n := load(f, 10, 2*sec+1); n != 3 {
+		t.Errorf("f's own seed in the freed entry = %d, want 3", n)
+	}
+	if n := load(e, 10, 2*sec+1); n != -1 {
+		t.Errorf("e reads %d from f's own entry", n)
 	}
 }

@@ -358,7 +358,7 @@ func TestFallbackSeed(t *testing.T) {
 	f.Observe([]Hit{part}, Decision{Allowed: false, Index: 0, Count: 5, Source: SourceLocalFull})
 	// Nor does a count that leaves the share as it is (ceil(4/3) = 2): not stored.
 	f.Observe([]Hit{hit("quiet", 5, time.Second)}, Decision{Allowed: true, Index: 0, Count: 1, Source: SourceBackend})
-	if _, _, ok := f.seeds.load(f.hash("quiet"), clock.Now().UnixNano()); ok {
+	if _, _, ok := f.seeds.load(f.hash("quiet"), 5, clock.Now().UnixNano()); ok {
 		t.Fatal("a count of 1 of 5 in a fleet of 3 was stored")
 	}
 
