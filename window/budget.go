@@ -79,10 +79,7 @@ func (b *Budget) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	if bn, ok := b.next.(budgeted); ok {
 		d, spent, err = bn.decideWithin(ctx, hits, budget)
 	} else {
-		cctx, cancel := context.WithTimeout(ctx, budget)
-		d, err = b.next.Decide(cctx, hits)
-		spent = err != nil && ctx.Err() == nil && cctx.Err() != nil
-		cancel()
+		d, spent, err = decideWithTimeout(ctx, b.next, hits, budget)
 	}
 	took := b.now().Sub(start)
 	switch {
@@ -107,6 +104,16 @@ func (b *Budget) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 // check.
 type budgeted interface {
 	decideWithin(ctx context.Context, hits []Hit, budget time.Duration) (Decision, bool, error)
+}
+
+// decideWithTimeout is next's decision with budget from now as a deadline
+// in its context, and whether the budget ran out (the caller's own ctx
+// still live).
+func decideWithTimeout(ctx context.Context, next Limiter, hits []Hit, budget time.Duration) (Decision, bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	d, err := next.Decide(cctx, hits)
+	return d, err != nil && ctx.Err() == nil && cctx.Err() != nil, err
 }
 
 // observe folds one latency sample into the estimate (RFC 6298, 2.2–2.3).

@@ -86,15 +86,14 @@ type Fallback struct {
 // pendingSlots is the size of the in-flight table: 16 KiB.
 const pendingSlots = 4096
 
-// pendingOf returns the calls in flight for key (or a colliding key).
-func (f *Fallback) pendingOf(key string) int {
-	return int(f.pending[f.slot(key)].Load())
+// pendingOf returns the calls in flight for the key of hash h (or a
+// colliding key).
+func (f *Fallback) pendingOf(h uint64) int {
+	return int(f.pending[h%pendingSlots].Load())
 }
 
-// slot is key's counter in the in-flight table.
-func (f *Fallback) slot(key string) uint64 { return f.hash(key) % pendingSlots }
-
-// hash is key's hash for the in-flight and seed tables.
+// hash is key's hash for the in-flight table (its slot: hash %
+// pendingSlots) and the seed table.
 func (f *Fallback) hash(key string) uint64 { return maphash.String(f.seed, key) }
 
 var _ Limiter = (*Fallback)(nil)
@@ -140,8 +139,9 @@ func (f *Fallback) DecideAfter(ctx context.Context, hits []Hit, cause error) (De
 	n := max(f.size(), 1)
 	return f.mem.decide(ctx, hits, func(h *Hit, l *memLog, now int64) int {
 		// The key's seed, as of now, is its log's (for its retry-after).
-		l.seen, l.seenUntil, _ = f.seeds.load(f.hash(h.Key), h.Limit.Requests, now)
-		return max(allowance(h, l, now, n)-f.pendingOf(h.Key), 0)
+		hk := f.hash(h.Key)
+		l.seen, l.seenUntil, _ = f.seeds.load(hk, h.Limit.Requests, now)
+		return max(allowance(h, l, now, n)-f.pendingOf(hk), 0)
 	}, Classify(cause) == KindTimeout)
 }
 
@@ -171,10 +171,22 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // (unless the key holds a live seed of its own already, which it then
 // updates).
 func (f *Fallback) Observe(hits []Hit, d Decision) {
+	f.observe(hits, d, nil)
+}
+
+// observe is Observe with the hits' key hashes when the caller has them
+// (nil: hashed here).
+func (f *Fallback) observe(hits []Hit, d Decision, hashes []uint64) {
 	if d.Source != SourceBackend || d.Index < 0 || d.Index >= len(hits) {
 		return
 	}
 	h := &hits[d.Index]
+	var hk uint64
+	if hashes != nil {
+		hk = hashes[d.Index]
+	} else {
+		hk = f.hash(h.Key)
+	}
 	now := f.now().UnixNano()
 	n := max(f.size(), 1)
 	share := shareOf(h, n)
@@ -183,7 +195,7 @@ func (f *Fallback) Observe(hits []Hit, d Decision) {
 	// N ≥ 2 that skips the keys Redis reports with fewer than about N
 	// entries (a uniform load's); alone, every count counts.
 	informative := ceilDiv(max(h.Limit.Requests-d.Count, 0), n) < share
-	f.seeds.store(f.hash(h.Key), d.Count, h.Limit.Requests, now+int64(h.Limit.Window), now, informative)
+	f.seeds.store(hk, d.Count, h.Limit.Requests, now+int64(h.Limit.Window), now, informative)
 }
 
 // Watch returns next with every successful decision observed by f: the
@@ -196,19 +208,20 @@ type watched struct {
 }
 
 func (w watched) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	// Each key hashed once: its in-flight slot, then its seed.
 	var stack [maxStackHits]uint64
-	slots := stack[:0]
+	hashes := stack[:0]
 	for i := range hits {
-		slot := w.f.slot(hits[i].Key)
-		w.f.pending[slot].Add(1)
-		slots = append(slots, slot)
+		hk := w.f.hash(hits[i].Key)
+		w.f.pending[hk%pendingSlots].Add(1)
+		hashes = append(hashes, hk)
 	}
 	d, err := w.next.Decide(ctx, hits)
-	for _, slot := range slots {
-		w.f.pending[slot].Add(-1)
+	for _, hk := range hashes {
+		w.f.pending[hk%pendingSlots].Add(-1)
 	}
 	if err == nil {
-		w.f.Observe(hits, d)
+		w.f.observe(hits, d, hashes)
 	}
 	return d, err
 }

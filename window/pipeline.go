@@ -205,14 +205,7 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 	}
 	select {
 	case <-c.done:
-		res, err := c.res, c.err
-		*c = pipelineCall{done: c.done}
-		p.calls.Put(c)
-		if err == errAbandoned {
-			// Its deadline passed while it was queued.
-			return nil, abandoned(ctx, own)
-		}
-		return res, err
+		return p.reply(ctx, c, own)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-expired:
@@ -220,14 +213,24 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 	case <-p.stop:
 		select {
 		case <-c.done: // a reply that arrived together with close wins
-			if c.err == errAbandoned {
-				return nil, abandoned(ctx, own)
-			}
-			return c.res, c.err
+			return p.reply(ctx, c, own)
 		default:
 			return nil, ErrClosed
 		}
 	}
+}
+
+// reply returns the reply of c, which done has handed over, and gives c
+// back to the pool. A call dropped unsent (errAbandoned) returns its
+// deadline's error (see abandoned).
+func (p *autoPipeline) reply(ctx context.Context, c *pipelineCall, own bool) ([]any, error) {
+	res, err := c.res, c.err
+	*c = pipelineCall{done: c.done}
+	p.calls.Put(c)
+	if err == errAbandoned {
+		return nil, abandoned(ctx, own)
+	}
+	return res, err
 }
 
 // abandoned is the error of a call taken off the queue unsent because its

@@ -318,13 +318,10 @@ func (r *Redis) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 // pipeline's to keep (no context or timer per call; see
 // [autoPipeline.run]); otherwise it is a deadline in ctx.
 func (r *Redis) decideWithin(ctx context.Context, hits []Hit, budget time.Duration) (Decision, bool, error) {
-	by := time.Now().Add(budget)
 	if r.pipe == nil {
-		cctx, cancel := context.WithDeadline(ctx, by)
-		defer cancel()
-		d, err := r.Decide(cctx, hits)
-		return d, err != nil && ctx.Err() == nil && cctx.Err() != nil, err
+		return decideWithTimeout(ctx, r, hits, budget)
 	}
+	by := time.Now().Add(budget)
 	d, _, err := r.decideBy(ctx, by, hits, r.member())
 	return d, err != nil && ctx.Err() == nil && !time.Now().Before(by), err
 }
