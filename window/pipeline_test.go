@@ -629,3 +629,82 @@ func TestAutoPipelineStallOpensSlot(t *testing.T) {
 		})
 	}
 }
+
+// TestAutoPipelineHold: after a batch of holdMin or more returns, the calls
+// that arrive within the hold go out together when it ends, as one script
+// call ("together"); a full batch does not wait for it ("full"); a call
+// behind a smaller batch, or after the hold, goes out at once ("lone").
+func TestAutoPipelineHold(t *testing.T) {
+	for _, tc := range []string{"together", "full", "lone"} {
+		t.Run(tc, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s, c := startRedis(t)
+			hook := &countHook{}
+			c.AddHook(hook)
+			r := newTestRedis(t, c, RedisOptions{AutoPipeline: true})
+			t.Cleanup(r.Close)
+			p := r.pipe
+			p.hold = int64(3 * time.Second) // far longer than any scheduling delay
+			mustDecide(t, r, hit(testKeys(t).Key("warm", "up"), 5, time.Minute))
+			p.mu.Lock()
+			if p.held >= 0 {
+				t.Errorf("a call of one started a hold (held %d)", p.held)
+			}
+			p.mu.Unlock()
+
+			// A batch: decisions queued behind a busy Redis.
+			wait := pauseRedis(t, s.Addr(), 200*time.Millisecond)
+			for i, err := range decideAll(ctx, r, someKeys(t, 2*holdMin), 5) {
+				if err != nil {
+					t.Fatalf("decision %d: %v", i, err)
+				}
+			}
+			wait()
+			p.mu.Lock()
+			held := p.held
+			p.mu.Unlock()
+			if held < 0 {
+				t.Fatal("no hold after a batch")
+			}
+			calls := func() int64 { return hook.cmds.Load() + hook.pipelines.Load() }
+			before := calls()
+			n := 3
+			switch tc {
+			case "full":
+				n = maxPipelineBatch
+			case "lone":
+				n = 1
+				p.mu.Lock()
+				p.held -= p.hold // the hold is over
+				p.mu.Unlock()
+			}
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = testKeys(t).Key(tc, fmt.Sprint(i))
+			}
+			for i, err := range decideAll(ctx, r, keys, 5) {
+				if err != nil {
+					t.Fatalf("decision %d: %v", i, err)
+				}
+			}
+			end := p.since()
+			switch tc {
+			case "together":
+				if end < held+p.hold {
+					t.Errorf("the calls returned %v into a hold of %v", time.Duration(end-held), time.Duration(p.hold))
+				}
+				if got := calls() - before; got != 1 {
+					t.Errorf("%d calls within the hold took %d script calls, want 1", n, got)
+				}
+			case "full", "lone":
+				if end >= held+p.hold {
+					t.Errorf("the calls returned %v after the batch, not before the hold's end (%v)", time.Duration(end-held), time.Duration(p.hold))
+				}
+				if got := calls() - before; tc == "full" && got != 1 {
+					t.Errorf("a full batch took %d script calls, want 1", got)
+				}
+			}
+		})
+	}
+}
