@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,16 +37,19 @@ const (
 	maxStall = 5 * time.Millisecond
 )
 
-// The hold: after a call of at least holdMin requests returns, the next call
-// goes out no sooner than hold after that return. The callers the reply
-// frees send their next requests together a moment later (a closed loop
-// does; so does a client retrying at once), and without the hold the first
-// of them would go out alone, the rest a round trip behind it: two calls,
-// two wake-ups of Redis and two syscalls each side, where one does. Measured
-// end to end (BENCHMARKS.md §11): 0.15 → 0.09 script calls per check and
-// 13% less Redis CPU per check at full load, no change at 3000 checks/s
-// (calls of fewer than holdMin do not start a hold). A check waits hold at
-// most, and only behind a batch; one on a quiet pipeline goes out at once.
+// The hold: after a call of n ≥ holdMin requests returns, the next call goes
+// out once n calls are queued, or hold after that return. The callers the
+// reply frees send their next requests together a moment later (a closed
+// loop does; so does a client retrying at once), and without the hold the
+// first of them would go out alone, the rest a round trip behind it: two
+// calls, two wake-ups of Redis and two syscalls each side, where one does.
+// Ending it at n (not only by its timer) matters where they come back at
+// once: a sub-millisecond timer of an otherwise idle Go process fires after
+// a millisecond or more. Measured (BENCHMARKS.md §11): end to end at full
+// load 0.145 → 0.106 script calls per check; in process (BenchmarkStackDecide)
+// 12,000–14,000 → 7,300–7,600 ns of CPU per decision; no change at 3000
+// checks/s (calls of fewer than holdMin start no hold). A check waits hold
+// at most, and only behind a batch; one on a quiet pipeline goes out at once.
 const (
 	hold    = 200 * time.Microsecond
 	holdMin = 4
@@ -109,37 +113,73 @@ type autoPipeline struct {
 	// mu guards the fields below.
 	mu    sync.Mutex
 	queue []*pipelineCall
-	// ticks holds the channels of the ticks callers wait for (tickLocked),
-	// by tick number; each is removed and closed at its tick.
-	ticks map[int64]chan struct{}
+	// ticks holds the calls whose deadline ends at each tick (tickLocked),
+	// by tick number; each tick is removed and its calls expired at its end.
+	ticks map[int64][]callRef
+	// flying holds each dispatcher's batch in flight (close ends them).
+	flying [][]*pipelineCall
 	// sends holds when each call in flight (batches and calls sent on their
 	// own) was sent, ns since epoch: len(sends) calls are in flight.
 	sends []int64
 	srtt  int64 // smoothed duration of a call, ns; 0 before the first
 	// held is when the last call of at least holdMin requests returned:
-	// no call goes out before held+hold unless maxPipelineBatch are queued.
-	held   int64
+	// no call goes out before held+hold unless holdMin are queued.
+	held int64
+	// holdN is the size of that call: the hold ends once as many calls
+	// are queued.
+	holdN  int
 	closed bool
 }
 
 // pipelineCall is one queued request and, once done has received, its
-// reply.
+// reply. Its caller waits on done alone: the reply, the end of its deadline
+// (its tick), the pipeline's close and the dispatcher's drop of a call
+// abandoned unsent each finish it there, and the first to finish wins (a
+// select over the caller's context, its tick and the pipeline's stop cost
+// more than a tenth of a Redis-backed check's CPU, most of it locking the
+// channels all queued callers share).
 type pipelineCall struct {
 	keys     []string
 	args     []any
 	deadline time.Time       // the caller's (its context's, or run's by); zero: none
 	gone     <-chan struct{} // the caller's ctx.Done(): closed once it gave up
-	// done receives one value (complete) once res and err are set; it has
-	// room for it, so completing never blocks. A caller that received it
-	// gives the call back to the pipeline's pool; one that gave up first
-	// leaves it to the garbage collector.
+	// gen counts the call's uses (it comes from a pool); state is gen<<1,
+	// plus 1 once finished. A finisher names the use it means (callRef), so
+	// a late one (a tick of a call that has since been answered and reused)
+	// finishes nothing.
+	gen   uint64
+	state atomic.Uint64
+	// done receives one value once res, err and recycle are set; it has
+	// room for it, so finishing never blocks.
 	done chan struct{}
 	res  []any
 	err  error
+	// recycle: nothing of the pipeline's refers to the call any longer (its
+	// batch is done, or it left the queue), so the caller gives it back to
+	// the pool; else (its tick or close finished it while queued or in
+	// flight) it is left to the garbage collector.
+	recycle bool
 }
 
-// complete hands c's res and err to its caller; c is the caller's again.
-func (c *pipelineCall) complete() { c.done <- struct{}{} }
+// callRef names one use of a call.
+type callRef struct {
+	c   *pipelineCall
+	gen uint64
+}
+
+// finish hands res and err to the caller of use gen of c, unless that use
+// is already finished (or over); it reports whether it did.
+func (c *pipelineCall) finish(gen uint64, res []any, err error, recycle bool) bool {
+	if !c.state.CompareAndSwap(gen<<1, gen<<1|1) {
+		return false
+	}
+	c.res, c.err, c.recycle = res, err, recycle
+	c.done <- struct{}{}
+	return true
+}
+
+// finished reports whether c's current use is finished.
+func (c *pipelineCall) finished() bool { return c.state.Load()&1 != 0 }
 
 // newAutoPipeline starts slots dispatchers of r's script.
 func newAutoPipeline(r *Redis, slots int) *autoPipeline {
@@ -154,7 +194,8 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 		ctx:    ctx,
 		cancel: cancel,
 		epoch:  time.Now(),
-		ticks:  make(map[int64]chan struct{}),
+		ticks:  make(map[int64][]callRef),
+		flying: make([][]*pipelineCall, slots),
 		calls: sync.Pool{New: func() any {
 			return &pipelineCall{done: make(chan struct{}, 1)}
 		}},
@@ -165,25 +206,30 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 		held:     -1 << 62, // no hold before the first batch
 		holdMin:  holdMin,
 	}
-	for range slots {
-		p.wg.Go(p.dispatch)
+	for i := range slots {
+		p.wg.Go(func() { p.dispatch(i) })
 	}
 	return p
 }
 
 // run makes one script call and returns its reply: at once when a slot is
 // open (see openLocked) and nothing is queued, else queued for a
-// dispatcher's next batch. It returns ctx's error as soon as ctx is done,
-// context.DeadlineExceeded once by (zero: none) has passed, and ErrClosed
-// when a queued call's pipeline closes first; in each case the call may
-// still run on Redis (and be recorded), as any call cut by a timeout may.
+// dispatcher's next batch. A queued call returns context.DeadlineExceeded
+// once by (zero: none) has passed, ctx's error once ctx's deadline has
+// passed, and ErrClosed when its pipeline closes first; in each case the
+// call may still run on Redis (and be recorded), as any call cut by a
+// timeout may. A queued call whose ctx has no deadline and no by returns
+// ctx's error as soon as ctx is done; one with a deadline is bounded by it,
+// and a cancellation of ctx before it is not watched (the caller gave up;
+// its goroutine waits for the reply or the deadline, whichever is first).
 //
 // by is a deadline the pipeline keeps without a context or a timer of the
 // caller's own (a [Budget]'s, one per check, would cost a timer, a context
-// and a registration with the caller's context on every check): a queued
-// caller waits on a channel shared by every caller whose by falls within
-// the same tick (tickRes) and closed at its end, so it returns at most one
-// tick after by. A call sent on its own gets a context with by.
+// and a registration with the caller's context on every check): the calls
+// whose deadline (by, or ctx's if earlier) falls within the same tick
+// (tickRes) are expired together at its end, so a caller returns at most
+// one tick after its deadline. A call sent on its own gets a context with
+// by.
 func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, args []any) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -209,60 +255,52 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 				defer cancel()
 			}
 			res, err := p.eval(ectx, keys, args)
-			p.release(now, 1, true)
+			p.release(now, 1, true, -1)
 			return res, err
 		}
 	}
 	c := p.calls.Get().(*pipelineCall)
+	c.gen++
+	c.state.Store(c.gen << 1)
 	c.keys, c.args, c.deadline, c.gone = keys, args, deadline, ctx.Done()
 	p.queue = append(p.queue, c)
-	var expired <-chan struct{}
-	if own {
-		expired = p.tickLocked(by)
+	if !deadline.IsZero() {
+		p.tickLocked(deadline, callRef{c, c.gen})
 	}
 	// The first queued call wakes a dispatcher; the ones behind it join its
 	// batch (a dispatcher takes the whole queue; what maxPipelineBatch
 	// leaves wakes another while a slot is free, else the end of a call in
-	// flight does), so they need not wake one each. The call that fills a
-	// batch wakes one too: a full batch does not wait for the hold.
-	first := len(p.queue) == 1 || len(p.queue) == maxPipelineBatch
+	// flight does), so they need not wake one each. The call that makes
+	// holdMin queued wakes one too: it ends the hold.
+	first := len(p.queue) == 1 || len(p.queue) == p.holdN
 	p.mu.Unlock()
 	if first {
 		p.signal()
 	}
-	select {
-	case <-c.done:
-		return p.reply(ctx, c, own)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-expired:
-		return nil, context.DeadlineExceeded
-	case <-p.stop:
+	if deadline.IsZero() && c.gone != nil {
 		select {
-		case <-c.done: // a reply that arrived together with close wins
-			return p.reply(ctx, c, own)
-		default:
-			return nil, ErrClosed
+		case <-c.done:
+		case <-c.gone:
+			return nil, ctx.Err() // c is left to the garbage collector
 		}
+	} else {
+		<-c.done
 	}
-}
-
-// reply returns the reply of c, which done has handed over, and gives c
-// back to the pool. A call dropped unsent (errAbandoned) returns its
-// deadline's error (see abandoned).
-func (p *autoPipeline) reply(ctx context.Context, c *pipelineCall, own bool) ([]any, error) {
 	res, err := c.res, c.err
-	*c = pipelineCall{done: c.done}
-	p.calls.Put(c)
+	if c.recycle {
+		c.keys, c.args, c.deadline, c.gone, c.res, c.err, c.recycle = nil, nil, time.Time{}, nil, nil, nil, false
+		p.calls.Put(c)
+	}
 	if err == errAbandoned {
 		return nil, abandoned(ctx, own)
 	}
 	return res, err
 }
 
-// abandoned is the error of a call taken off the queue unsent because its
-// deadline had passed: context.DeadlineExceeded for the pipeline's own
-// deadline (own), else ctx's error. A deadline of ctx's own may have passed
+// abandoned is the error of a call whose deadline passed before its reply
+// (expired at its tick, or taken off the queue unsent):
+// context.DeadlineExceeded for the pipeline's own deadline (own), else
+// ctx's error. A deadline of ctx's own may have passed
 // a moment before ctx's timer fires: abandoned waits for it, so that the
 // layers above see the caller's own deadline (ctx.Err() set, which the
 // Breaker does not count against Redis) and not a timeout of Redis's.
@@ -277,32 +315,34 @@ func abandoned(ctx context.Context, own bool) error {
 	return ctx.Err()
 }
 
-// tickRes is the resolution of the deadlines the pipeline keeps (run's
-// by): a caller waiting for a batch returns at most this long after its
-// deadline. One timer per tick in use replaces one per call.
+// tickRes is the resolution of the deadlines of queued calls: a caller
+// waiting for a batch returns at most this long after its deadline. One
+// timer per tick in use replaces one per call.
 const tickRes = 500 * time.Microsecond
 
-// tickLocked returns a channel that is closed at the first tick (a
-// multiple of tickRes since p.epoch) at or after by.
-func (p *autoPipeline) tickLocked(by time.Time) <-chan struct{} {
+// tickLocked has call expire at the first tick (a multiple of tickRes since
+// p.epoch) at or after by, unless it is finished first.
+func (p *autoPipeline) tickLocked(by time.Time, call callRef) {
 	n := (int64(by.Sub(p.epoch)) + int64(tickRes) - 1) / int64(tickRes)
-	if ch, ok := p.ticks[n]; ok {
-		return ch
+	refs, ok := p.ticks[n]
+	p.ticks[n] = append(refs, call)
+	if ok {
+		return
 	}
-	ch := make(chan struct{})
-	p.ticks[n] = ch
 	time.AfterFunc(time.Until(p.epoch.Add(time.Duration(n)*tickRes)), func() {
 		p.mu.Lock()
+		refs := p.ticks[n]
 		delete(p.ticks, n)
 		p.mu.Unlock()
-		close(ch)
+		for _, r := range refs {
+			r.c.finish(r.gen, nil, errAbandoned, false)
+		}
 	})
-	return ch
 }
 
-// errAbandoned completes a queued call whose caller gave up, or whose
-// deadline passed, before it was sent; run returns the deadline's error
-// instead.
+// errAbandoned finishes a queued call whose deadline passed (at its tick),
+// or whose caller gave up, before its reply; run returns the deadline's
+// error instead.
 var errAbandoned = errors.New("window: abandoned before it was sent")
 
 // isDone reports whether ch (a ctx.Done(); nil for a context that never
@@ -332,12 +372,12 @@ func (p *autoPipeline) newestLocked() int64 {
 }
 
 // openLocked reports whether a call may go out at now: none is in flight
-// and the hold is over (or a full batch is queued), or a slot is free and
+// and the hold is over (or holdMin calls are queued), or a slot is free and
 // the newest call in flight has stalled.
 func (p *autoPipeline) openLocked(now int64) bool {
 	busy := len(p.sends)
 	if busy == 0 {
-		return now-p.held >= p.hold || len(p.queue) >= maxPipelineBatch
+		return now-p.held >= p.hold || len(p.queue) >= p.holdN
 	}
 	return busy < p.slots && now-p.newestLocked() >= p.stallLocked()
 }
@@ -368,13 +408,17 @@ func (p *autoPipeline) unsendLocked(sent int64) {
 // duration into the smoothed round trip and, for a call of holdMin or more,
 // starts the hold. With wake (a call sent from its caller's
 // goroutine) it wakes a dispatcher if calls are queued; a dispatcher's own
-// call needs none, the dispatcher takes the queue next.
-func (p *autoPipeline) release(sent int64, n int, wake bool) {
+// call needs none, the dispatcher takes the queue next. slot is the
+// dispatcher whose batch landed (-1: a call sent on its own).
+func (p *autoPipeline) release(sent int64, n int, wake bool, slot int) {
 	end := p.since()
 	took := end - sent
 	p.mu.Lock()
+	if slot >= 0 {
+		p.flying[slot] = nil
+	}
 	if n >= p.holdMin {
-		p.held = end
+		p.held, p.holdN = end, n
 	}
 	p.unsendLocked(sent)
 	if p.srtt == 0 {
@@ -397,9 +441,9 @@ func (p *autoPipeline) signal() {
 	}
 }
 
-// dispatch is one dispatcher: it sends the queued calls in batches, each
-// on a slot, until close.
-func (p *autoPipeline) dispatch() {
+// dispatch is dispatcher i: it sends the queued calls in batches, each on a
+// slot, until close.
+func (p *autoPipeline) dispatch(i int) {
 	batch := make([]*pipelineCall, 0, maxPipelineBatch)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -410,7 +454,7 @@ func (p *autoPipeline) dispatch() {
 			wait time.Duration
 			sent int64
 		)
-		batch, sent, wait, ok = p.take(batch[:0])
+		batch, sent, wait, ok = p.take(i, batch[:0])
 		if !ok {
 			return
 		}
@@ -433,9 +477,8 @@ func (p *autoPipeline) dispatch() {
 			continue
 		}
 		p.send(batch)
-		n := len(batch)
+		p.release(sent, len(batch), false, i)
 		clear(batch) // let finished calls be collected
-		p.release(sent, n, false)
 	}
 }
 
@@ -445,7 +488,7 @@ func (p *autoPipeline) dispatch() {
 // slot) when nothing is queued or no slot is open; wait is then how long
 // until one opens by itself (the hold ends, or the call in flight stalls;
 // 0: none will, a call's end wakes the dispatchers). ok is false once closed.
-func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int64, wait time.Duration, ok bool) {
+func (p *autoPipeline) take(i int, batch []*pipelineCall) (_ []*pipelineCall, sent int64, wait time.Duration, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -467,9 +510,11 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int6
 	for n < len(p.queue) && len(batch) < maxPipelineBatch {
 		c := p.queue[n]
 		n++
+		if c.finished() {
+			continue // its tick expired it
+		}
 		if isDone(c.gone) || !c.deadline.IsZero() && !wall.Before(c.deadline) {
-			c.err = errAbandoned
-			c.complete()
+			c.finish(c.gen, nil, errAbandoned, true)
 			continue
 		}
 		batch = append(batch, c)
@@ -485,6 +530,7 @@ func (p *autoPipeline) take(batch []*pipelineCall) (_ []*pipelineCall, sent int6
 	if rest > 0 && len(p.sends) < p.slots {
 		p.signal()
 	}
+	p.flying[i] = batch
 	return batch, now, 0, true
 }
 
@@ -504,8 +550,8 @@ func (p *autoPipeline) send(batch []*pipelineCall) {
 
 	if len(batch) == 1 {
 		c := batch[0]
-		c.res, c.err = p.eval(ctx, c.keys, c.args)
-		c.complete()
+		res, err := p.eval(ctx, c.keys, c.args)
+		c.finish(c.gen, res, err, true)
 		return
 	}
 	nkeys, nargs := 0, 0
@@ -529,14 +575,13 @@ func (p *autoPipeline) send(batch []*pipelineCall) {
 		n := replyLen(len(c.keys))
 		switch {
 		case err != nil:
-			c.err = err
+			c.finish(c.gen, nil, err, true)
 		case off+n > len(res):
-			c.err = fmt.Errorf("redis pipeline: the script replied %d values for a batch needing more", len(res))
+			c.finish(c.gen, nil, fmt.Errorf("redis pipeline: the script replied %d values for a batch needing more", len(res)), true)
 		default:
-			c.res = res[off : off+n : off+n]
+			c.finish(c.gen, res[off:off+n:off+n], nil, true)
 		}
 		off += n
-		c.complete()
 	}
 }
 
@@ -552,11 +597,11 @@ func (p *autoPipeline) sendEach(ctx context.Context, batch []*pipelineCall) {
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	for i, c := range batch {
-		c.res, c.err = cmds[i].Slice()
-		if isNoScript(c.err) {
-			c.res, c.err = p.eval(ctx, c.keys, c.args)
+		res, err := cmds[i].Slice()
+		if isNoScript(err) {
+			res, err = p.eval(ctx, c.keys, c.args)
 		}
-		c.complete()
+		c.finish(c.gen, res, err, true)
 	}
 }
 
@@ -590,12 +635,20 @@ func (p *autoPipeline) close() {
 	p.closed = true
 	queued := p.queue
 	p.queue = nil
+	var flying []callRef
+	for _, b := range p.flying {
+		for _, c := range b {
+			flying = append(flying, callRef{c, c.gen})
+		}
+	}
 	p.mu.Unlock()
 	close(p.stop)
 	p.cancel()
 	for _, c := range queued {
-		c.err = ErrClosed
-		c.complete()
+		c.finish(c.gen, nil, ErrClosed, true)
+	}
+	for _, r := range flying {
+		r.c.finish(r.gen, nil, ErrClosed, false)
 	}
 	p.wg.Wait()
 }
