@@ -49,7 +49,8 @@ const (
 // load 0.145 → 0.106 script calls per check; in process (BenchmarkStackDecide)
 // 12,000–14,000 → 7,300–7,600 ns of CPU per decision; no change at 3000
 // checks/s (calls of fewer than holdMin start no hold). A check waits hold
-// at most, and only behind a batch; one on a quiet pipeline goes out at once.
+// at most (plus the timer's lateness), and only behind a batch; one on a
+// quiet pipeline goes out at once.
 const (
 	hold    = 200 * time.Microsecond
 	holdMin = 4
@@ -123,7 +124,8 @@ type autoPipeline struct {
 	sends []int64
 	srtt  int64 // smoothed duration of a call, ns; 0 before the first
 	// held is when the last call of at least holdMin requests returned:
-	// no call goes out before held+hold unless holdMin are queued.
+	// while none is in flight, no call goes out before held+hold unless
+	// holdN are queued.
 	held int64
 	// holdN is the size of that call: the hold ends once as many calls
 	// are queued.
@@ -154,10 +156,14 @@ type pipelineCall struct {
 	done chan struct{}
 	res  []any
 	err  error
-	// recycle: nothing of the pipeline's refers to the call any longer (its
-	// batch is done, or it left the queue), so the caller gives it back to
-	// the pool; else (its tick or close finished it while queued or in
-	// flight) it is left to the garbage collector.
+	// recycle: the queue and the batches in flight no longer hold the call
+	// (its batch is done, or it left the queue), so the caller gives it
+	// back to the pool; else (its tick or close finished it while queued or
+	// in flight) it is left to the garbage collector. A tick's callRef may
+	// still point at a recycled call: it names an old gen and finishes
+	// nothing. So may a dispatcher's flying entry until its release: close,
+	// its one reader, then ends the call's current use, itself queued or in
+	// flight.
 	recycle bool
 }
 
@@ -215,21 +221,20 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 // run makes one script call and returns its reply: at once when a slot is
 // open (see openLocked) and nothing is queued, else queued for a
 // dispatcher's next batch. A queued call returns context.DeadlineExceeded
-// once by (zero: none) has passed, ctx's error once ctx's deadline has
-// passed, and ErrClosed when its pipeline closes first; in each case the
-// call may still run on Redis (and be recorded), as any call cut by a
-// timeout may. A queued call whose ctx has no deadline and no by returns
-// ctx's error as soon as ctx is done; one with a deadline is bounded by it,
-// and a cancellation of ctx before it is not watched (the caller gave up;
-// its goroutine waits for the reply or the deadline, whichever is first).
+// once by (zero: none) has passed, and ErrClosed when its pipeline closes
+// first; in each case the call may still run on Redis (and be recorded),
+// as any call cut by a timeout may. A queued call without by (or whose ctx
+// ends first) returns ctx's error as soon as ctx is done. A queued call
+// with by does not watch ctx: a cancellation of ctx before by is seen only
+// by the dispatcher, which drops the call if it is still queued (the caller
+// gave up; it returns at its reply, the drop or by, whichever is first).
 //
 // by is a deadline the pipeline keeps without a context or a timer of the
 // caller's own (a [Budget]'s, one per check, would cost a timer, a context
 // and a registration with the caller's context on every check): the calls
-// whose deadline (by, or ctx's if earlier) falls within the same tick
-// (tickRes) are expired together at its end, so a caller returns at most
-// one tick after its deadline. A call sent on its own gets a context with
-// by.
+// whose by falls within the same tick (tickRes) are expired together at its
+// end, so a caller returns one tick after by at most, plus the timer's own
+// lateness. A call sent on its own gets a context with by.
 func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, args []any) ([]any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -264,20 +269,22 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 	c.state.Store(c.gen << 1)
 	c.keys, c.args, c.deadline, c.gone = keys, args, deadline, ctx.Done()
 	p.queue = append(p.queue, c)
-	if !deadline.IsZero() {
-		p.tickLocked(deadline, callRef{c, c.gen})
+	if own {
+		p.tickLocked(by, callRef{c, c.gen})
 	}
 	// The first queued call wakes a dispatcher; the ones behind it join its
 	// batch (a dispatcher takes the whole queue; what maxPipelineBatch
 	// leaves wakes another while a slot is free, else the end of a call in
 	// flight does), so they need not wake one each. The call that makes
-	// holdMin queued wakes one too: it ends the hold.
+	// holdN queued wakes one too: it ends the hold.
 	first := len(p.queue) == 1 || len(p.queue) == p.holdN
 	p.mu.Unlock()
 	if first {
 		p.signal()
 	}
-	if deadline.IsZero() && c.gone != nil {
+	if !own && c.gone != nil {
+		// No deadline of the pipeline's own: the caller's context ends the
+		// wait (a channel of this caller's, not shared).
 		select {
 		case <-c.done:
 		case <-c.gone:
@@ -372,7 +379,7 @@ func (p *autoPipeline) newestLocked() int64 {
 }
 
 // openLocked reports whether a call may go out at now: none is in flight
-// and the hold is over (or holdMin calls are queued), or a slot is free and
+// and the hold is over (or holdN calls are queued), or a slot is free and
 // the newest call in flight has stalled.
 func (p *autoPipeline) openLocked(now int64) bool {
 	busy := len(p.sends)
