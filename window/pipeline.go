@@ -46,8 +46,8 @@ const (
 // Ending it at n (not only by its timer) matters where they come back at
 // once: a sub-millisecond timer of an otherwise idle Go process fires after
 // a millisecond or more. Measured (BENCHMARKS.md §11): end to end at full
-// load 0.145 → 0.106 script calls per check; in process (BenchmarkStackDecide)
-// 12,000–14,000 → 7,300–7,600 ns of CPU per decision; no change at 3000
+// load 0.146 → 0.109 script calls per check; in process (BenchmarkStackDecide)
+// 11,700–12,800 → 6,700–7,800 ns of CPU per decision; no change at 3000
 // checks/s (calls of fewer than holdMin start no hold). A check waits hold
 // at most (plus the timer's lateness), and only behind a batch; one on a
 // quiet pipeline goes out at once.
