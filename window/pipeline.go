@@ -322,9 +322,10 @@ func abandoned(ctx context.Context, own bool) error {
 	return ctx.Err()
 }
 
-// tickRes is the resolution of the deadlines of queued calls: a caller
-// waiting for a batch returns at most this long after its deadline. One
-// timer per tick in use replaces one per call.
+// tickRes is the resolution of the deadlines the pipeline keeps (run's
+// by): a caller waiting for a batch returns at most this long after its by
+// (plus the timer's lateness). One timer per tick in use replaces one per
+// call.
 const tickRes = 500 * time.Microsecond
 
 // tickLocked has call expire at the first tick (a multiple of tickRes since
