@@ -16,7 +16,9 @@ type BudgetOptions struct {
 	// leave room, within Envoy's ext_authz timeout, for the failure mode and
 	// the reply (--check-deadline less a reserve). Required, ≥ Min.
 	Max time.Duration
-	// Now is the clock; nil means time.Now.
+	// Now is the clock that times the calls; nil means time.Now. A [Redis]
+	// behind the Budget keeps the budget itself and times its calls on the
+	// clock that sets their deadline.
 	Now func() time.Time
 }
 
@@ -70,18 +72,20 @@ func (b *Budget) Current() time.Duration {
 // Decide implements [Limiter]: next's decision within the current budget.
 func (b *Budget) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	budget := b.Current()
-	start := b.now()
 	var (
 		d     Decision
+		took  time.Duration
 		spent bool
 		err   error
 	)
 	if bn, ok := b.next.(budgeted); ok {
-		d, spent, err = bn.decideWithin(ctx, hits, budget)
+		// It reads the clock for its deadline already: it times the call.
+		d, took, spent, err = bn.decideWithin(ctx, hits, budget)
 	} else {
+		start := b.now()
 		d, spent, err = decideWithTimeout(ctx, b.next, hits, budget)
+		took = b.now().Sub(start)
 	}
-	took := b.now().Sub(start)
 	switch {
 	case err == nil:
 		b.observe(int64(took))
@@ -98,12 +102,13 @@ func (b *Budget) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 }
 
 // budgeted is a Limiter that keeps a budget itself: Decide within budget
-// from now, reporting whether the budget ran out (err is then that call's
+// from now, reporting how long the call took (on its own clock, which sets
+// the deadline) and whether the budget ran out (err is then that call's
 // timeout). [Redis] is one: its auto-pipeline keeps the deadlines of queued
 // calls on shared timers, where a context per call would arm a timer per
 // check.
 type budgeted interface {
-	decideWithin(ctx context.Context, hits []Hit, budget time.Duration) (Decision, bool, error)
+	decideWithin(ctx context.Context, hits []Hit, budget time.Duration) (d Decision, took time.Duration, spent bool, err error)
 }
 
 // decideWithTimeout is next's decision with budget from now as a deadline

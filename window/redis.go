@@ -313,17 +313,19 @@ func (r *Redis) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	return d, err
 }
 
-// decideWithin implements budgeted: Decide within budget from now, and
-// whether the budget ran out. With an auto-pipeline the budget is the
-// pipeline's to keep (no context or timer per call; see
+// decideWithin implements budgeted: Decide within budget from now, how long
+// it took, and whether the budget ran out. With an auto-pipeline the budget
+// is the pipeline's to keep (no context or timer per call; see
 // [autoPipeline.run]); otherwise it is a deadline in ctx.
-func (r *Redis) decideWithin(ctx context.Context, hits []Hit, budget time.Duration) (Decision, bool, error) {
+func (r *Redis) decideWithin(ctx context.Context, hits []Hit, budget time.Duration) (Decision, time.Duration, bool, error) {
+	start := time.Now()
 	if r.pipe == nil {
-		return decideWithTimeout(ctx, r, hits, budget)
+		d, spent, err := decideWithTimeout(ctx, r, hits, budget)
+		return d, time.Since(start), spent, err
 	}
-	by := time.Now().Add(budget)
-	d, _, err := r.decideBy(ctx, by, hits, r.member())
-	return d, err != nil && ctx.Err() == nil && !time.Now().Before(by), err
+	d, _, err := r.decideBy(ctx, start.Add(budget), hits, r.member())
+	took := time.Since(start)
+	return d, took, err != nil && ctx.Err() == nil && took >= budget, err
 }
 
 // decideMember decides hits as request member and also returns the Redis
