@@ -171,22 +171,19 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // (unless the key holds a live seed of its own already, which it then
 // updates).
 func (f *Fallback) Observe(hits []Hit, d Decision) {
-	f.observe(hits, d, nil)
+	if teaches(hits, d) {
+		f.observe(&hits[d.Index], d, f.hash(hits[d.Index].Key))
+	}
 }
 
-// observe is Observe with the hits' key hashes when the caller has them
-// (nil: hashed here).
-func (f *Fallback) observe(hits []Hit, d Decision, hashes []uint64) {
-	if d.Source != SourceBackend || d.Index < 0 || d.Index >= len(hits) {
-		return
-	}
-	h := &hits[d.Index]
-	var hk uint64
-	if hashes != nil {
-		hk = hashes[d.Index]
-	} else {
-		hk = f.hash(h.Key)
-	}
+// teaches reports whether d is a backend's decision with a binding hit of
+// hits, the decisions Observe learns from.
+func teaches(hits []Hit, d Decision) bool {
+	return d.Source == SourceBackend && d.Index >= 0 && d.Index < len(hits)
+}
+
+// observe is Observe of d's binding hit h, whose key hashes to hk.
+func (f *Fallback) observe(h *Hit, d Decision, hk uint64) {
 	now := f.now().UnixNano()
 	n := max(f.size(), 1)
 	share := shareOf(h, n)
@@ -220,8 +217,8 @@ func (w watched) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	for _, hk := range hashes {
 		w.f.pending[hk%pendingSlots].Add(-1)
 	}
-	if err == nil {
-		w.f.observe(hits, d, hashes)
+	if err == nil && teaches(hits, d) {
+		w.f.observe(&hits[d.Index], d, hashes[d.Index])
 	}
 	return d, err
 }
