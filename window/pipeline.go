@@ -104,10 +104,8 @@ type autoPipeline struct {
 	// stallMin and stallMax bound the stall (minStall, maxStall; tests
 	// change them before the first call).
 	stallMin, stallMax time.Duration
-	// hold and holdMin are hold and holdMin (tests change them before the
-	// first call).
-	hold    int64
-	holdMin int
+	// hold is hold, ns (tests change it, under mu).
+	hold int64
 
 	epoch time.Time // the origin of the monotonic times below
 
@@ -210,7 +208,6 @@ func newAutoPipeline(r *Redis, slots int) *autoPipeline {
 		stallMax: maxStall,
 		hold:     int64(hold),
 		held:     -1 << 62, // no hold before the first batch
-		holdMin:  holdMin,
 	}
 	for i := range slots {
 		p.wg.Go(func() { p.dispatch(i) })
@@ -425,7 +422,7 @@ func (p *autoPipeline) release(sent int64, n int, wake bool, slot int) {
 	if slot >= 0 {
 		p.flying[slot] = nil
 	}
-	if n >= p.holdMin {
+	if n >= holdMin {
 		p.held, p.holdN = end, n
 	}
 	p.unsendLocked(sent)
