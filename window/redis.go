@@ -517,18 +517,28 @@ func isNoScript(err error) bool {
 }
 
 // hitArgs is how many script arguments a hit takes (see appendHitArgs).
-const hitArgs = 5
+const hitArgs = 1
 
-// appendHitArgs appends a hit's limit, window (µs), cost, shadow flag and
-// buckets (0: an exact log). A request's arguments are its member id, its
-// now ("" for Redis TIME) and its key count, then each hit's (see
-// redis.lua).
+// appendHitArgs appends a hit's spec: its limit, window (µs), cost, shadow
+// flag (1/0) and buckets (0: an exact log), in decimal, separated by one
+// space. A request's arguments are its member id, its now ("" for Redis
+// TIME) and its key count, then each hit's spec (see redis.lua, which reads
+// each distinct spec once per call: one argument per hit, not five, for
+// Redis to parse and the script to convert).
 func appendHitArgs(args []any, h *Hit) []any {
-	shadow := "0"
+	var buf [64]byte
+	b := strconv.AppendInt(buf[:0], int64(h.Limit.Requests), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, h.Limit.Window.Microseconds(), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(h.cost()), 10)
 	if h.Shadow {
-		shadow = "1"
+		b = append(b, " 1 "...)
+	} else {
+		b = append(b, " 0 "...)
 	}
-	return append(args, h.Limit.Requests, h.Limit.Window.Microseconds(), h.cost(), shadow, h.Limit.Buckets)
+	b = strconv.AppendInt(b, int64(h.Limit.Buckets), 10)
+	return append(args, string(b))
 }
 
 // replyLen is the length of the script's reply to one request of n keys.

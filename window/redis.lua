@@ -3,8 +3,9 @@
 -- One call decides one request, or a batch of them (the auto-pipeline sends every request that
 -- queued behind a round trip as one call). Per request, in order:
 --   ARGV: member id; now in µs as a decimal string, or "" for Redis TIME (read once per call);
---         n, the request's key count; then per key: limit, window in µs, cost, shadow ("1" or "0"),
---         buckets ("0": an exact log; B ≥ 1: B sub-window counters).
+--         n, the request's key count; then per key one spec, "limit window cost shadow buckets" in
+--         decimal, separated by one space: window in µs, shadow 1 or 0, buckets 0 (an exact log)
+--         or B ≥ 1 (B sub-window counters). A call reads each distinct spec once.
 --   KEYS: the request's n keys, one sorted set each.
 -- Reply, per request: now (µs), then per key: count, over (1/0), retry-after (µs).
 --   count: entries in the window after the decision. over: the window had no room for the
@@ -37,8 +38,10 @@
 -- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE; a key with entries is checked
 -- for a width (ZSCORE) and trimmed (ZREMRANGEBYSCORE, whose reply corrects the count). ZSCORE of
 -- the member runs only where a key is full.
--- Numbers go to redis.call as numbers: Redis formats them with %.17g, exact for µs timestamps
--- (only Lua's own tostring, %.14g, would round them; counter names use string.format's %d).
+-- Numbers: an exact key's scores, trim bound and lifetime go to redis.call as decimal strings
+-- (the caller's now as given, Redis TIME's and the rest by string.format's %d, once per call or
+-- spec where it can); the bucketed paths pass numbers, which Redis formats with %.17g, exact for
+-- µs timestamps too. Only Lua's own tostring (%.14g) would round them, and it is never used.
 
 local function add(key, now, member, cost)
   if cost == 1 then
@@ -283,7 +286,27 @@ local function retry(key, card, limit, cost, window, now)
   return e[2] + window - now
 end
 
-local clock, B
+local clock, clocks, B
+
+-- specs holds the hit specs this call has read (a batch's hits share a few), each as
+-- { limit, window µs, cost, shadow ('1'/'0'), buckets (a string, '0': exact), an exact key's
+-- lifetime in ms (a string) }. Numbers bound for redis.call go as strings where they can: Redis
+-- 7.0 formats a Lua number with %.17g, on every call.
+local specs = {}
+local function spec(s)
+  local sp = specs[s]
+  if sp then
+    return sp
+  end
+  local l, w, c, sh, nb = string.match(s, '^(%d+) (%d+) (%d+) ([01]) (%d+)$')
+  if not l then
+    return error('flashgate: a hit spec is not "limit window cost shadow buckets": ' .. s)
+  end
+  w = tonumber(w)
+  sp = { tonumber(l), w, tonumber(c), sh, nb, string.format('%d', math.ceil(w / 1000)) }
+  specs[s] = sp
+  return sp
+end
 
 -- load counts key's window for one hit: an exact log (nb "0"), trimmed, a bucketed key met by an exact
 -- hit being converted back first; or (nb = B) its sub-window counters, returned as st.
@@ -295,7 +318,7 @@ local function load(key, now, window, limit, nb)
         B = B or buckets()
         card = B.exact(key, now, window, limit)
       else
-        card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+        card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
       end
     end
     return card, false
@@ -308,36 +331,40 @@ end
 local out, o = {}, 0
 local a, k = 1, 0
 local nargv = #ARGV
-local cards, states, retries, bstates, windows = {}, {}, {}, {}, {}
+local cards, states, retries, bstates, windows, sps = {}, {}, {}, {}, {}, {}
 while a <= nargv do
-  local member, now, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  -- now: a number for arithmetic, nows the same as the decimal string scores are given in.
+  local member, nows, n = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local now
   a = a + 3
-  if now == '' then
+  if nows == '' then
     if not clock then
       local t = redis.call('TIME')
       clock = t[1] * 1000000 + t[2]
+      clocks = string.format('%d', clock)
     end
-    now = clock
+    now, nows = clock, clocks
   else
-    now = tonumber(now)
+    now = tonumber(nows)
   end
   o = o + 1
   out[o] = now
 
-  if n == 1 then
+  if n == '1' then
     -- One key, the common case: decided in place.
     k = k + 1
     local key = KEYS[k]
-    local limit, window, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    local card, st = load(key, now, window, limit, ARGV[a + 4])
-    a = a + 5
+    local sp = spec(ARGV[a])
+    a = a + 1
+    local limit, window, cost = sp[1], sp[2], sp[3]
+    local card, st = load(key, now, window, limit, sp[5])
     local over, wait = 0, 0
     if card + cost <= limit then
       if st then
         card = card + B.add(key, st, now, member, cost, window)
       else
-        card = card + add(key, now, member, cost)
-        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        card = card + add(key, nows, member, cost)
+        redis.call('PEXPIRE', key, sp[6])
       end
     elseif card == 0 or not redis.call('ZSCORE', key, member) then
       over = 1
@@ -351,11 +378,13 @@ while a <= nargv do
     o = o + 3
   else
     -- Several keys: count every key first, then add to all or to none.
+    n = tonumber(n)
     local deny = false
-    local start = a
     for i = 1, n do
       local key = KEYS[k + i]
-      local limit, window, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+      local sp = spec(ARGV[a + i - 1])
+      sps[i] = sp
+      local limit, window, cost = sp[1], sp[2], sp[3]
       local card, st
       local first = 0 -- the same key earlier in this request: loaded once, by its first hit
       for j = 1, i - 1 do
@@ -367,7 +396,7 @@ while a <= nargv do
       if first > 0 then
         card, st, window = cards[first], bstates[first], windows[first]
       else
-        card, st = load(key, now, window, limit, ARGV[a + 4])
+        card, st = load(key, now, window, limit, sp[5])
       end
       local state, wait = 1, 0 -- 1: room, add; 2: full, already holds the member; 0: over
       if card + cost > limit then
@@ -380,18 +409,16 @@ while a <= nargv do
             wait = retry(key, card, limit, cost, window, now)
           end
           state = 0
-          if ARGV[a + 3] ~= '1' then
+          if sp[4] ~= '1' then
             deny = true
           end
         end
       end
       cards[i], states[i], retries[i], bstates[i], windows[i] = card, state, wait, st or false, window
-      a = a + 5
     end
-    a = start
     for i = 1, n do
       local key = KEYS[k + i]
-      local window, cost = windows[i], tonumber(ARGV[a + 2])
+      local window, cost = windows[i], sps[i][3]
       local card, state = cards[i], states[i]
       local dup = 0 -- the same key earlier in this request: it counts once
       for j = 1, i - 1 do
@@ -404,11 +431,9 @@ while a <= nargv do
       -- hits is over, nothing is added (a shadow one: a full window is reported, not grown).
       local over = false
       if dup == 0 then
-        local b = a
         for j = i + 1, n do
-          b = b + 5
           if KEYS[k + j] == key then
-            cost = math.max(cost, tonumber(ARGV[b + 2]))
+            cost = math.max(cost, sps[j][3])
             over = over or states[j] == 0
           end
         end
@@ -429,8 +454,9 @@ while a <= nargv do
         if st then
           card = card + B.add(key, st, now, member, cost, window)
         else
-          card = card + add(key, now, member, cost)
-          redis.call('PEXPIRE', key, math.ceil(window / 1000))
+          -- window is this hit's own (it is the key's first): its spec's lifetime.
+          card = card + add(key, nows, member, cost)
+          redis.call('PEXPIRE', key, sps[i][6])
         end
       end
       cards[i] = card
@@ -440,8 +466,8 @@ while a <= nargv do
       end
       out[o + 1], out[o + 2], out[o + 3] = card, full, retries[i]
       o = o + 3
-      a = a + 5
     end
+    a = a + n
     k = k + n
   end
 end

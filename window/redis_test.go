@@ -719,3 +719,56 @@ func TestRedisLogStaysBounded(t *testing.T) {
 		now = now.Add(step)
 	}
 }
+
+// TestRedisScriptSpecs calls the script itself: the requests of one call
+// read their hits' specs ("limit window cost shadow buckets"), a spec shared
+// by several requests is read once and serves each alike, each exact key
+// gets its own window as its lifetime, and a malformed spec is an error
+// reply that names it (the caller's batch is then retried request by
+// request; see autoPipeline.send).
+func TestRedisScriptSpecs(t *testing.T) {
+	_, c := startRedis(t)
+	ctx := context.Background()
+	k := testKeys(t)
+	a, b, d := k.Key("uid", "a"), k.Key("uid", "b"), k.Key("dev", "d")
+	const now = "1700000000000000"
+	res, err := c.Eval(ctx, slidingLua, []string{a, b, a, a, d},
+		"m1", now, 1, "2 60000000 1 0 0", // a: 1 of 2
+		"m2", now, 1, "1 1500 1 0 0", // b: 1 of 1, a 1.5 ms window
+		"m3", now, 1, "2 60000000 1 0 0", // a: 2 of 2
+		"m4", now, 2, "2 60000000 1 0 0", "1 60000000 1 1 0", // a full: denied, though d (shadow) has room
+	).Slice()
+	if err != nil {
+		t.Fatalf("EVAL: %v", err)
+	}
+	want := []int64{
+		1700000000000000, 1, 0, 0,
+		1700000000000000, 1, 0, 0,
+		1700000000000000, 2, 0, 0,
+		1700000000000000, 2, 1, 60000000, 0, 0, 0,
+	}
+	if len(res) != len(want) {
+		t.Fatalf("reply %v, want %v", res, want)
+	}
+	for i, w := range want {
+		if got, ok := res[i].(int64); !ok || got != w {
+			t.Fatalf("reply[%d] = %v, want %d (reply %v)", i, res[i], w, res)
+		}
+	}
+	if n := c.Exists(ctx, d).Val(); n != 0 {
+		t.Fatalf("the denied request was recorded in %s", d)
+	}
+	if ttl := c.PTTL(ctx, a).Val(); ttl <= 59*time.Second || ttl > time.Minute {
+		t.Fatalf("PTTL %s = %v, want its 60 s window", a, ttl)
+	}
+	if got := c.ZRange(ctx, a, 0, -1).Val(); !slices.Equal(got, []string{"m1", "m3"}) {
+		t.Fatalf("%s holds %v, want m1 and m3", a, got)
+	}
+
+	for _, bad := range []string{"2 60000000 1 0", "2 60000000 1 2 0", "x 1 1 0 0", ""} {
+		_, err := c.Eval(ctx, slidingLua, []string{k.Key("uid", "bad")}, "m", now, 1, bad).Result()
+		if err == nil || !strings.Contains(err.Error(), "hit spec") {
+			t.Errorf("spec %q: error %v, want one naming the hit spec", bad, err)
+		}
+	}
+}
