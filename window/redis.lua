@@ -331,7 +331,8 @@ end
 local out, o = {}, 0
 local a, k = 1, 0
 local nargv = #ARGV
-local cards, states, retries, bstates, windows, sps = {}, {}, {}, {}, {}, {}
+-- The several-keys path's scratch tables, made by its first request (most calls have none).
+local cards, states, retries, bstates, windows, sps
 while a <= nargv do
   -- now: a number for arithmetic, nows the same as the decimal string scores are given in.
   local member, nows, n = ARGV[a], ARGV[a + 1], ARGV[a + 2]
@@ -379,6 +380,9 @@ while a <= nargv do
   else
     -- Several keys: count every key first, then add to all or to none.
     n = tonumber(n)
+    if not cards then
+      cards, states, retries, bstates, windows, sps = {}, {}, {}, {}, {}, {}
+    end
     local deny = false
     for i = 1, n do
       local key = KEYS[k + i]
