@@ -328,7 +328,7 @@ local function load(key, now, window, limit, nb)
   return st.sum, st
 end
 
-local out, o = {}, 0
+local out, o = { false, false, false, false }, 0
 local a, k = 1, 0
 local nargv = #ARGV
 -- The several-keys path's scratch tables, made by its first request (most calls have none).
