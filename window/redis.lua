@@ -43,13 +43,15 @@
 -- spec where it can); the bucketed paths pass numbers, which Redis formats with %.17g, exact for
 -- µs timestamps too. Only Lua's own tostring (%.14g) would round them, and it is never used.
 
-local function add(key, now, member, cost)
+-- add records a request of cost in an exact key at score at (the decimal string of now), unless
+-- an earlier attempt did; it returns the entries it added.
+local function add(key, at, member, cost)
   if cost == 1 then
-    return redis.call('ZADD', key, 'NX', now, member)
+    return redis.call('ZADD', key, 'NX', at, member)
   end
-  local added, args = 0, { 'NX', now, member }
+  local added, args = 0, { 'NX', at, member }
   for j = 2, cost do
-    args[#args + 1] = now
+    args[#args + 1] = at
     args[#args + 1] = member .. '#' .. j
     if #args >= 1000 or j == cost then
       added = added + redis.call('ZADD', key, unpack(args))
