@@ -11,17 +11,22 @@
 # Instructions are not time: cache misses, system calls and wake-ups are not in them (scripts/redis-cost.sh
 # and scripts/bench-cost.sh measure CPU time).
 set -eu
-cd "$(dirname "$0")/.."
+REPO=$(cd "$(dirname "$0")/.." && pwd)
 P=${1:-63950}
-TEXTBOOK=${TEXTBOOK:-$(cd .. && pwd)/shared/reference/sliding_window.lua}
+TEXTBOOK=${TEXTBOOK:-$REPO/../shared/reference/sliding_window.lua}
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 1; }
+[ -r "$TEXTBOOK" ] || { echo "no textbook script at $TEXTBOOK (set TEXTBOOK)" >&2; exit 1; }
+TEXTBOOK=$(cd "$(dirname "$TEXTBOOK")" && pwd)/$(basename "$TEXTBOOK")
+cd "$REPO"
 if redis-cli -p "$P" ping >/dev/null 2>&1; then echo "a Redis already answers on port $P" >&2; exit 1; fi
 D=$(mktemp -d)
 valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" redis-server --port "$P" --save '' --appendonly no \
   > "$D/valgrind.log" 2>&1 &
 VG=$!
 trap 'redis-cli -p "$P" shutdown nosave >/dev/null 2>&1; wait "$VG" 2>/dev/null; rm -rf "$D"' EXIT
-for _ in $(seq 100); do redis-cli -p "$P" ping >/dev/null 2>&1 && break; sleep 0.2; done
+up=""
+for _ in $(seq 100); do redis-cli -p "$P" ping >/dev/null 2>&1 && { up=1; break; }; sleep 0.2; done
+[ -n "$up" ] || { echo "redis-server under valgrind did not start on port $P:" >&2; cat "$D/valgrind.log" >&2; exit 1; }
 ir() { # NAME REQUESTS-PER-CALL CALLS PIPELINE redis-benchmark-command...: Ir per request
   local name=$1 per=$2 n=$3 pipe=$4; shift 4
   redis-cli -p "$P" flushall >/dev/null
