@@ -26,7 +26,7 @@ TBSHA=$(redis-cli -p "$P" script load "$(cat "$TB")")
 FGSHA=$(redis-cli -p "$P" script load "$(cat window/redis.lua)")
 batch() { # B [DEPTH]: µs per request with B requests per call, DEPTH (16) requests in flight per client
   local b=$1 d=${2:-16} keys=() args=()
-  for i in $(seq "$b"); do keys+=("rl:__rand_int__"); args+=("m:__rand_int__:$i" "" 1 "5 1000000 1 0 0"); done
+  for i in $(seq "$b"); do keys+=("rl:__rand_int__"); args+=("m:__rand_int__:$i" "" 1 "5 1000000 1 0 0 1000"); done
   per "$N" -n $((N / b)) -P $((d / b)) evalsha "$FGSHA" "$b" "${keys[@]}" "${args[@]}"
 }
 for r in $(seq "$ROUNDS"); do

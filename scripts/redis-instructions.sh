@@ -39,11 +39,11 @@ ir() { # NAME REQUESTS-PER-CALL CALLS PIPELINE redis-benchmark-command...: Ir pe
 EMPTY=$(redis-cli -p "$P" script load "return 1")
 TB=$(redis-cli -p "$P" script load "$(cat "$TEXTBOOK")")
 FG=$(redis-cli -p "$P" script load "$(cat window/redis.lua)")
-ir empty 1 3000 1 evalsha "$EMPTY" 1 rl:__rand_int__ m:__rand_int__ "" 1 "5 1000000 1 0 0"
+ir empty 1 3000 1 evalsha "$EMPTY" 1 rl:__rand_int__ m:__rand_int__ "" 1 "5 1000000 1 0 0 1000"
 ir textbook 1 3000 1 evalsha "$TB" 1 rl:__rand_int__ 0 1000 5 m:__rand_int__:__rand_int__
 ir textbook-P16 1 8000 16 evalsha "$TB" 1 rl:__rand_int__ 0 1000 5 m:__rand_int__:__rand_int__
 for b in 1 8 16; do
   keys=(); args=()
-  for i in $(seq "$b"); do keys+=("rl:__rand_int__"); args+=("m:__rand_int__:$i" "" 1 "5 1000000 1 0 0"); done
+  for i in $(seq "$b"); do keys+=("rl:__rand_int__"); args+=("m:__rand_int__:$i" "" 1 "5 1000000 1 0 0 1000"); done
   ir "flashgate-$b" "$b" $((3000 / b * 2)) 1 evalsha "$FG" "$b" "${keys[@]}" "${args[@]}"
 done

@@ -520,11 +520,13 @@ func isNoScript(err error) bool {
 const hitArgs = 1
 
 // appendHitArgs appends a hit's spec: its limit, window (µs), cost, shadow
-// flag (1/0) and buckets (0: an exact log), in decimal, separated by one
-// space. A request's arguments are its member id, its now ("" for Redis
-// TIME) and its key count, then each hit's spec (see redis.lua, which reads
-// each distinct spec once per call: one argument per hit, not five, for
-// Redis to parse and the script to convert).
+// flag (1/0), buckets (0: an exact log) and an exact key's lifetime in ms
+// (the window rounded up), in decimal, separated by one space. A request's
+// arguments are its member id, its now ("" for Redis TIME) and its key
+// count, then each hit's spec (see redis.lua, which reads each distinct spec
+// once per call: one argument per hit, not five, for Redis to parse and the
+// script to convert; the lifetime is written here because string.format in
+// the script costs Redis more than the rest of the spec's parse).
 func appendHitArgs(args []any, h *Hit) []any {
 	var buf [64]byte
 	b := strconv.AppendInt(buf[:0], int64(h.Limit.Requests), 10)
@@ -538,6 +540,8 @@ func appendHitArgs(args []any, h *Hit) []any {
 		b = append(b, " 0 "...)
 	}
 	b = strconv.AppendInt(b, int64(h.Limit.Buckets), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, (h.Limit.Window.Microseconds()+999)/1000, 10)
 	return append(args, string(b))
 }
 

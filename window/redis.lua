@@ -3,9 +3,10 @@
 -- One call decides one request, or a batch of them (the auto-pipeline sends every request that
 -- queued behind a round trip as one call). Per request, in order:
 --   ARGV: member id; now in µs as a decimal string, or "" for Redis TIME (read once per call);
---         n, the request's key count; then per key one spec, "limit window cost shadow buckets" in
---         decimal, separated by one space: window in µs, shadow 1 or 0, buckets 0 (an exact log)
---         or B ≥ 1 (B sub-window counters). A call reads each distinct spec once.
+--         n, the request's key count; then per key one spec, "limit window cost shadow buckets ttl"
+--         in decimal, separated by one space: window in µs, shadow 1 or 0, buckets 0 (an exact log)
+--         or B ≥ 1 (B sub-window counters), ttl an exact key's lifetime in ms, ceil(window / 1000).
+--         A call reads each distinct spec once.
 --   KEYS: the request's n keys, one sorted set each.
 -- Reply, per request: now (µs), then per key: count, over (1/0), retry-after (µs).
 --   count: entries in the window after the decision. over: the window had no room for the
@@ -39,8 +40,8 @@
 -- for a width (ZSCORE) and trimmed (ZREMRANGEBYSCORE, whose reply corrects the count). ZSCORE of
 -- the member runs only where a key is full.
 -- Numbers: an exact key's scores, trim bound and lifetime go to redis.call as decimal strings
--- (the caller's now as given, Redis TIME's and the rest by string.format's %d, once per call or
--- spec where it can); the bucketed paths pass numbers, which Redis formats with %.17g, exact for
+-- (the caller's now and the spec's ttl as given, Redis TIME's and the trim bound by
+-- string.format's %d); the bucketed paths pass numbers, which Redis formats with %.17g, exact for
 -- µs timestamps too. Only Lua's own tostring (%.14g) would round them, and it is never used.
 
 -- add records a request of cost in an exact key at score at (the decimal string of now), unless
@@ -292,20 +293,20 @@ local clock, clocks, B
 
 -- specs holds the hit specs this call has read (a batch's hits share a few), each as
 -- { limit, window µs, cost, shadow ('1'/'0'), buckets (a string, '0': exact), an exact key's
--- lifetime in ms (a string) }. Numbers bound for redis.call go as strings where they can: Redis
--- 7.0 formats a Lua number with %.17g, on every call.
+-- lifetime in ms (the string PEXPIRE takes, as the caller wrote it) }. Numbers bound for
+-- redis.call go as strings where they can: Redis 7.0 formats a Lua number with %.17g, on every
+-- call (and string.format here costs about as much).
 local specs = {}
 local function spec(s)
   local sp = specs[s]
   if sp then
     return sp
   end
-  local l, w, c, sh, nb = string.match(s, '^(%d+) (%d+) (%d+) ([01]) (%d+)$')
+  local l, w, c, sh, nb, ttl = string.match(s, '^(%d+) (%d+) (%d+) ([01]) (%d+) (%d+)$')
   if not l then
-    return error('flashgate: a hit spec is not "limit window cost shadow buckets": ' .. s)
+    return error('flashgate: a hit spec is not "limit window cost shadow buckets ttl": ' .. s)
   end
-  w = tonumber(w)
-  sp = { tonumber(l), w, tonumber(c), sh, nb, string.format('%d', math.ceil(w / 1000)) }
+  sp = { tonumber(l), tonumber(w), tonumber(c), sh, nb, ttl }
   specs[s] = sp
   return sp
 end

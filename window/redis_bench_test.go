@@ -32,7 +32,7 @@ const benchUsers = 10_000
 //
 //	SHA=$(redis-cli -p PORT SCRIPT LOAD "$(cat window/redis.lua)")
 //	redis-benchmark -p PORT -n 200000 -c 64 -P 1 -r 10000 \
-//	  EVALSHA $SHA 1 'fg:{__rand_int__}:uid' __rand_int__ "" 1 "100 1000000 1 0 0"
+//	  EVALSHA $SHA 1 'fg:{__rand_int__}:uid' __rand_int__ "" 1 "100 1000000 1 0 0 1000"
 func BenchmarkRedisDecide(b *testing.B) {
 	s := redistest.Start(b)
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})

@@ -721,7 +721,7 @@ func TestRedisLogStaysBounded(t *testing.T) {
 }
 
 // TestRedisScriptSpecs calls the script itself: the requests of one call
-// read their hits' specs ("limit window cost shadow buckets"), a spec shared
+// read their hits' specs ("limit window cost shadow buckets ttl"), a spec shared
 // by several requests is read once and serves each alike, each exact key
 // gets its own window as its lifetime, and a malformed spec is an error
 // reply that names it (the caller's batch is then retried request by
@@ -733,10 +733,10 @@ func TestRedisScriptSpecs(t *testing.T) {
 	a, b, d := k.Key("uid", "a"), k.Key("uid", "b"), k.Key("dev", "d")
 	const now = "1700000000000000"
 	res, err := c.Eval(ctx, slidingLua, []string{a, b, a, a, d},
-		"m1", now, 1, "2 60000000 1 0 0", // a: 1 of 2
-		"m2", now, 1, "1 1500 1 0 0", // b: 1 of 1, a 1.5 ms window
-		"m3", now, 1, "2 60000000 1 0 0", // a: 2 of 2
-		"m4", now, 2, "2 60000000 1 0 0", "1 60000000 1 1 0", // a full: denied, though d (shadow) has room
+		"m1", now, 1, "2 60000000 1 0 0 60000", // a: 1 of 2
+		"m2", now, 1, "1 1500 1 0 0 2", // b: 1 of 1, a 1.5 ms window
+		"m3", now, 1, "2 60000000 1 0 0 60000", // a: 2 of 2
+		"m4", now, 2, "2 60000000 1 0 0 60000", "1 60000000 1 1 0 60000", // a full: denied, though d (shadow) has room
 	).Slice()
 	if err != nil {
 		t.Fatalf("EVAL: %v", err)
@@ -765,10 +765,21 @@ func TestRedisScriptSpecs(t *testing.T) {
 		t.Fatalf("%s holds %v, want m1 and m3", a, got)
 	}
 
-	for _, bad := range []string{"2 60000000 1 0", "2 60000000 1 2 0", "x 1 1 0 0", ""} {
+	for _, bad := range []string{"2 60000000 1 0 0", "2 60000000 1 2 0 60000", "x 1 1 0 0 1", "2 60000000 1 0 0 60000 1", ""} {
 		_, err := c.Eval(ctx, slidingLua, []string{k.Key("uid", "bad")}, "m", now, 1, bad).Result()
 		if err == nil || !strings.Contains(err.Error(), "hit spec") {
 			t.Errorf("spec %q: error %v, want one naming the hit spec", bad, err)
 		}
+	}
+
+	// Redis writes the spec: a key's lifetime is its window rounded up to the ms.
+	r := newTestRedis(t, c, RedisOptions{})
+	e := k.Key("uid", "e")
+	w := 90500*time.Millisecond + time.Microsecond
+	if _, _, err := r.decideMember(ctx, []Hit{hit(e, 5, w)}, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := c.PTTL(ctx, e).Val(); ttl <= 90*time.Second || ttl > 90501*time.Millisecond {
+		t.Fatalf("PTTL %s = %v, want its %v window rounded up to 90.501 s", e, ttl, w)
 	}
 }
