@@ -8,27 +8,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/window/testclock"
 )
 
-// stepClock is an injected clock for the in-memory tests.
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// stepClock is the injected clock of the in-memory tests.
+type stepClock = testclock.Clock
 
-func newStepClock() *stepClock { return &stepClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newStepClock() *stepClock { return testclock.New() }
 
 func newTestMemory(t testing.TB, clock *stepClock, maxKeys int) *Memory {
 	t.Helper()
