@@ -257,7 +257,7 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 				defer cancel()
 			}
 			res, err := p.eval(ectx, keys, args)
-			p.release(now, 1, true, -1)
+			p.release(now, 1, -1)
 			return res, err
 		}
 	}
@@ -411,11 +411,10 @@ func (p *autoPipeline) unsendLocked(sent int64) {
 
 // release frees the slot of a call of n requests sent at sent, folds its
 // duration into the smoothed round trip and, for a call of holdMin or more,
-// starts the hold. With wake (a call sent from its caller's
-// goroutine) it wakes a dispatcher if calls are queued; a dispatcher's own
-// call needs none, the dispatcher takes the queue next. slot is the
-// dispatcher whose batch landed (-1: a call sent on its own).
-func (p *autoPipeline) release(sent int64, n int, wake bool, slot int) {
+// starts the hold. slot is the dispatcher whose batch landed, or -1 for a
+// call sent from its caller's goroutine, which wakes a dispatcher if calls
+// are queued (a dispatcher's own call needs none: it takes the queue next).
+func (p *autoPipeline) release(sent int64, n int, slot int) {
 	end := p.since()
 	took := end - sent
 	p.mu.Lock()
@@ -433,7 +432,7 @@ func (p *autoPipeline) release(sent int64, n int, wake bool, slot int) {
 	}
 	queued := len(p.queue) > 0
 	p.mu.Unlock()
-	if wake && queued {
+	if slot < 0 && queued {
 		p.signal()
 	}
 }
@@ -482,7 +481,7 @@ func (p *autoPipeline) dispatch(i int) {
 			continue
 		}
 		p.send(batch)
-		p.release(sent, len(batch), false, i)
+		p.release(sent, len(batch), i)
 		clear(batch) // let finished calls be collected
 	}
 }

@@ -684,11 +684,7 @@ func TestAutoPipelineHold(t *testing.T) {
 				p.held -= p.hold // the hold is over
 				p.mu.Unlock()
 			}
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = testKeys(t).Key(tc, fmt.Sprint(i))
-			}
-			for i, err := range decideAll(ctx, r, keys, 5) {
+			for i, err := range decideAll(ctx, r, someKeys(t, n), 5) {
 				if err != nil {
 					t.Fatalf("decision %d: %v", i, err)
 				}

@@ -375,7 +375,7 @@ func (r *Redis) decideBy(ctx context.Context, by time.Time, hits []Hit, member s
 // share of one when auto-pipelining (within by, if not zero).
 func (r *Redis) decideOnce(ctx context.Context, by time.Time, hits []Hit, member, now string, st []hitState) (int64, error) {
 	keys := make([]string, len(hits))
-	args := make([]any, 0, 3+hitArgs*len(hits))
+	args := make([]any, 0, 3+len(hits)) // member, now, key count, a spec per hit
 	args = append(args, member, now, len(hits))
 	for i := range hits {
 		keys[i] = hits[i].Key
@@ -516,9 +516,6 @@ func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// hitArgs is how many script arguments a hit takes (see appendHitArgs).
-const hitArgs = 1
-
 // appendHitArgs appends a hit's spec: its limit, window (µs), cost, shadow
 // flag (1/0), buckets (0: an exact log) and an exact key's lifetime in ms
 // (the window rounded up), in decimal, separated by one space. A request's
@@ -528,10 +525,11 @@ const hitArgs = 1
 // script to convert; the lifetime is written here because string.format in
 // the script costs Redis more than the rest of the spec's parse).
 func appendHitArgs(args []any, h *Hit) []any {
+	us := h.Limit.Window.Microseconds()
 	var buf [64]byte
 	b := strconv.AppendInt(buf[:0], int64(h.Limit.Requests), 10)
 	b = append(b, ' ')
-	b = strconv.AppendInt(b, h.Limit.Window.Microseconds(), 10)
+	b = strconv.AppendInt(b, us, 10)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(h.cost()), 10)
 	if h.Shadow {
@@ -541,7 +539,7 @@ func appendHitArgs(args []any, h *Hit) []any {
 	}
 	b = strconv.AppendInt(b, int64(h.Limit.Buckets), 10)
 	b = append(b, ' ')
-	b = strconv.AppendInt(b, (h.Limit.Window.Microseconds()+999)/1000, 10)
+	b = strconv.AppendInt(b, (us+999)/1000, 10)
 	return append(args, string(b))
 }
 
