@@ -517,55 +517,58 @@ func isNoScript(err error) bool {
 }
 
 // appendHitArgs appends a hit's spec: its limit, window (µs), cost, shadow
-// flag (1/0), buckets (0: an exact log) and an exact key's lifetime in ms
-// (the window rounded up), in decimal, separated by one space. A request's
-// arguments are its member id, its now ("" for Redis TIME) and its key
-// count, then each hit's spec (see redis.lua, which reads each distinct spec
-// once per call: one argument per hit, not five, for Redis to parse and the
-// script to convert; the lifetime is written here because string.format in
-// the script costs Redis more than the rest of the spec's parse).
+// flag (1/0) and buckets (0: an exact log) as struct.pack('<I4I8I4BI4')
+// would write them (21 bytes, little-endian), then an exact key's lifetime
+// in ms (the window rounded up) in decimal. A request's arguments are its
+// member id, its now ("" for Redis TIME) and its key count, then each hit's
+// spec (see redis.lua). The spec is binary because parsing text costs the
+// script more than a Redis command does (strtod per number; BENCHMARKS.md
+// §13), and the lifetime is written here as the string PEXPIRE takes.
 func appendHitArgs(args []any, h *Hit) []any {
 	us := h.Limit.Window.Microseconds()
-	var buf [64]byte
-	b := strconv.AppendInt(buf[:0], int64(h.Limit.Requests), 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, us, 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(h.cost()), 10)
+	var buf [specLen + 20]byte
+	b := binary.LittleEndian.AppendUint32(buf[:0], uint32(h.Limit.Requests))
+	b = binary.LittleEndian.AppendUint64(b, uint64(us))
+	b = binary.LittleEndian.AppendUint32(b, uint32(h.cost()))
 	if h.Shadow {
-		b = append(b, " 1 "...)
+		b = append(b, 1)
 	} else {
-		b = append(b, " 0 "...)
+		b = append(b, 0)
 	}
-	b = strconv.AppendInt(b, int64(h.Limit.Buckets), 10)
-	b = append(b, ' ')
+	b = binary.LittleEndian.AppendUint32(b, uint32(h.Limit.Buckets))
 	b = strconv.AppendInt(b, (us+999)/1000, 10)
 	return append(args, string(b))
 }
 
-// replyLen is the length of the script's reply to one request of n keys.
-func replyLen(n int) int { return 1 + 3*n }
+// specLen is the length of a hit spec's binary part.
+const specLen = 21
+
+// replyLen is the length of the script's reply to one request of n keys:
+// its time, then a count and a retry-after per key.
+func replyLen(n int) int { return 1 + 2*n }
 
 // parseReply reads the script's reply to one request into st and returns
-// Redis's time.
+// Redis's time in µs.
 func parseReply(res []any, st []hitState) (int64, error) {
 	if len(res) != replyLen(len(st)) {
 		return 0, fmt.Errorf("redis decide: script replied %d values for %d keys", len(res), len(st))
 	}
-	at, ok := res[0].(int64)
+	s, ok := res[0].(string)
 	if !ok {
-		return 0, fmt.Errorf("redis decide: script replied time %T, want an integer", res[0])
+		return 0, fmt.Errorf("redis decide: script replied time %T, want a decimal string", res[0])
+	}
+	at, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("redis decide: script replied time %q: %w", s, err)
 	}
 	for i := range st {
-		var v [3]int64
-		for j := range v {
-			x, ok := res[1+3*i+j].(int64)
-			if !ok {
-				return 0, fmt.Errorf("redis decide: script replied %T for key %d, want an integer", res[1+3*i+j], i)
-			}
-			v[j] = x
+		count, ok1 := res[1+2*i].(int64)
+		wait, ok2 := res[2+2*i].(int64)
+		if !ok1 || !ok2 {
+			return 0, fmt.Errorf("redis decide: script replied %T, %T for key %d, want integers", res[1+2*i], res[2+2*i], i)
 		}
-		st[i] = hitState{count: int(v[0]), over: v[1] == 1, retryAfter: time.Duration(v[2]) * time.Microsecond}
+		// Retry-after is at least 1 µs for a window without room, 0 for one with.
+		st[i] = hitState{count: int(count), over: wait > 0, retryAfter: time.Duration(wait) * time.Microsecond}
 	}
 	return at, nil
 }

@@ -3,17 +3,17 @@
 -- One call decides one request, or a batch of them (the auto-pipeline sends every request that
 -- queued behind a round trip as one call). Per request, in order:
 --   ARGV: member id; now in µs as a decimal string, or "" for Redis TIME (read once per call);
---         n, the request's key count; then per key one spec, "limit window cost shadow buckets ttl"
---         in decimal, separated by one space: window in µs, shadow 1 or 0, buckets 0 (an exact log)
---         or B ≥ 1 (B sub-window counters), ttl an exact key's lifetime in ms, ceil(window / 1000).
---         A call reads each distinct spec once.
+--         n, the request's key count; then per key one spec: 21 bytes, struct.pack('<I4I8I4BI4')
+--         of limit, window (µs), cost, shadow (1/0) and buckets (0: an exact log; B ≥ 1: B
+--         sub-window counters), followed by an exact key's lifetime in ms, ceil(window / 1000), in
+--         decimal (Go's appendHitArgs writes it).
 --   KEYS: the request's n keys, one sorted set each.
--- Reply, per request: now (µs), then per key: count, over (1/0), retry-after (µs).
---   count: entries in the window after the decision. over: the window had no room for the
---   request's cost before it (so nothing was added). retry-after: when over, µs until enough
---   entries age out for the cost to fit (the whole window if the cost exceeds the limit).
+-- Reply, per request: now (µs, a decimal string), then per key: count, retry-after (µs).
+--   count: entries in the window after the decision. retry-after: 0 if the window had room for
+--   the request's cost; else (nothing was added) µs until enough entries age out for the cost to
+--   fit, at least 1 (the whole window if the cost exceeds the limit).
 --
--- Exact log (buckets "0"): member = request id, score = admission µs. A request of cost c is c
+-- Exact log (buckets 0): member = request id, score = admission µs. A request of cost c is c
 -- entries: its member, then member.."#2" … member.."#c".
 --
 -- Bucketed (buckets B): the same sorted set holds, with scores below SPLIT, one counter per
@@ -36,362 +36,430 @@
 -- full key that already holds the member counts it as admitted. A denied request is recorded
 -- in no key (an earlier attempt's entries, or its counts, are removed).
 --
--- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE; a key with entries is checked
--- for a width (ZSCORE) and trimmed (ZREMRANGEBYSCORE, whose reply corrects the count). ZSCORE of
--- the member runs only where a key is full.
--- Numbers: an exact key's scores, trim bound and lifetime go to redis.call as decimal strings
--- (the caller's now and the spec's ttl as given, Redis TIME's and the trim bound by
--- string.format's %d); the bucketed paths pass numbers, which Redis formats with %.17g, exact for
--- µs timestamps too. Only Lua's own tostring (%.14g) would round them, and it is never used.
+-- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE, and no arithmetic on now; a
+-- key with entries is checked for a width (ZSCORE) and trimmed (ZREMRANGEBYSCORE, whose reply
+-- corrects the count). ZSCORE of the member runs only where a key is full.
+-- Numbers: what Redis 7.0 is given as a Lua number it formats with %.17g, and what Lua is given
+-- as a string it parses with strtod; each costs a lone call more than a Redis command's own
+-- work (callgrind: BENCHMARKS.md §13). So the spec is binary (struct.unpack reads it without
+-- parsing text), Redis TIME's reply is joined into now's decimal string, an exact key's scores
+-- and lifetime go to redis.call as the strings received, and now becomes a number only where a
+-- key has entries (its trim bound then by string.format's %d). The bucketed paths pass numbers,
+-- exact for µs timestamps with %.17g. Lua's own tostring (%.14g) would round them: never used.
 
--- add records a request of cost in an exact key at score at (the decimal string of now), unless
--- an earlier attempt did; it returns the entries it added.
-local function add(key, at, member, cost)
-  if cost == 1 then
-    return redis.call('ZADD', key, 'NX', at, member)
-  end
-  local added, args = 0, { 'NX', at, member }
-  for j = 2, cost do
-    args[#args + 1] = at
-    args[#args + 1] = member .. '#' .. j
-    if #args >= 1000 or j == cost then
-      added = added + redis.call('ZADD', key, unpack(args))
-      args = { 'NX' }
+-- helpers returns the functions of every path but a lone fresh exact key's (see the loop
+-- below), made by a call's first request that needs one: a function defined at the top level is
+-- a closure made on every call, and a lone call on a fresh key needs none. Its field B, the
+-- bucketed keys' functions, is made by the call's first bucketed hit.
+local function helpers()
+  local h = {}
+  local WIDTH = '\0w' -- a bucketed key's member holding its sub-window width
+
+  -- buckets returns the functions of bucketed keys, made only by a call that has one.
+  local function buckets()
+    local SPLIT = 1000000000000 -- 1e12: scores at or below are counters and the width, above are µs
+    local ABOVE = '(1000000000000'
+    local HORIZON = 5000000 -- µs a bucketed key remembers the member ids it admitted
+
+    -- bname is the member of sub-window idx's counter.
+    local function bname(idx)
+      return '\0' .. string.format('%d', idx)
     end
-  end
-  return added
-end
 
-local function remove(key, member, cost)
-  if cost == 1 then
-    return redis.call('ZREM', key, member)
-  end
-  local removed, args = 0, { member }
-  for j = 2, cost do
-    args[#args + 1] = member .. '#' .. j
-    if #args >= 1000 or j == cost then
-      removed = removed + redis.call('ZREM', key, unpack(args))
-      args = {}
-    end
-  end
-  return removed
-end
-
-local WIDTH = '\0w' -- a bucketed key's member holding its sub-window width
-
--- buckets returns the functions of bucketed keys. They are made only by a call that has one:
--- a function defined at the top level is a closure made on every call, exact keys' too.
-local function buckets()
-  local SPLIT = 1000000000000 -- 1e12: scores at or below are counters and the width, above are µs
-  local ABOVE = '(1000000000000'
-  local HORIZON = 5000000 -- µs a bucketed key remembers the member ids it admitted
-
-  -- bname is the member of sub-window idx's counter.
-  local function bname(idx)
-    return '\0' .. string.format('%d', idx)
-  end
-
-  -- bload reads a bucketed key: it converts what a reload left (exact entries, another width),
-  -- trims the member ids past the horizon and the counters past the window, and returns the
-  -- state: sum (the count), width, the live counters (idx -> count) and whether the width is stored.
-  local function bload(key, now, window, nb)
-    local width = math.ceil(window / nb)
-    local rows = redis.call('ZRANGEBYSCORE', key, '-inf', SPLIT, 'WITHSCORES')
-    local live, sum, stored = {}, 0, false
-    local cut = math.floor((now - window) / width)
-    local old, dead = nil, {}
-    for j = 1, #rows, 2 do
-      local m = rows[j]
-      if m == WIDTH then
-        old = tonumber(rows[j + 1])
-      else
-        live[tonumber(string.sub(m, 2))] = tonumber(rows[j + 1])
-      end
-    end
-    if old == width then
-      stored = true
-    elseif old then
-      -- Another width: each counter moves to the sub-window holding its old one's last instant.
-      local moved, top = {}, math.floor(now / width)
-      for idx, c in pairs(live) do
-        dead[#dead + 1] = bname(idx)
-        local to = math.min(math.floor(((idx + 1) * old - 1) / width), top)
-        moved[to] = (moved[to] or 0) + c
-      end
-      live = moved
-    else
-      -- No width: exact entries (or nothing) are there; each entry in the window counts 1.
-      local es = redis.call('ZRANGEBYSCORE', key, now - window + 1, '+inf', 'WITHSCORES')
-      for j = 2, #es, 2 do
-        local idx = math.floor(es[j] / width)
-        live[idx] = (live[idx] or 0) + 1
-      end
-    end
-    for idx, c in pairs(live) do
-      if idx < cut then
-        if stored then
-          dead[#dead + 1] = bname(idx)
+    -- bload reads a bucketed key: it converts what a reload left (exact entries, another width),
+    -- trims the member ids past the horizon and the counters past the window, and returns the
+    -- state: sum (the count), width, the live counters (idx -> count) and whether the width is stored.
+    local function bload(key, now, window, nb)
+      local width = math.ceil(window / nb)
+      local rows = redis.call('ZRANGEBYSCORE', key, '-inf', SPLIT, 'WITHSCORES')
+      local live, sum, stored = {}, 0, false
+      local cut = math.floor((now - window) / width)
+      local old, dead = nil, {}
+      for j = 1, #rows, 2 do
+        local m = rows[j]
+        if m == WIDTH then
+          old = tonumber(rows[j + 1])
+        else
+          live[tonumber(string.sub(m, 2))] = tonumber(rows[j + 1])
         end
-        live[idx] = nil
+      end
+      if old == width then
+        stored = true
+      elseif old then
+        -- Another width: each counter moves to the sub-window holding its old one's last instant.
+        local moved, top = {}, math.floor(now / width)
+        for idx, c in pairs(live) do
+          dead[#dead + 1] = bname(idx)
+          local to = math.min(math.floor(((idx + 1) * old - 1) / width), top)
+          moved[to] = (moved[to] or 0) + c
+        end
+        live = moved
       else
-        sum = sum + c
+        -- No width: exact entries (or nothing) are there; each entry in the window counts 1.
+        local es = redis.call('ZRANGEBYSCORE', key, now - window + 1, '+inf', 'WITHSCORES')
+        for j = 2, #es, 2 do
+          local idx = math.floor(es[j] / width)
+          live[idx] = (live[idx] or 0) + 1
+        end
       end
-    end
-    if #dead > 0 then
-      redis.call('ZREM', key, unpack(dead))
-    end
-    if not stored and next(live) then
-      -- Converted: write the counters and the width, and give them the key's lifetime.
-      local args = { width, WIDTH }
       for idx, c in pairs(live) do
-        args[#args + 1] = c
-        args[#args + 1] = bname(idx)
+        if idx < cut then
+          if stored then
+            dead[#dead + 1] = bname(idx)
+          end
+          live[idx] = nil
+        else
+          sum = sum + c
+        end
       end
-      redis.call('ZADD', key, unpack(args))
-      redis.call('PEXPIRE', key, math.ceil((window + width) / 1000))
-      stored = true
+      if #dead > 0 then
+        redis.call('ZREM', key, unpack(dead))
+      end
+      if not stored and next(live) then
+        -- Converted: write the counters and the width, and give them the key's lifetime.
+        local args = { width, WIDTH }
+        for idx, c in pairs(live) do
+          args[#args + 1] = c
+          args[#args + 1] = bname(idx)
+        end
+        redis.call('ZADD', key, unpack(args))
+        redis.call('PEXPIRE', key, math.ceil((window + width) / 1000))
+        stored = true
+      end
+      redis.call('ZREMRANGEBYSCORE', key, ABOVE, now - math.min(HORIZON, window))
+      return { sum = sum, width = width, live = live, stored = stored }
     end
-    redis.call('ZREMRANGEBYSCORE', key, ABOVE, now - math.min(HORIZON, window))
-    return { sum = sum, width = width, live = live, stored = stored }
-  end
 
-  -- bretry returns µs until enough counters of a full bucketed key have left for cost to fit.
-  local function bretry(st, limit, cost, window, now)
-    if cost > limit then
+    -- bretry returns µs until enough counters of a full bucketed key have left for cost to fit.
+    local function bretry(st, limit, cost, window, now)
+      if cost > limit then
+        return window
+      end
+      local idxs = {}
+      for idx in pairs(st.live) do
+        idxs[#idxs + 1] = idx
+      end
+      table.sort(idxs)
+      local leave, gone = st.sum + cost - limit, 0
+      for _, idx in ipairs(idxs) do
+        gone = gone + st.live[idx]
+        if gone >= leave then
+          return math.max((idx + 1) * st.width + window - now, 1)
+        end
+      end
       return window
     end
-    local idxs = {}
-    for idx in pairs(st.live) do
-      idxs[#idxs + 1] = idx
-    end
-    table.sort(idxs)
-    local leave, gone = st.sum + cost - limit, 0
-    for _, idx in ipairs(idxs) do
-      gone = gone + st.live[idx]
-      if gone >= leave then
-        return (idx + 1) * st.width + window - now
+
+    -- badd records a request of cost in a bucketed key, unless an earlier attempt did; it returns
+    -- what it added to the count.
+    local function badd(key, st, now, member, cost, window)
+      if redis.call('ZADD', key, 'NX', now, member) == 0 then
+        return 0
       end
+      redis.call('ZINCRBY', key, cost, bname(math.floor(now / st.width)))
+      if not st.stored then
+        redis.call('ZADD', key, st.width, WIDTH)
+      end
+      redis.call('PEXPIRE', key, math.ceil((window + st.width) / 1000))
+      return cost
     end
-    return window
-  end
 
-  -- badd records a request of cost in a bucketed key, unless an earlier attempt did; it returns
-  -- what it added to the count.
-  local function badd(key, st, now, member, cost, window)
-    if redis.call('ZADD', key, 'NX', now, member) == 0 then
-      return 0
+    -- bremove takes back what an earlier attempt of member recorded in a bucketed key; it returns
+    -- what it took off the count.
+    local function bremove(key, width, member, cost)
+      local at = redis.call('ZSCORE', key, member)
+      if not at or redis.call('ZREM', key, member) == 0 then
+        return 0
+      end
+      local name = bname(math.floor(at / width))
+      if tonumber(redis.call('ZINCRBY', key, -cost, name)) <= 0 then
+        redis.call('ZREM', key, name)
+      end
+      return cost
     end
-    redis.call('ZINCRBY', key, cost, bname(math.floor(now / st.width)))
-    if not st.stored then
-      redis.call('ZADD', key, st.width, WIDTH)
-    end
-    redis.call('PEXPIRE', key, math.ceil((window + st.width) / 1000))
-    return cost
-  end
-
-  -- bremove takes back what an earlier attempt of member recorded in a bucketed key; it returns
-  -- what it took off the count.
-  local function bremove(key, width, member, cost)
-    local at = redis.call('ZSCORE', key, member)
-    if not at or redis.call('ZREM', key, member) == 0 then
-      return 0
-    end
-    local name = bname(math.floor(at / width))
-    if tonumber(redis.call('ZINCRBY', key, -cost, name)) <= 0 then
-      redis.call('ZREM', key, name)
-    end
-    return cost
-  end
-  -- bexact converts a bucketed key (it holds a width) into an exact log for a hit of limit
-  -- and window, as Memory does: each counter becomes entries at its sub-window's end (at the
-  -- latest now: never earlier than the admissions it counts), the newest limit of them. The
-  -- member ids of a sub-window are some of its entries (rescored), so that a retry is still
-  -- counted once; the others get fresh names. It returns the count.
-  local function bexact(key, now, window, limit)
-    local rows = redis.call('ZRANGEBYSCORE', key, '-inf', SPLIT, 'WITHSCORES')
-    local ids = redis.call('ZRANGEBYSCORE', key, ABOVE, '+inf', 'WITHSCORES')
-    redis.call('DEL', key)
-    local old, cs, skip = nil, {}, -limit
-    for j = 1, #rows, 2 do
-      if rows[j] == WIDTH then
-        old = tonumber(rows[j + 1])
-      else
-        local idx = tonumber(string.sub(rows[j], 2))
-        if idx then
-          cs[#cs + 1] = { idx, tonumber(rows[j + 1]) }
-          skip = skip + cs[#cs][2]
+    -- bexact converts a bucketed key (it holds a width) into an exact log for a hit of limit
+    -- and window, as Memory does: each counter becomes entries at its sub-window's end (at the
+    -- latest now: never earlier than the admissions it counts), the newest limit of them. The
+    -- member ids of a sub-window are some of its entries (rescored), so that a retry is still
+    -- counted once; the others get fresh names. It returns the count.
+    local function bexact(key, now, window, limit)
+      local rows = redis.call('ZRANGEBYSCORE', key, '-inf', SPLIT, 'WITHSCORES')
+      local ids = redis.call('ZRANGEBYSCORE', key, ABOVE, '+inf', 'WITHSCORES')
+      redis.call('DEL', key)
+      local old, cs, skip = nil, {}, -limit
+      for j = 1, #rows, 2 do
+        if rows[j] == WIDTH then
+          old = tonumber(rows[j + 1])
+        else
+          local idx = tonumber(string.sub(rows[j], 2))
+          if idx then
+            cs[#cs + 1] = { idx, tonumber(rows[j + 1]) }
+            skip = skip + cs[#cs][2]
+          end
         end
       end
-    end
-    local mine, kept = {}, {} -- sub-window -> its ids; the ids kept
-    if old then
-      for j = 1, #ids, 2 do
-        local idx = math.floor(tonumber(ids[j + 1]) / old)
-        mine[idx] = mine[idx] or {}
-        table.insert(mine[idx], ids[j])
-      end
-    end
-    table.sort(cs, function(x, y) return x[1] < y[1] end)
-    local todo = {} -- { at, n, idx }
-    for _, c in ipairs(cs) do
-      local n, at = c[2], now
-      if skip > 0 then
-        local d = math.min(skip, n)
-        skip, n = skip - d, n - d
-      end
+      local mine, kept = {}, {} -- sub-window -> its ids; the ids kept
       if old then
-        at = math.min((c[1] + 1) * old, now)
-      end
-      if n > 0 and at > now - window then
-        todo[#todo + 1] = { at, n, c[1] }
-        for j = 1, math.min(n, #(mine[c[1]] or {})) do
-          kept[mine[c[1]][j]] = true
+        for j = 1, #ids, 2 do
+          local idx = math.floor(tonumber(ids[j + 1]) / old)
+          mine[idx] = mine[idx] or {}
+          table.insert(mine[idx], ids[j])
         end
       end
-    end
-    local card, args, seq = 0, {}, 0
-    for _, t in ipairs(todo) do
-      local m = mine[t[3]] or {}
-      for j = 1, t[2] do
-        local name = m[j]
-        if not name then
-          repeat
-            seq = seq + 1
-            name = '\0e' .. string.format('%d', now) .. '.' .. seq
-          until not kept[name]
+      table.sort(cs, function(x, y) return x[1] < y[1] end)
+      local todo = {} -- { at, n, idx }
+      for _, c in ipairs(cs) do
+        local n, at = c[2], now
+        if skip > 0 then
+          local d = math.min(skip, n)
+          skip, n = skip - d, n - d
         end
-        args[#args + 1] = t[1]
-        args[#args + 1] = name
-        if #args >= 1000 then
-          card = card + redis.call('ZADD', key, unpack(args))
-          args = {}
+        if old then
+          at = math.min((c[1] + 1) * old, now)
+        end
+        if n > 0 and at > now - window then
+          todo[#todo + 1] = { at, n, c[1] }
+          for j = 1, math.min(n, #(mine[c[1]] or {})) do
+            kept[mine[c[1]][j]] = true
+          end
         end
       end
+      local card, args, seq = 0, {}, 0
+      for _, t in ipairs(todo) do
+        local m = mine[t[3]] or {}
+        for j = 1, t[2] do
+          local name = m[j]
+          if not name then
+            repeat
+              seq = seq + 1
+              name = '\0e' .. string.format('%d', now) .. '.' .. seq
+            until not kept[name]
+          end
+          args[#args + 1] = t[1]
+          args[#args + 1] = name
+          if #args >= 1000 then
+            card = card + redis.call('ZADD', key, unpack(args))
+            args = {}
+          end
+        end
+      end
+      if #args > 0 then
+        card = card + redis.call('ZADD', key, unpack(args))
+      end
+      if card > 0 then
+        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+      end
+      return card
     end
-    if #args > 0 then
-      card = card + redis.call('ZADD', key, unpack(args))
-    end
-    if card > 0 then
-      redis.call('PEXPIRE', key, math.ceil(window / 1000))
-    end
-    return card
+    return { load = bload, retry = bretry, add = badd, remove = bremove, exact = bexact }
   end
-  return { load = bload, retry = bretry, add = badd, remove = bremove, exact = bexact }
+
+  -- add records a request of cost in an exact key at score at (the decimal string of now), unless
+  -- an earlier attempt did; it returns the entries it added.
+  local function add(key, at, member, cost)
+    if cost == 1 then
+      return redis.call('ZADD', key, 'NX', at, member)
+    end
+    local added, args = 0, { 'NX', at, member }
+    for j = 2, cost do
+      args[#args + 1] = at
+      args[#args + 1] = member .. '#' .. j
+      if #args >= 1000 or j == cost then
+        added = added + redis.call('ZADD', key, unpack(args))
+        args = { 'NX' }
+      end
+    end
+    return added
+  end
+
+  local function remove(key, member, cost)
+    if cost == 1 then
+      return redis.call('ZREM', key, member)
+    end
+    local removed, args = 0, { member }
+    for j = 2, cost do
+      args[#args + 1] = member .. '#' .. j
+      if #args >= 1000 or j == cost then
+        removed = removed + redis.call('ZREM', key, unpack(args))
+        args = {}
+      end
+    end
+    return removed
+  end
+
+  -- retry returns µs until the entries of a full key have aged out far enough for cost to fit
+  -- (at least 1: a retry-after of 0 means room).
+  local function retry(key, card, limit, cost, window, now)
+    local leave = card + cost - limit -- entries that must age out
+    if leave > card then
+      return window
+    end
+    local e = redis.call('ZRANGE', key, leave - 1, leave - 1, 'WITHSCORES')
+    return math.max(e[2] + window - now, 1)
+  end
+
+  -- number returns now, a decimal string, as a number (the same now once per call).
+  local lasts, lastn
+  local function number(nows)
+    if nows ~= lasts then
+      lasts, lastn = nows, tonumber(nows)
+    end
+    return lastn
+  end
+
+  -- load counts key's window for one hit: an exact log (nb 0) holding card entries (nil: not read
+  -- yet), trimmed, a bucketed key met by an exact hit being converted back first; or (nb = B) its
+  -- sub-window counters, returned as st.
+  local function load(key, now, window, limit, nb, card)
+    if nb == 0 then
+      card = card or redis.call('ZCARD', key)
+      if card > 0 then
+        if redis.call('ZSCORE', key, WIDTH) then
+          h.B = h.B or buckets()
+          card = h.B.exact(key, now, window, limit)
+        else
+          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+        end
+      end
+      return card, false
+    end
+    h.B = h.B or buckets()
+    local st = h.B.load(key, now, window, nb)
+    return st.sum, st
+  end
+  h.add, h.remove, h.retry, h.number, h.load = add, remove, retry, number, load
+  return h
 end
 
--- retry returns µs until the entries of a full key have aged out far enough for cost to fit.
-local function retry(key, card, limit, cost, window, now)
-  local leave = card + cost - limit -- entries that must age out
-  if leave > card then
-    return window
-  end
-  local e = redis.call('ZRANGE', key, leave - 1, leave - 1, 'WITHSCORES')
-  return e[2] + window - now
-end
-
-local clock, clocks, B
-
--- specs holds the hit specs this call has read (a batch's hits share a few), each as
--- { limit, window µs, cost, shadow ('1'/'0'), buckets (a string, '0': exact), an exact key's
--- lifetime in ms (the string PEXPIRE takes, as the caller wrote it) }. Numbers bound for
--- redis.call go as strings where they can: Redis 7.0 formats a Lua number with %.17g, on every
--- call (and string.format here costs about as much).
-local specs = {}
+-- spec reads a hit's spec (see the top): limit, window, cost, shadow, buckets, and an exact
+-- key's lifetime in ms as the string PEXPIRE takes.
 local function spec(s)
-  local sp = specs[s]
-  if sp then
-    return sp
+  if #s < 22 or not string.find(s, '^%d+$', 22) then
+    return error('flashgate: a hit spec is not 21 bytes of struct <I4I8I4BI4 and a lifetime in ms (' .. #s .. ' bytes)')
   end
-  local l, w, c, sh, nb, ttl = string.match(s, '^(%d+) (%d+) (%d+) ([01]) (%d+) (%d+)$')
-  if not l then
-    return error('flashgate: a hit spec is not "limit window cost shadow buckets ttl": ' .. s)
+  local limit, window, cost, shadow, nb = struct.unpack('<I4I8I4BI4', s)
+  if shadow > 1 or limit < 1 or window < 1 then
+    return error('flashgate: a hit spec has shadow ' .. shadow .. ', limit ' .. limit .. ', window ' .. window)
   end
-  sp = { tonumber(l), tonumber(w), tonumber(c), sh, nb, ttl }
-  specs[s] = sp
-  return sp
+  return limit, window, cost, shadow, nb, string.sub(s, 22)
 end
 
--- load counts key's window for one hit: an exact log (nb "0"), trimmed, a bucketed key met by an exact
--- hit being converted back first; or (nb = B) its sub-window counters, returned as st.
-local function load(key, now, window, limit, nb)
-  if nb == '0' then
-    local card = redis.call('ZCARD', key)
-    if card > 0 then
-      if redis.call('ZSCORE', key, WIDTH) then
-        B = B or buckets()
-        card = B.exact(key, now, window, limit)
-      else
-        card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-      end
-    end
-    return card, false
-  end
-  B = B or buckets()
-  local st = B.load(key, now, window, tonumber(nb))
-  return st.sum, st
-end
-
-local out, o = { false, false, false, false }, 0
+local H     -- helpers(), once a request needs them
+local clock, clockn -- Redis TIME: now in µs as a decimal string, and as a number once needed
+-- The last spec read, and its fields: a batch's hits mostly share one (Lua's strings are interned:
+-- comparing two is comparing pointers).
+local ls, llimit, lwindow, lcost, lshadow, lnb, lttl
+local out, o = { false, false, false }, 0 -- sized for a lone one-key request
 local a, k = 1, 0
 local nargv = #ARGV
 -- The several-keys path's scratch tables, made by its first request (most calls have none).
-local cards, states, retries, bstates, windows, sps
+local cards, states, retries, bstates, windows, costs, ttls
 while a <= nargv do
-  -- now: a number for arithmetic, nows the same as the decimal string scores are given in.
   local member, nows, n = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local now
   a = a + 3
   if nows == '' then
     if not clock then
+      -- seconds and µs joined as decimal strings: no arithmetic, no format
       local t = redis.call('TIME')
-      clock = t[1] * 1000000 + t[2]
-      clocks = string.format('%d', clock)
+      clock = t[1] .. string.sub('00000', #t[2]) .. t[2]
     end
-    now, nows = clock, clocks
-  else
-    now = tonumber(nows)
+    nows = clock
   end
   o = o + 1
-  out[o] = now
+  out[o] = nows
 
   if n == '1' then
     -- One key, the common case: decided in place.
     k = k + 1
-    local key = KEYS[k]
-    local sp = spec(ARGV[a])
+    local key, s = KEYS[k], ARGV[a]
     a = a + 1
-    local limit, window, cost = sp[1], sp[2], sp[3]
-    local card, st = load(key, now, window, limit, sp[5])
-    local over, wait = 0, 0
-    if card + cost <= limit then
-      if st then
-        card = card + B.add(key, st, now, member, cost, window)
+    if s ~= ls then
+      ls, llimit, lwindow, lcost, lshadow, lnb, lttl = s, spec(s)
+    end
+    local limit, window, cost, nb, ttl = llimit, lwindow, lcost, lnb, lttl
+    local card, wait = 0, 0
+    -- An exact key is counted (ZCARD; 0: a fresh key), then read from its oldest entry (ZRANGE):
+    -- its score tells whether entries left the window (then the key is trimmed) or none did, and
+    -- whether the key holds sub-window counters (scores up to 1e12, SPLIT in buckets()); when the
+    -- key is full it is the retry-after of a request of cost 1.
+    if nb == 0 then
+      card = redis.call('ZCARD', key)
+    end
+    if nb == 0 and card == 0 then
+      -- A fresh exact key (most of a uniform load's): nothing to trim, now stays a string.
+      if cost == 1 then
+        card = redis.call('ZADD', key, 'NX', nows, member)
+        redis.call('PEXPIRE', key, ttl)
+      elseif cost <= limit then
+        H = H or helpers()
+        card = H.add(key, nows, member, cost)
+        redis.call('PEXPIRE', key, ttl)
       else
-        card = card + add(key, nows, member, cost)
-        redis.call('PEXPIRE', key, sp[6])
+        wait = window
       end
-    elseif card == 0 or not redis.call('ZSCORE', key, member) then
-      over = 1
-      if st then
-        wait = B.retry(st, limit, cost, window, now)
+    elseif nb == 0 then
+      -- An exact key with entries.
+      local now
+      if nows == clock then
+        clockn = clockn or tonumber(clock)
+        now = clockn
       else
-        wait = retry(key, card, limit, cost, window, now)
+        now = tonumber(nows)
+      end
+      local oldest = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+      if oldest <= 1000000000000 then
+        H = H or helpers()
+        card, oldest = H.load(key, now, window, limit, 0, card), nil -- converted from counters
+      elseif oldest <= now - window then
+        card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+        oldest = nil -- left the window
+      end
+      if card + cost <= limit then
+        if cost == 1 then
+          card = card + redis.call('ZADD', key, 'NX', nows, member)
+        else
+          H = H or helpers()
+          card = card + H.add(key, nows, member, cost)
+        end
+        redis.call('PEXPIRE', key, ttl)
+      elseif card == 0 or not redis.call('ZSCORE', key, member) then
+        if oldest and card + cost - limit == 1 then
+          wait = math.max(oldest + window - now, 1)
+        else
+          H = H or helpers()
+          wait = H.retry(key, card, limit, cost, window, now)
+        end
+      end
+    else
+      -- A bucketed key.
+      H = H or helpers()
+      local now = H.number(nows)
+      local st
+      card, st = H.load(key, now, window, limit, nb)
+      if card + cost <= limit then
+        card = card + H.B.add(key, st, now, member, cost, window)
+      elseif card == 0 or not redis.call('ZSCORE', key, member) then
+        wait = H.B.retry(st, limit, cost, window, now)
       end
     end
-    out[o + 1], out[o + 2], out[o + 3] = card, over, wait
-    o = o + 3
+    out[o + 1], out[o + 2] = card, wait
+    o = o + 2
   else
     -- Several keys: count every key first, then add to all or to none.
     n = tonumber(n)
     if not cards then
-      cards, states, retries, bstates, windows, sps = {}, {}, {}, {}, {}, {}
+      cards, states, retries, bstates, windows, costs, ttls = {}, {}, {}, {}, {}, {}, {}
     end
+    H = H or helpers()
+    local now = H.number(nows)
     local deny = false
     for i = 1, n do
-      local key = KEYS[k + i]
-      local sp = spec(ARGV[a + i - 1])
-      sps[i] = sp
-      local limit, window, cost = sp[1], sp[2], sp[3]
+      local key, s = KEYS[k + i], ARGV[a + i - 1]
+      if s ~= ls then
+        ls, llimit, lwindow, lcost, lshadow, lnb, lttl = s, spec(s)
+      end
+      local limit, window, cost, shadow, nb, ttl = llimit, lwindow, lcost, lshadow, lnb, lttl
+      costs[i], ttls[i] = cost, ttl
       local card, st
       local first = 0 -- the same key earlier in this request: loaded once, by its first hit
       for j = 1, i - 1 do
@@ -403,7 +471,7 @@ while a <= nargv do
       if first > 0 then
         card, st, window = cards[first], bstates[first], windows[first]
       else
-        card, st = load(key, now, window, limit, sp[5])
+        card, st = H.load(key, now, window, limit, nb)
       end
       local state, wait = 1, 0 -- 1: room, add; 2: full, already holds the member; 0: over
       if card + cost > limit then
@@ -411,12 +479,12 @@ while a <= nargv do
           state = 2
         else
           if st then
-            wait = B.retry(st, limit, cost, window, now)
+            wait = H.B.retry(st, limit, cost, window, now)
           else
-            wait = retry(key, card, limit, cost, window, now)
+            wait = H.retry(key, card, limit, cost, window, now)
           end
           state = 0
-          if sp[4] ~= '1' then
+          if shadow ~= 1 then
             deny = true
           end
         end
@@ -425,7 +493,7 @@ while a <= nargv do
     end
     for i = 1, n do
       local key = KEYS[k + i]
-      local window, cost = windows[i], sps[i][3]
+      local window, cost = windows[i], costs[i]
       local card, state = cards[i], states[i]
       local dup = 0 -- the same key earlier in this request: it counts once
       for j = 1, i - 1 do
@@ -440,7 +508,7 @@ while a <= nargv do
       if dup == 0 then
         for j = i + 1, n do
           if KEYS[k + j] == key then
-            cost = math.max(cost, sps[j][3])
+            cost = math.max(cost, costs[j])
             over = over or states[j] == 0
           end
         end
@@ -451,28 +519,24 @@ while a <= nargv do
         if state == 2 or (state == 1 and card > 0) then
           local st = bstates[i]
           if st then
-            card = card - B.remove(key, st.width, member, cost)
+            card = card - H.B.remove(key, st.width, member, cost)
           else
-            card = card - remove(key, member, cost)
+            card = card - H.remove(key, member, cost)
           end
         end
       elseif state == 1 and not over then
         local st = bstates[i]
         if st then
-          card = card + B.add(key, st, now, member, cost, window)
+          card = card + H.B.add(key, st, now, member, cost, window)
         else
           -- window is this hit's own (it is the key's first): its spec's lifetime.
-          card = card + add(key, nows, member, cost)
-          redis.call('PEXPIRE', key, sps[i][6])
+          card = card + H.add(key, nows, member, cost)
+          redis.call('PEXPIRE', key, ttls[i])
         end
       end
       cards[i] = card
-      local full = 0
-      if state == 0 then
-        full = 1
-      end
-      out[o + 1], out[o + 2], out[o + 3] = card, full, retries[i]
-      o = o + 3
+      out[o + 1], out[o + 2] = card, retries[i]
+      o = o + 2
     end
     a = a + n
     k = k + n

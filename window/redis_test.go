@@ -721,9 +721,10 @@ func TestRedisLogStaysBounded(t *testing.T) {
 }
 
 // TestRedisScriptSpecs calls the script itself: the requests of one call
-// read their hits' specs ("limit window cost shadow buckets ttl"), a spec shared
-// by several requests is read once and serves each alike, each exact key
-// gets its own window as its lifetime, and a malformed spec is an error
+// read their hits' specs (binary, as appendHitArgs writes them), a spec
+// shared by several requests serves each alike, each exact key gets its own
+// window as its lifetime, the reply holds now as the caller gave it and per
+// key a count and a retry-after (0: room), and a malformed spec is an error
 // reply that names it (the caller's batch is then retried request by
 // request; see autoPipeline.send).
 func TestRedisScriptSpecs(t *testing.T) {
@@ -731,29 +732,27 @@ func TestRedisScriptSpecs(t *testing.T) {
 	ctx := context.Background()
 	k := testKeys(t)
 	a, b, d := k.Key("uid", "a"), k.Key("uid", "b"), k.Key("dev", "d")
+	spec := func(limit int, window time.Duration, shadow bool) any {
+		return appendHitArgs(nil, &Hit{Limit: Limit{Requests: limit, Window: window}, Shadow: shadow})[0]
+	}
 	const now = "1700000000000000"
 	res, err := c.Eval(ctx, slidingLua, []string{a, b, a, a, d},
-		"m1", now, 1, "2 60000000 1 0 0 60000", // a: 1 of 2
-		"m2", now, 1, "1 1500 1 0 0 2", // b: 1 of 1, a 1.5 ms window
-		"m3", now, 1, "2 60000000 1 0 0 60000", // a: 2 of 2
-		"m4", now, 2, "2 60000000 1 0 0 60000", "1 60000000 1 1 0 60000", // a full: denied, though d (shadow) has room
+		"m1", now, 1, spec(2, time.Minute, false), // a: 1 of 2
+		"m2", now, 1, spec(1, 1500*time.Microsecond, false), // b: 1 of 1, a 1.5 ms window
+		"m3", now, 1, spec(2, time.Minute, false), // a: 2 of 2
+		"m4", now, 2, spec(2, time.Minute, false), spec(1, time.Minute, true), // a full: denied, though d (shadow) has room
 	).Slice()
 	if err != nil {
 		t.Fatalf("EVAL: %v", err)
 	}
-	want := []int64{
-		1700000000000000, 1, 0, 0,
-		1700000000000000, 1, 0, 0,
-		1700000000000000, 2, 0, 0,
-		1700000000000000, 2, 1, 60000000, 0, 0, 0,
+	want := []any{
+		now, int64(1), int64(0),
+		now, int64(1), int64(0),
+		now, int64(2), int64(0),
+		now, int64(2), int64(60000000), int64(0), int64(0),
 	}
-	if len(res) != len(want) {
+	if !slices.Equal(res, want) {
 		t.Fatalf("reply %v, want %v", res, want)
-	}
-	for i, w := range want {
-		if got, ok := res[i].(int64); !ok || got != w {
-			t.Fatalf("reply[%d] = %v, want %d (reply %v)", i, res[i], w, res)
-		}
 	}
 	if n := c.Exists(ctx, d).Val(); n != 0 {
 		t.Fatalf("the denied request was recorded in %s", d)
@@ -765,11 +764,23 @@ func TestRedisScriptSpecs(t *testing.T) {
 		t.Fatalf("%s holds %v, want m1 and m3", a, got)
 	}
 
-	for _, bad := range []string{"2 60000000 1 0 0", "2 60000000 1 2 0 60000", "x 1 1 0 0 1", "2 60000000 1 0 0 60000 1", ""} {
+	good := spec(2, time.Minute, false).(string)
+	for _, bad := range []string{
+		good[:specLen],        // no lifetime
+		good + "x",            // a lifetime that is not a number
+		good[:specLen] + "-5", // nor this
+		good[:specLen-5] + "\x02" + good[specLen-4:], // shadow 2
+		"\x00\x00\x00\x00" + good[4:],                // limit 0
+		"2 60000000 1 0 0 60000",                     // the text spec of before
+		"",
+	} {
 		_, err := c.Eval(ctx, slidingLua, []string{k.Key("uid", "bad")}, "m", now, 1, bad).Result()
 		if err == nil || !strings.Contains(err.Error(), "hit spec") {
 			t.Errorf("spec %q: error %v, want one naming the hit spec", bad, err)
 		}
+	}
+	if n := c.Exists(ctx, k.Key("uid", "bad")).Val(); n != 0 {
+		t.Fatalf("a malformed spec recorded the request")
 	}
 
 	// Redis writes the spec: a key's lifetime is its window rounded up to the ms.
