@@ -3,15 +3,17 @@
 # the recipe of the textbook's README: redis-benchmark, 50 clients, keys rl:<random of RANGE>, CPU from
 # INFO cpu over the calls.
 # usage: scripts/redis-cost.sh PORT TEXTBOOK.lua [ROUNDS]     (a redis-server must listen on PORT)
-# Prints µs of Redis CPU per request: the textbook script pipelined 16 deep, then flashgate's with 1, 4,
-# 8 and 16 requests per script call (the auto-pipeline's batches), pipelined to 16 requests in flight;
-# then both at 8 requests per round trip (the textbook -P 8, flashgate one call of 8 with -P 1), what an
-# auto-pipelined batch of 8 is end to end.
+# Prints µs of Redis CPU per request: the textbook script by the recipe (redis-benchmark pipelined 16 deep)
+# and by scripts/evalbench the same way, then flashgate's with 1, 4, 8 and 16 requests per script call (the
+# auto-pipeline's batches), pipelined to 16 requests in flight; then both at 8 requests per round trip (the
+# textbook -P 8, flashgate one call of 8 with -P 1), what an auto-pipelined batch of 8 is end to end.
+# flashgate's script is driven by scripts/evalbench (built here): its hit spec is binary, which
+# redis-benchmark cannot send.
 # RANGE (default 100000) is the key space and N (default 200000) the requests per run: RANGE=100000000
 # N=1000000 makes nearly every request create its key and, over a run of several seconds, most keys
 # expire during it, as in the end-to-end load of 100,000 users on a 1 s window. C (default 50) is
-# redis-benchmark's connections: C=2 is the shape of flashgate's auto-pipeline end to end (one or two
-# connections with a call in flight, so every round trip is a wake-up of Redis's event loop of its own).
+# the connections: C=2 is the shape of flashgate's auto-pipeline end to end (one or two connections with
+# a call in flight, so every round trip is a wake-up of Redis's event loop of its own).
 set -eu
 P=$1; TB=$2; ROUNDS=${3:-3}; RANGE=${RANGE:-100000}; N=${N:-200000}; C=${C:-50}
 cd "$(dirname "$0")/.."
@@ -23,14 +25,20 @@ per() { # requests redis-benchmark-args...: µs per request
   awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN{printf "%.2f", (a-b)/n*1e6}'
 }
 TBSHA=$(redis-cli -p "$P" script load "$(cat "$TB")")
-FGSHA=$(redis-cli -p "$P" script load "$(cat window/redis.lua)")
-batch() { # B [DEPTH]: µs per request with B requests per call, DEPTH (16) requests in flight per client
-  local b=$1 d=${2:-16} keys=() args=()
-  for i in $(seq "$b"); do keys+=("rl:__rand_int__"); args+=("m:__rand_int__:$i" "" 1 "5 1000000 1 0 0 1000"); done
-  per "$N" -n $((N / b)) -P $((d / b)) evalsha "$FGSHA" "$b" "${keys[@]}" "${args[@]}"
+EB=$(mktemp -d)/evalbench
+trap 'rm -rf "$(dirname "$EB")"' EXIT
+go build -o "$EB" ./scripts/evalbench
+eb() { # evalbench-args...: µs per request
+  redis-cli -p "$P" flushall >/dev/null
+  "$EB" -addr "127.0.0.1:$P" -c "$C" -range "$RANGE" -n "$N" -cpu "$@" | awk '{print $NF}'
+}
+batch() { # B [DEPTH]: µs per request with B requests per call, DEPTH (16) requests in flight per connection
+  local b=$1 d=${2:-16}
+  eb -kind flashgate -per "$b" -P $((d / b))
 }
 for r in $(seq "$ROUNDS"); do
   echo "round $r: textbook $(per "$N" -n "$N" -P 16 evalsha "$TBSHA" 1 rl:__rand_int__ 0 1000 5 m:__rand_int__:__rand_int__)" \
+    "textbook-evalbench $(eb -kind textbook -script "$TB" -P 16)" \
     "flashgate-1 $(batch 1) flashgate-4 $(batch 4) flashgate-8 $(batch 8) flashgate-16 $(batch 16)" \
     "textbook-P8 $(per "$N" -n "$N" -P 8 evalsha "$TBSHA" 1 rl:__rand_int__ 0 1000 5 m:__rand_int__:__rand_int__)" \
     "flashgate-8-P1 $(batch 8 8)"
