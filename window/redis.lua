@@ -346,14 +346,15 @@ end
 
 local H     -- helpers(), once a request needs them
 local clock, clockn -- Redis TIME: now in µs as a decimal string, and as a number once needed
--- The last spec read, and its fields: a batch's hits mostly share one (Lua's strings are interned:
--- comparing two is comparing pointers).
+-- The last spec a one-key request read, and its fields: a batch's one-key requests mostly share
+-- one (Lua's strings are interned: comparing two is comparing pointers).
 local ls, llimit, lwindow, lcost, lshadow, lnb, lttl
 local out, o = { false, false, false }, 0 -- sized for a lone one-key request
 local a, k = 1, 0
 local nargv = #ARGV
--- The several-keys path's scratch tables, made by its first request (most calls have none).
-local cards, states, retries, bstates, windows, costs, ttls
+-- The several-keys path's scratch tables and the specs it read (spec -> its fields), made by its
+-- first request (most calls have none).
+local cards, states, retries, bstates, windows, costs, ttls, specs
 while a <= nargv do
   local member, nows, n = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   a = a + 3
@@ -448,17 +449,19 @@ while a <= nargv do
     -- Several keys: count every key first, then add to all or to none.
     n = tonumber(n)
     if not cards then
-      cards, states, retries, bstates, windows, costs, ttls = {}, {}, {}, {}, {}, {}, {}
+      cards, states, retries, bstates, windows, costs, ttls, specs = {}, {}, {}, {}, {}, {}, {}, {}
     end
     H = H or helpers()
     local now = H.number(nows)
     local deny = false
     for i = 1, n do
       local key, s = KEYS[k + i], ARGV[a + i - 1]
-      if s ~= ls then
-        ls, llimit, lwindow, lcost, lshadow, lnb, lttl = s, spec(s)
+      local sp = specs[s] -- a request's hits have specs of their own: each read once per call
+      if not sp then
+        sp = { spec(s) }
+        specs[s] = sp
       end
-      local limit, window, cost, shadow, nb, ttl = llimit, lwindow, lcost, lshadow, lnb, lttl
+      local limit, window, cost, shadow, nb, ttl = sp[1], sp[2], sp[3], sp[4], sp[5], sp[6]
       costs[i], ttls[i] = cost, ttl
       local card, st
       local first = 0 -- the same key earlier in this request: loaded once, by its first hit
