@@ -36,9 +36,11 @@
 -- full key that already holds the member counts it as admitted. A denied request is recorded
 -- in no key (an earlier attempt's entries, or its counts, are removed).
 --
--- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE, and no arithmetic on now; a
--- key with entries is checked for a width (ZSCORE) and trimmed (ZREMRANGEBYSCORE, whose reply
--- corrects the count). ZSCORE of the member runs only where a key is full.
+-- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE, and no arithmetic on now. A
+-- one-key request's key with entries is read from its oldest entry (ZRANGE 0 0): trimmed
+-- (ZREMRANGEBYSCORE, whose reply corrects the count) only if that entry left the window; a full
+-- key's retry-after for a cost of 1 is that entry's. A several-keys request's key with entries is
+-- checked for a width (ZSCORE) and trimmed. ZSCORE of the member runs only where a key is full.
 -- Numbers: what Redis 7.0 is given as a Lua number it formats with %.17g, and what Lua is given
 -- as a string it parses with strtod; each costs a lone call more than a Redis command's own
 -- work (callgrind: BENCHMARKS.md §13). So the spec is binary (struct.unpack reads it without
