@@ -38,9 +38,10 @@
 --
 -- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE, and no arithmetic on now. A
 -- one-key request's key with entries is read from its oldest entry (ZRANGE 0 0): trimmed
--- (ZREMRANGEBYSCORE, whose reply corrects the count) only if that entry left the window; a full
--- key's retry-after for a cost of 1 is that entry's. A several-keys request's key with entries is
--- checked for a width (ZSCORE) and trimmed. ZSCORE of the member runs only where a key is full.
+-- (ZREMRANGEBYSCORE, whose reply corrects the count) only if that entry left the window; where a
+-- full key needs one entry to leave for the cost to fit, the retry-after is that entry's. A
+-- several-keys request's key with entries is checked for a width (ZSCORE) and trimmed. ZSCORE of
+-- the member runs only where a key is full.
 -- Numbers: what Redis 7.0 is given as a Lua number it formats with %.17g, and what Lua is given
 -- as a string it parses with strtod; each costs a lone call more than a Redis command's own
 -- work (callgrind: BENCHMARKS.md §13). So the spec is binary (struct.unpack reads it without
@@ -384,7 +385,7 @@ while a <= nargv do
     -- An exact key is counted (ZCARD; 0: a fresh key), then read from its oldest entry (ZRANGE):
     -- its score tells whether entries left the window (then the key is trimmed) or none did, and
     -- whether the key holds sub-window counters (scores up to 1e12, SPLIT in buckets()); when the
-    -- key is full it is the retry-after of a request of cost 1.
+    -- key is full and one entry must leave for the cost to fit, it gives the retry-after.
     if nb == 0 then
       card = redis.call('ZCARD', key)
     end
