@@ -94,12 +94,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		mu    sync.Mutex
 		first error
 	)
-	for range c.conns {
+	conns := make([]*conn, c.conns) // all dialled before the first call goes out
+	for i := range conns {
 		cn, err := dial(ctx, c.addr)
 		if err != nil {
 			return err
 		}
 		defer cn.close()
+		conns[i] = cn
+	}
+	for _, cn := range conns {
 		wg.Go(func() {
 			if err := c.drive(cn, sha, &next, &calls); err != nil {
 				mu.Lock()
