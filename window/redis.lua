@@ -301,15 +301,6 @@ local function helpers()
     return math.max(e[2] + window - now, 1)
   end
 
-  -- number returns now, a decimal string, as a number (the same now once per call).
-  local lasts, lastn
-  local function number(nows)
-    if nows ~= lasts then
-      lasts, lastn = nows, tonumber(nows)
-    end
-    return lastn
-  end
-
   -- load counts key's window for one hit: an exact log (nb 0) holding card entries (nil: not read
   -- yet), trimmed, a bucketed key met by an exact hit being converted back first; or (nb = B) its
   -- sub-window counters, returned as st.
@@ -330,12 +321,12 @@ local function helpers()
     local st = h.B.load(key, now, window, nb)
     return st.sum, st
   end
-  h.add, h.remove, h.retry, h.number, h.load = add, remove, retry, number, load
+  h.add, h.remove, h.retry, h.load = add, remove, retry, load
   return h
 end
 
--- spec reads a hit's spec (see the top): limit, window, cost, shadow, buckets, and an exact
--- key's lifetime in ms as the string PEXPIRE takes.
+-- spec reads a hit's spec (see the top): limit, window, cost, buckets, an exact key's lifetime in
+-- ms as the string PEXPIRE takes, and shadow (last: a one-key request has no use for it).
 local function spec(s)
   if #s < 22 or not string.find(s, '^%d+$', 22) then
     return error('flashgate: a hit spec is not 21 bytes of struct <I4I8I4BI4 and a lifetime in ms (' .. #s .. ' bytes)')
@@ -344,14 +335,16 @@ local function spec(s)
   if shadow > 1 or limit < 1 or window < 1 then
     return error('flashgate: a hit spec has shadow ' .. shadow .. ', limit ' .. limit .. ', window ' .. window)
   end
-  return limit, window, cost, shadow, nb, string.sub(s, 22)
+  return limit, window, cost, nb, string.sub(s, 22), shadow
 end
 
 local H     -- helpers(), once a request needs them
-local clock, clockn -- Redis TIME: now in µs as a decimal string, and as a number once needed
+local clock -- Redis TIME: now in µs as a decimal string
+-- The last now made a number, and that number: a call's requests mostly share one (Redis TIME's).
+local lastnow, lastn
 -- The last spec a one-key request read, and its fields: a batch's one-key requests mostly share
 -- one (Lua's strings are interned: comparing two is comparing pointers).
-local ls, llimit, lwindow, lcost, lshadow, lnb, lttl
+local ls, llimit, lwindow, lcost, lnb, lttl
 local out, o = { false, false, false }, 0 -- sized for a lone one-key request
 local a, k = 1, 0
 local nargv = #ARGV
@@ -378,7 +371,7 @@ while a <= nargv do
     local key, s = KEYS[k], ARGV[a]
     a = a + 1
     if s ~= ls then
-      ls, llimit, lwindow, lcost, lshadow, lnb, lttl = s, spec(s)
+      ls, llimit, lwindow, lcost, lnb, lttl = s, spec(s)
     end
     local limit, window, cost, nb, ttl = llimit, lwindow, lcost, lnb, lttl
     local card, wait = 0, 0
@@ -403,13 +396,10 @@ while a <= nargv do
       end
     elseif nb == 0 then
       -- An exact key with entries.
-      local now
-      if nows == clock then
-        clockn = clockn or tonumber(clock)
-        now = clockn
-      else
-        now = tonumber(nows)
+      if nows ~= lastnow then
+        lastnow, lastn = nows, tonumber(nows)
       end
+      local now = lastn
       local oldest = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
       if oldest <= 1000000000000 then
         H = H or helpers()
@@ -437,7 +427,10 @@ while a <= nargv do
     else
       -- A bucketed key.
       H = H or helpers()
-      local now = H.number(nows)
+      if nows ~= lastnow then
+        lastnow, lastn = nows, tonumber(nows)
+      end
+      local now = lastn
       local st
       card, st = H.load(key, now, window, limit, nb)
       if card + cost <= limit then
@@ -455,7 +448,10 @@ while a <= nargv do
       cards, states, retries, bstates, windows, costs, ttls, specs = {}, {}, {}, {}, {}, {}, {}, {}
     end
     H = H or helpers()
-    local now = H.number(nows)
+    if nows ~= lastnow then
+      lastnow, lastn = nows, tonumber(nows)
+    end
+    local now = lastn
     local deny = false
     for i = 1, n do
       local key, s = KEYS[k + i], ARGV[a + i - 1]
@@ -464,7 +460,7 @@ while a <= nargv do
         sp = { spec(s) }
         specs[s] = sp
       end
-      local limit, window, cost, shadow, nb, ttl = sp[1], sp[2], sp[3], sp[4], sp[5], sp[6]
+      local limit, window, cost, nb, ttl, shadow = sp[1], sp[2], sp[3], sp[4], sp[5], sp[6]
       costs[i], ttls[i] = cost, ttl
       local card, st
       local first = 0 -- the same key earlier in this request: loaded once, by its first hit
