@@ -149,7 +149,6 @@ func (c *config) source() (string, error) {
 		if path == "" {
 			path = "../shared/reference/sliding_window.lua"
 		}
-		c.per = 1
 	default:
 		return "", fmt.Errorf("-kind %q: want flashgate, textbook or empty", c.kind)
 	}
@@ -205,7 +204,7 @@ func (c *config) drive(cn *conn, sha string, next, calls *atomic.Int64) error {
 			return fmt.Errorf("write: %w", err)
 		}
 		for range sent {
-			if err := cn.skipReply(); err != nil {
+			if _, err := cn.reply(); err != nil {
 				return err
 			}
 		}
@@ -267,7 +266,9 @@ func (c *conn) line() (string, error) {
 	return strings.TrimSuffix(l, "\r\n"), nil
 }
 
-// reply reads one simple reply: a status, integer or bulk string.
+// reply reads one reply of any shape and returns it if it is a status,
+// integer or bulk string ("" for an array, whose elements it reads); an
+// error reply is an error.
 func (c *conn) reply() (string, error) {
 	l, err := c.line()
 	if err != nil {
@@ -281,10 +282,21 @@ func (c *conn) reply() (string, error) {
 		return "", fmt.Errorf("redis: %s", l[1:])
 	case '+', ':':
 		return l[1:], nil
-	case '$':
+	case '$', '*':
 		n, err := strconv.Atoi(l[1:])
-		if err != nil || n < 0 {
-			return "", fmt.Errorf("bulk reply %q", l)
+		if err != nil {
+			return "", fmt.Errorf("reply %q", l)
+		}
+		if l[0] == '*' {
+			for range max(n, 0) {
+				if _, err := c.reply(); err != nil {
+					return "", err
+				}
+			}
+			return "", nil
+		}
+		if n < 0 {
+			return "", nil
 		}
 		b := make([]byte, n+2)
 		if _, err := io.ReadFull(c.r, b); err != nil {
@@ -293,44 +305,6 @@ func (c *conn) reply() (string, error) {
 		return string(b[:n]), nil
 	}
 	return "", fmt.Errorf("unexpected reply %q", l)
-}
-
-// skipReply reads one reply of any shape; an error reply is an error.
-func (c *conn) skipReply() error {
-	l, err := c.line()
-	if err != nil {
-		return err
-	}
-	if l == "" {
-		return errors.New("empty reply line")
-	}
-	switch l[0] {
-	case '-':
-		return fmt.Errorf("redis: %s", l[1:])
-	case '+', ':':
-		return nil
-	case '$':
-		n, err := strconv.Atoi(l[1:])
-		if err != nil {
-			return fmt.Errorf("bulk reply %q", l)
-		}
-		if n >= 0 {
-			_, err = c.r.Discard(n + 2)
-		}
-		return err
-	case '*':
-		n, err := strconv.Atoi(l[1:])
-		if err != nil {
-			return fmt.Errorf("array reply %q", l)
-		}
-		for range max(n, 0) {
-			if err := c.skipReply(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return fmt.Errorf("unexpected reply %q", l)
 }
 
 // cpu returns Redis's CPU seconds (used_cpu_sys + used_cpu_user).
