@@ -14,6 +14,12 @@
 #                and has room (the trim, then the admission)
 #   *-hot        one call per request on 100 keys, 5 per 1,000 s: all but the first 500 requests meet a full
 #                key and are refused
+#   textbook-P16-warm/-hot, flashgate-16-warm/-hot   the same keys at the goal's depth: 16 calls in flight
+#                against 16 requests per call
+#   flashgate-k3, -k3-warm, -k3-hot   requests of three keys each (the several-keys path, limits 5, 6, 7 or
+#                1,000,000 and up), one call per request: Ir per request, so about three textbook calls' worth
+# Each case starts from an empty Redis with no script loaded but its own (SCRIPT FLUSH): Lua's garbage
+# collector walks every loaded script, so one case's script would cost the next.
 # Instructions are not time: cache misses, system calls and wake-ups are not in them (scripts/redis-cost.sh
 # and scripts/bench-cost.sh measure CPU time).
 set -eu
@@ -38,6 +44,7 @@ go build -o "$EB" ./scripts/evalbench
 ir() { # NAME REQUESTS evalbench-flags...: Ir per request
   local name=$1 n=$2; shift 2
   redis-cli -p "$P" flushall >/dev/null
+  redis-cli -p "$P" script flush >/dev/null
   callgrind_control --zero "$VG" >/dev/null 2>&1
   "$EB" -addr "127.0.0.1:$P" -n "$n" "$@" >/dev/null
   callgrind_control --dump="$name" "$VG" >/dev/null 2>&1
@@ -50,9 +57,22 @@ ir textbook-P16 8000 -kind textbook -script "$TEXTBOOK" -P 16
 for b in 1 8 16; do
   ir "flashgate-$b" 6000 -kind flashgate -per "$b"
 done
+WARM="-range 1000 -limit 1000000 -window 1000000"
+HOT="-range 100 -window 1000000"
 for k in textbook flashgate; do
-  ir "$k-warm" 6000 -kind "$k" -script "$([ "$k" = textbook ] && echo "$TEXTBOOK" || echo window/redis.lua)" \
-    -range 1000 -limit 1000000 -window 1000000
-  ir "$k-hot" 6000 -kind "$k" -script "$([ "$k" = textbook ] && echo "$TEXTBOOK" || echo window/redis.lua)" \
-    -range 100 -window 1000000
+  s=$([ "$k" = textbook ] && echo "$TEXTBOOK" || echo window/redis.lua)
+  # shellcheck disable=SC2086 # WARM and HOT are lists of flags
+  ir "$k-warm" 6000 -kind "$k" -script "$s" $WARM
+  # shellcheck disable=SC2086
+  ir "$k-hot" 6000 -kind "$k" -script "$s" $HOT
 done
+# shellcheck disable=SC2086
+{
+  ir textbook-P16-warm 8000 -kind textbook -script "$TEXTBOOK" -P 16 $WARM
+  ir flashgate-16-warm 8000 -kind flashgate -per 16 $WARM
+  ir textbook-P16-hot 8000 -kind textbook -script "$TEXTBOOK" -P 16 $HOT
+  ir flashgate-16-hot 8000 -kind flashgate -per 16 $HOT
+  ir flashgate-k3 3000 -kind flashgate -keys 3
+  ir flashgate-k3-warm 3000 -kind flashgate -keys 3 $WARM
+  ir flashgate-k3-hot 3000 -kind flashgate -keys 3 $HOT
+}

@@ -37,11 +37,13 @@
 -- in no key (an earlier attempt's entries, or its counts, are removed).
 --
 -- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE, and no arithmetic on now. A
--- one-key request's key with entries is read from its oldest entry (ZRANGE 0 0): trimmed
--- (ZREMRANGEBYSCORE, whose reply corrects the count) only if that entry left the window; where a
--- full key needs one entry to leave for the cost to fit, the retry-after is that entry's. A
--- several-keys request's key with entries is checked for a width (ZSCORE) and trimmed. ZSCORE of
--- the member runs only where a key is full.
+-- key with entries whose count has room for the cost even untrimmed is checked for a width
+-- (ZSCORE) and trimmed (ZREMRANGEBYSCORE, whose reply corrects the count): no score is read, as
+-- Redis formats a score it replies with %.17g. A one-key request's key without that room is read
+-- from its oldest entry (ZRANGE 0 0): trimmed only if that entry left the window; where the key is
+-- full and one entry must leave for the cost to fit, the retry-after is that entry's. A
+-- several-keys request's key with entries is checked for a width and trimmed. ZSCORE of the
+-- member runs only where a key is full.
 -- Numbers: what Redis 7.0 is given as a Lua number it formats with %.17g, and what Lua is given
 -- as a string it parses with strtod; each costs a lone call more than a Redis command's own
 -- work (callgrind: BENCHMARKS.md §13). So the spec is binary (struct.unpack reads it without
@@ -297,7 +299,8 @@ local function helpers()
     if leave > card then
       return window
     end
-    local e = redis.call('ZRANGE', key, leave - 1, leave - 1, 'WITHSCORES')
+    local r = leave == 1 and '0' or leave - 1 -- a number is formatted with %.17g, a string is not
+    local e = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
     return math.max(e[2] + window - now, 1)
   end
 
@@ -375,10 +378,10 @@ while a <= nargv do
     end
     local limit, window, cost, nb, ttl = llimit, lwindow, lcost, lnb, lttl
     local card, wait = 0, 0
-    -- An exact key is counted (ZCARD; 0: a fresh key), then read from its oldest entry (ZRANGE):
-    -- its score tells whether entries left the window (then the key is trimmed) or none did, and
-    -- whether the key holds sub-window counters (scores up to 1e12, SPLIT in buckets()); when the
-    -- key is full and one entry must leave for the cost to fit, it gives the retry-after.
+    -- An exact key is counted (ZCARD; 0: a fresh key). One that may be full is then read from its
+    -- oldest entry (ZRANGE): its score tells whether entries left the window (then the key is
+    -- trimmed) or none did, and whether the key holds sub-window counters (scores up to 1e12,
+    -- SPLIT in buckets()); when one entry must leave for the cost to fit, it gives the retry-after.
     if nb == 0 then
       card = redis.call('ZCARD', key)
     end
@@ -400,13 +403,24 @@ while a <= nargv do
         lastnow, lastn = nows, tonumber(nows)
       end
       local now = lastn
-      local oldest = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
-      if oldest <= 1000000000000 then
-        H = H or helpers()
-        card, oldest = H.load(key, now, window, limit, 0, card), nil -- converted from counters
-      elseif oldest <= now - window then
-        card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-        oldest = nil -- left the window
+      local oldest -- the oldest entry's score, where it was read and is still in the window
+      if card + cost <= limit then
+        -- Room even before the trim: only the width test and the trim, no score read.
+        if redis.call('ZSCORE', key, '\0w') then
+          H = H or helpers()
+          card = H.load(key, now, window, limit, 0, card) -- converted from counters
+        else
+          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+        end
+      else
+        oldest = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+        if oldest <= 1000000000000 then
+          H = H or helpers()
+          card, oldest = H.load(key, now, window, limit, 0, card), nil -- converted from counters
+        elseif oldest <= now - window then
+          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+          oldest = nil -- left the window
+        end
       end
       if card + cost <= limit then
         if cost == 1 then

@@ -8,10 +8,12 @@
 //
 // Each of -c connections keeps -P script calls in flight (it writes -P calls,
 // then reads their replies) until -n requests have been sent in all. A call
-// decides -per requests (flashgate: -per requests of one key each in one
-// EVALSHA, as the auto-pipeline batches them; textbook and empty: always 1).
-// Keys are rl:<i> for the i-th request when -range is 0 (every key fresh),
-// else rl:<random below -range>. It prints the requests, the calls, and with
+// decides -per requests (flashgate: -per requests of -keys keys each in one
+// EVALSHA, as the auto-pipeline batches them; textbook and empty: always 1
+// request of one key). A request's key is rl:<i> for the i-th request when
+// -range is 0 (every key fresh), else rl:<random below -range>; with -keys K
+// above 1 it hits rl:<…>:0 … rl:<…>:K-1 instead, key j limited to -limit + j
+// (the several-keys path, its hits' specs distinct as a rule set's are). It prints the requests, the calls, and with
 // -cpu the Redis CPU (INFO cpu) per request in µs. A reply that is an error
 // stops it with a non-zero status.
 package main
@@ -43,6 +45,7 @@ func main() {
 type config struct {
 	addr, kind, script string
 	conns, depth, per  int
+	keys               int
 	n, keyRange        int64
 	limit, windowMS    int64
 	cpu                bool
@@ -57,6 +60,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.conns, "c", 1, "connections")
 	fs.IntVar(&c.depth, "P", 1, "script calls in flight per connection")
 	fs.IntVar(&c.per, "per", 1, "requests per call (flashgate only)")
+	fs.IntVar(&c.keys, "keys", 1, "keys per request, <key>:0 … <key>:K-1, key j limited to -limit + j (flashgate only: its several-keys path)")
 	fs.Int64Var(&c.n, "n", 10000, "requests in all")
 	fs.Int64Var(&c.keyRange, "range", 0, "keys: rl:<random below range>; 0: a fresh key per request")
 	fs.Int64Var(&c.limit, "limit", 5, "the limit")
@@ -65,8 +69,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.conns < 1 || c.depth < 1 || c.per < 1 || c.n < 1 || c.limit < 1 || c.windowMS < 1 {
-		return errors.New("-c, -P, -per, -n, -limit and -window must be at least 1")
+	if c.conns < 1 || c.depth < 1 || c.per < 1 || c.keys < 1 || c.n < 1 || c.limit < 1 || c.windowMS < 1 {
+		return errors.New("-c, -P, -per, -keys, -n, -limit and -window must be at least 1")
+	}
+	if c.keys > 1 && c.kind != "flashgate" {
+		return errors.New("-keys above 1 needs -kind flashgate (the textbook script takes one key)")
 	}
 	src, err := c.source()
 	if err != nil {
@@ -161,7 +168,10 @@ func (c *config) source() (string, error) {
 
 // drive sends calls on one connection until n requests are handed out.
 func (c *config) drive(cn *conn, sha string, next, calls *atomic.Int64) error {
-	spec := c.spec()
+	specs := make([]string, c.keys)
+	for j := range specs {
+		specs[j] = c.spec(c.limit + int64(j))
+	}
 	per := int64(c.per)
 	if c.kind != "flashgate" {
 		per = 1
@@ -181,17 +191,25 @@ func (c *config) drive(cn *conn, sha string, next, calls *atomic.Int64) error {
 				break
 			}
 			m := min(per, c.n-from)
-			args := []string{"EVALSHA", sha, strconv.FormatInt(m, 10)}
+			args := []string{"EVALSHA", sha, strconv.FormatInt(m*int64(len(specs)), 10)}
 			var argv []string
 			for i := from; i < from+m; i++ {
 				k := key(i)
-				args = append(args, k)
 				member := "m:" + strconv.FormatInt(i, 10)
 				switch c.kind {
 				case "textbook":
+					args = append(args, k)
 					argv = append(argv, "0", strconv.FormatInt(c.windowMS, 10), strconv.FormatInt(c.limit, 10), member)
 				default:
-					argv = append(argv, member, "", "1", spec)
+					argv = append(argv, member, "", strconv.Itoa(len(specs)))
+					for j, s := range specs {
+						if len(specs) == 1 {
+							args = append(args, k)
+						} else {
+							args = append(args, k+":"+strconv.Itoa(j))
+						}
+						argv = append(argv, s)
+					}
 				}
 			}
 			cn.write(append(args, argv...)...)
@@ -212,11 +230,11 @@ func (c *config) drive(cn *conn, sha string, next, calls *atomic.Int64) error {
 	}
 }
 
-// spec is a hit spec as window's appendHitArgs writes it: limit, window (µs),
-// cost 1, not shadow, exact, little-endian as struct '<I4I8I4BI4', then the
-// lifetime in ms in decimal.
-func (c *config) spec() string {
-	b := binary.LittleEndian.AppendUint32(nil, uint32(c.limit))
+// spec is a hit spec of limit as window's appendHitArgs writes it: limit,
+// window (µs), cost 1, not shadow, exact, little-endian as struct
+// '<I4I8I4BI4', then the lifetime in ms in decimal.
+func (c *config) spec(limit int64) string {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(limit))
 	b = binary.LittleEndian.AppendUint64(b, uint64(c.windowMS*1000))
 	b = binary.LittleEndian.AppendUint32(b, 1)
 	b = append(b, 0)
