@@ -66,9 +66,13 @@ type RedisOptions struct {
 	// ignored on ClockRedis.
 	Now func() time.Time
 	// Member returns a new member id for each request. Ids must be unique
-	// among all limiters sharing a Redis for at least the longest window.
-	// nil means 8 random bytes drawn once per limiter followed by a varint
-	// counter (9 to 17 bytes per entry). It must be safe for concurrent use.
+	// among all limiters sharing a Redis for at least the longest window,
+	// and must not be empty or begin with a NUL byte: a key's members that
+	// begin with one are a bucketed key's counters and width, which the
+	// script tells apart by that byte (Decide refuses such an id with an
+	// error). nil means 8 random bytes drawn once per limiter, the first
+	// never NUL, followed by a varint counter (9 to 17 bytes per entry). It
+	// must be safe for concurrent use.
 	Member func() string
 	// AutoPipeline decides concurrent decisions together on standalone and
 	// Sentinel Redis: the decisions that queued while round trips were in
@@ -239,6 +243,7 @@ func NewRedis(client rediser, opts RedisOptions) (*Redis, error) {
 		if _, err := rand.Read(r.idPrefix[:]); err != nil {
 			return nil, fmt.Errorf("redis limiter: draw a member id prefix: %w", err)
 		}
+		r.idPrefix[0] |= 0x80 // never NUL: see RedisOptions.Member
 		r.member = r.nextMember
 	}
 	if opts.AutoPipeline && !r.perKey {
@@ -262,6 +267,15 @@ func (r *Redis) Close() {
 	if r.pipe != nil {
 		r.pipe.close()
 	}
+}
+
+// truncID is a member id cut to 32 bytes for an error message: a custom
+// Member may return anything.
+func truncID(m string) string {
+	if len(m) > 32 {
+		return m[:32] + "…"
+	}
+	return m
 }
 
 // nextMember returns the limiter's random prefix followed by a uvarint
@@ -342,6 +356,9 @@ func (r *Redis) decideBy(ctx context.Context, by time.Time, hits []Hit, member s
 	}
 	if len(hits) == 0 {
 		return decide(nil, nil), 0, nil
+	}
+	if member == "" || member[0] == 0 {
+		return Decision{}, 0, fmt.Errorf("redis limiter: member id %q is empty or begins with a NUL byte (reserved for bucketed keys' counters; see RedisOptions.Member)", truncID(member))
 	}
 	if r.closed.Load() {
 		return Decision{}, 0, fmt.Errorf("redis decide: %w", ErrClosed)

@@ -188,6 +188,22 @@ func TestRedisMemberIDs(t *testing.T) {
 			seen[m] = true
 		}
 	}
+	// A default id never begins with NUL (a bucketed key's counters and
+	// width do): one limiter in 256 would draw such a prefix by chance.
+	for range 2000 {
+		if m := newTestRedis(t, c, RedisOptions{}).member(); m[0] == 0 {
+			t.Fatalf("default member id %x begins with NUL", m)
+		}
+	}
+	// A custom id that does, or is empty, is refused before Redis is asked
+	// (this client's Redis is unreachable: any other error would be a dial).
+	for _, id := range []string{"\x00w", "\x00" + "17", ""} {
+		r := newTestRedis(t, c, RedisOptions{Member: func() string { return id }})
+		_, err := r.Decide(context.Background(), []Hit{hit("k", 5, time.Second)})
+		if err == nil || !strings.Contains(err.Error(), "NUL") {
+			t.Errorf("Decide with member id %q: err = %v, want one naming the NUL byte", id, err)
+		}
+	}
 }
 
 func TestNewClientValidates(t *testing.T) {
