@@ -4,9 +4,9 @@
 -- queued behind a round trip as one call). Per request, in order:
 --   ARGV: member id (not empty and not beginning with "\0", which marks a bucketed key's
 --         counters and width: Go refuses such an id); now in µs as a decimal string, or "" for
---         Redis TIME (read once per call); n, the request's key count; then per key one spec: 21 bytes, struct.pack('<I4I8I4BI4')
---         of limit, window (µs), cost, shadow (1/0) and buckets (0: an exact log; B ≥ 1: B
---         sub-window counters), followed by an exact key's lifetime in ms, ceil(window / 1000), in
+--         Redis TIME (read once per call); n, the request's key count; then per key one spec:
+--         21 bytes, struct.pack('<I4I8I4BI4') of limit, window (µs), cost, shadow (1/0) and
+--         buckets (0: an exact log; B ≥ 1: B sub-window counters), followed by an exact key's lifetime in ms, ceil(window / 1000), in
 --         decimal (Go's appendHitArgs writes it).
 --   KEYS: the request's n keys, one sorted set each.
 -- Reply, per request: now (µs, a decimal string), then per key: count, retry-after (µs).
