@@ -6,8 +6,8 @@
 --         counters and width: Go refuses such an id); now in µs as a decimal string, or "" for
 --         Redis TIME (read once per call); n, the request's key count; then per key one spec:
 --         21 bytes, struct.pack('<I4I8I4BI4') of limit, window (µs), cost, shadow (1/0) and
---         buckets (0: an exact log; B ≥ 1: B sub-window counters), followed by an exact key's lifetime in ms, ceil(window / 1000), in
---         decimal (Go's appendHitArgs writes it).
+--         buckets (0: an exact log; B ≥ 1: B sub-window counters), followed by an exact key's
+--         lifetime in ms, ceil(window / 1000), in decimal (Go's appendHitArgs writes it).
 --   KEYS: the request's n keys, one sorted set each.
 -- Reply, per request: now (µs, a decimal string), then per key: count, retry-after (µs).
 --   count: entries in the window after the decision. retry-after: 0 if the window had room for
