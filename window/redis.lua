@@ -342,6 +342,9 @@ local function spec(s)
   return limit, window, cost, nb, string.sub(s, 22), shadow
 end
 
+-- Globals read once: each read of a global is a table lookup, and the loop makes several per
+-- request (callgrind: ~1.2k instructions a lone call, BENCHMARKS.md §14).
+local call, argv, keys = redis.call, ARGV, KEYS
 local H     -- helpers(), once a request needs them
 local clock -- Redis TIME: now in µs as a decimal string
 -- The last now made a number, and that number: a call's requests mostly share one (Redis TIME's).
@@ -351,17 +354,17 @@ local lastnow, lastn
 local ls, llimit, lwindow, lcost, lnb, lttl
 local out, o = { false, false, false }, 0 -- sized for a lone one-key request
 local a, k = 1, 0
-local nargv = #ARGV
+local nargv = #argv
 -- The several-keys path's scratch tables and the specs it read (spec -> its fields), made by its
 -- first request (most calls have none).
 local cards, states, retries, bstates, windows, costs, ttls, specs
 while a <= nargv do
-  local member, nows, n = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local member, nows, n = argv[a], argv[a + 1], argv[a + 2]
   a = a + 3
   if nows == '' then
     if not clock then
       -- seconds and µs joined as decimal strings: no arithmetic, no format
-      local t = redis.call('TIME')
+      local t = call('TIME')
       clock = t[1] .. string.sub('00000', #t[2]) .. t[2]
     end
     nows = clock
@@ -372,7 +375,7 @@ while a <= nargv do
   if n == '1' then
     -- One key, the common case: decided in place.
     k = k + 1
-    local key, s = KEYS[k], ARGV[a]
+    local key, s = keys[k], argv[a]
     a = a + 1
     if s ~= ls then
       ls, llimit, lwindow, lcost, lnb, lttl = s, spec(s)
@@ -384,17 +387,17 @@ while a <= nargv do
     -- trimmed) or none did, and whether the key holds sub-window counters (scores up to 1e12,
     -- SPLIT in buckets()); when one entry must leave for the cost to fit, it gives the retry-after.
     if nb == 0 then
-      card = redis.call('ZCARD', key)
+      card = call('ZCARD', key)
     end
     if nb == 0 and card == 0 then
       -- A fresh exact key (most of a uniform load's): nothing to trim, now stays a string.
       if cost == 1 then
-        card = redis.call('ZADD', key, 'NX', nows, member)
-        redis.call('PEXPIRE', key, ttl)
+        card = call('ZADD', key, 'NX', nows, member)
+        call('PEXPIRE', key, ttl)
       elseif cost <= limit then
         H = H or helpers()
         card = H.add(key, nows, member, cost)
-        redis.call('PEXPIRE', key, ttl)
+        call('PEXPIRE', key, ttl)
       else
         wait = window
       end
@@ -407,31 +410,31 @@ while a <= nargv do
       local oldest -- the oldest entry's score, where it was read and is still in the window
       if card + cost <= limit then
         -- Room even before the trim: only the width test and the trim, no score read.
-        if redis.call('ZSCORE', key, '\0w') then
+        if call('ZSCORE', key, '\0w') then
           H = H or helpers()
           card = H.load(key, now, window, limit, 0, card) -- converted from counters
         else
-          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+          card = card - call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
         end
       else
-        oldest = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+        oldest = tonumber(call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
         if oldest <= 1000000000000 then
           H = H or helpers()
           card, oldest = H.load(key, now, window, limit, 0, card), nil -- converted from counters
         elseif oldest <= now - window then
-          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+          card = card - call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
           oldest = nil -- left the window
         end
       end
       if card + cost <= limit then
         if cost == 1 then
-          card = card + redis.call('ZADD', key, 'NX', nows, member)
+          card = card + call('ZADD', key, 'NX', nows, member)
         else
           H = H or helpers()
           card = card + H.add(key, nows, member, cost)
         end
-        redis.call('PEXPIRE', key, ttl)
-      elseif card == 0 or not redis.call('ZSCORE', key, member) then
+        call('PEXPIRE', key, ttl)
+      elseif card == 0 or not call('ZSCORE', key, member) then
         if oldest and card + cost - limit == 1 then
           wait = math.max(oldest + window - now, 1)
         else
@@ -450,7 +453,7 @@ while a <= nargv do
       card, st = H.load(key, now, window, limit, nb)
       if card + cost <= limit then
         card = card + H.B.add(key, st, now, member, cost, window)
-      elseif card == 0 or not redis.call('ZSCORE', key, member) then
+      elseif card == 0 or not call('ZSCORE', key, member) then
         wait = H.B.retry(st, limit, cost, window, now)
       end
     end
@@ -469,7 +472,7 @@ while a <= nargv do
     local now = lastn
     local deny = false
     for i = 1, n do
-      local key, s = KEYS[k + i], ARGV[a + i - 1]
+      local key, s = keys[k + i], argv[a + i - 1]
       local sp = specs[s] -- a request's hits have specs of their own: each read once per call
       if not sp then
         sp = { spec(s) }
@@ -480,7 +483,7 @@ while a <= nargv do
       local card, st
       local first = 0 -- the same key earlier in this request: loaded once, by its first hit
       for j = 1, i - 1 do
-        if KEYS[k + j] == key then
+        if keys[k + j] == key then
           first = j
           break
         end
@@ -492,7 +495,7 @@ while a <= nargv do
       end
       local state, wait = 1, 0 -- 1: room, add; 2: full, already holds the member; 0: over
       if card + cost > limit then
-        if card > 0 and redis.call('ZSCORE', key, member) then
+        if card > 0 and call('ZSCORE', key, member) then
           state = 2
         else
           if st then
@@ -509,12 +512,12 @@ while a <= nargv do
       cards[i], states[i], retries[i], bstates[i], windows[i] = card, state, wait, st or false, window
     end
     for i = 1, n do
-      local key = KEYS[k + i]
+      local key = keys[k + i]
       local window, cost = windows[i], costs[i]
       local card, state = cards[i], states[i]
       local dup = 0 -- the same key earlier in this request: it counts once
       for j = 1, i - 1 do
-        if KEYS[k + j] == key then
+        if keys[k + j] == key then
           dup = j
           break
         end
@@ -524,7 +527,7 @@ while a <= nargv do
       local over = false
       if dup == 0 then
         for j = i + 1, n do
-          if KEYS[k + j] == key then
+          if keys[k + j] == key then
             cost = math.max(cost, costs[j])
             over = over or states[j] == 0
           end
@@ -548,7 +551,7 @@ while a <= nargv do
         else
           -- window is this hit's own (it is the key's first): its spec's lifetime.
           card = card + H.add(key, nows, member, cost)
-          redis.call('PEXPIRE', key, ttls[i])
+          call('PEXPIRE', key, ttls[i])
         end
       end
       cards[i] = card
