@@ -3,8 +3,8 @@
 # usage: scripts/bench-cost.sh OUTDIR ROUNDS BIN...      (build first: go build -o /tmp/fg ./cmd/flashgate)
 #
 # For each round and each binary (alternating, so that a busy machine hits every binary alike) it runs the
-# scenarios of $SCEN (default: all below), 8 s each, 32 workers, 100,000 users, against a fresh serve (or
-# noop-server) on its own redis-server, and writes bench's JSON to OUTDIR/BIN-SCENARIO-rROUND.json:
+# scenarios of $SCEN (default: all below), 8 s each, $WORKERS workers (default 32), 100,000 users, against a
+# fresh serve (or noop-server) on its own redis-server, and writes bench's JSON to OUTDIR/BIN-SCENARIO-rROUND.json:
 # server_cpu_us_per_check (/proc/PID/stat), redis_cpu_us_per_check (INFO cpu) and
 # redis_script_calls_per_check (INFO commandstats), with throughput and p50/p99.
 #   noop          noop-server (the do-nothing ext_authz server), minimal requests
@@ -20,7 +20,7 @@
 #   one-paced     one rule at a fixed 3000 checks/s
 set -u
 OUT=$1; ROUNDS=$2; shift 2; mkdir -p "$OUT"
-RP=${RP:-63811}; GP=${GP:-19391}; HP=${HP:-19392}
+RP=${RP:-63811}; GP=${GP:-19391}; HP=${HP:-19392}; WORKERS=${WORKERS:-32}
 ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
 # shellcheck source=scripts/bench-lib.sh
 . "$(dirname "$0")/bench-lib.sh"
@@ -39,7 +39,7 @@ run() { # name bin config(|noop) bench-args...
   redis-cli -p $RP flushall >/dev/null
   local redis=""; [ "$mode" != noop ] && redis="--redis-addr 127.0.0.1:$RP"
   # shellcheck disable=SC2086
-  "$bin" bench --addr 127.0.0.1:$GP --duration 8s --concurrency 32 --users 100000 --quiet --json \
+  "$bin" bench --addr 127.0.0.1:$GP --duration 8s --concurrency "$WORKERS" --users 100000 --quiet --json \
     --server-pid "$SRV_PID" $redis "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   bench_server_down
 }
