@@ -13,9 +13,9 @@
 // request of one key). A request's key is rl:<i> for the i-th request when
 // -range is 0 (every key fresh), else rl:<random below -range>; with -keys K
 // above 1 it hits rl:<…>:0 … rl:<…>:K-1 instead, key j limited to -limit + j
-// (the several-keys path, its hits' specs distinct as a rule set's are). It prints the requests, the calls, and with
-// -cpu the Redis CPU (INFO cpu) per request in µs. A reply that is an error
-// stops it with a non-zero status.
+// (the several-keys path, its hits' specs distinct as a rule set's are). It
+// prints the requests, the calls, and with -cpu the Redis CPU (INFO cpu) per
+// request in µs. A reply that is an error stops it with a non-zero status.
 package main
 
 import (
