@@ -81,6 +81,26 @@ func decideAll(ctx context.Context, r *Redis, keys []string, limit int) []error 
 	return errs
 }
 
+// settle waits until at most n calls are in flight. A dispatcher hands a
+// batch's callers their replies before it releases the batch's slot (and
+// starts a hold), so a caller that just returned may still see its batch in
+// flight.
+func settle(ctx context.Context, t *testing.T, p *autoPipeline, n int) {
+	t.Helper()
+	for {
+		p.mu.Lock()
+		busy := len(p.sends)
+		p.mu.Unlock()
+		if busy <= n {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d calls still in flight, want at most %d", busy, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func someKeys(t *testing.T, n int) []string {
 	k := testKeys(t)
 	keys := make([]string, n)
@@ -579,6 +599,7 @@ func TestAutoPipelineStallOpensSlot(t *testing.T) {
 					t.Fatalf("second call: %v", err)
 				}
 				held("the second call's")
+				settle(ctx, t, r.pipe, 1)
 				// The held call is still out and stalled: the slot the
 				// second call freed is open at once, whenever it was sent.
 				r.pipe.mu.Lock()
@@ -661,6 +682,7 @@ func TestAutoPipelineHold(t *testing.T) {
 				}
 			}
 			wait()
+			settle(ctx, t, p, 0)
 			// The batch started a hold; from now on it lasts far longer than
 			// any scheduling delay.
 			p.mu.Lock()
