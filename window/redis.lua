@@ -43,8 +43,9 @@
 -- Redis formats a score it replies with %.17g. A one-key request's key without that room is read
 -- from its oldest entry (ZRANGE 0 0): trimmed only if that entry left the window; where the key is
 -- full and one entry must leave for the cost to fit, the retry-after is that entry's. A
--- several-keys request's key with entries is checked for a width and trimmed. ZSCORE of the
--- member runs only where a key is full.
+-- several-keys request's key with entries is checked for a width and trimmed; its fresh exact
+-- keys of cost 1 take ZCARD, ZADD and PEXPIRE, as a lone one does. ZSCORE of the member runs
+-- only where a key is full.
 -- Numbers: what Redis 7.0 is given as a Lua number it formats with %.17g, and what Lua is given
 -- as a string it parses with strtod; each costs a lone call more than a Redis command's own
 -- work (callgrind: BENCHMARKS.md §13). So the spec is binary (struct.unpack reads it without
@@ -355,9 +356,11 @@ local ls, llimit, lwindow, lcost, lnb, lttl
 local out, o = { false, false, false }, 0 -- sized for a lone one-key request
 local a, k = 1, 0
 local nargv = #argv
--- The several-keys path's scratch tables and the specs it read (spec -> its fields), made by its
--- first request (most calls have none).
-local cards, states, retries, bstates, windows, costs, ttls, specs
+-- The several-keys path's scratch tables, made by its first request (most calls have none) with
+-- room for four hits (a table grown one index at a time is rehashed at 1, 2 and 4), and per hit
+-- position the spec last read there and its fields: a batch's requests mostly come from one rule
+-- set, so hit i's spec is mostly the one before's hit i's.
+local cards, states, retries, bstates, windows, costs, ttls, specs, fields
 while a <= nargv do
   local member, nows, n = argv[a], argv[a + 1], argv[a + 2]
   a = a + 3
@@ -463,20 +466,21 @@ while a <= nargv do
     -- Several keys: count every key first, then add to all or to none.
     n = tonumber(n)
     if not cards then
-      cards, states, retries, bstates, windows, costs, ttls, specs = {}, {}, {}, {}, {}, {}, {}, {}
+      local f = false -- a table constructor with four values sizes its array for four
+      cards, states, retries, bstates = { f, f, f, f }, { f, f, f, f }, { f, f, f, f }, { f, f, f, f }
+      windows, costs, ttls = { f, f, f, f }, { f, f, f, f }, { f, f, f, f }
+      specs, fields = { f, f, f, f }, { f, f, f, f }
     end
-    H = H or helpers()
-    if nows ~= lastnow then
-      lastnow, lastn = nows, tonumber(nows)
-    end
-    local now = lastn
+    -- now as a number, and the helpers, where a key needs them: a fresh exact key of cost 1
+    -- needs neither (ZCARD, ZADD, PEXPIRE).
+    local now
     local deny = false
     for i = 1, n do
       local key, s = keys[k + i], argv[a + i - 1]
-      local sp = specs[s] -- a request's hits have specs of their own: each read once per call
-      if not sp then
+      local sp = fields[i]
+      if specs[i] ~= s then
         sp = { spec(s) }
-        specs[s] = sp
+        specs[i], fields[i] = s, sp
       end
       local limit, window, cost, nb, ttl, shadow = sp[1], sp[2], sp[3], sp[4], sp[5], sp[6]
       costs[i], ttls[i] = cost, ttl
@@ -491,13 +495,24 @@ while a <= nargv do
       if first > 0 then
         card, st, window = cards[first], bstates[first], windows[first]
       else
-        card, st = H.load(key, now, window, limit, nb)
+        card = nb == 0 and call('ZCARD', key) or 0
+        if nb > 0 or card > 0 then
+          if nows ~= lastnow then
+            lastnow, lastn = nows, tonumber(nows)
+          end
+          now, H = lastn, H or helpers()
+          card, st = H.load(key, now, window, limit, nb, nb == 0 and card or nil)
+        end
       end
       local state, wait = 1, 0 -- 1: room, add; 2: full, already holds the member; 0: over
       if card + cost > limit then
         if card > 0 and call('ZSCORE', key, member) then
           state = 2
         else
+          if nows ~= lastnow then
+            lastnow, lastn = nows, tonumber(nows)
+          end
+          now, H = lastn, H or helpers()
           if st then
             wait = H.B.retry(st, limit, cost, window, now)
           else
@@ -537,6 +552,7 @@ while a <= nargv do
         card = cards[dup]
       elseif deny then
         if state == 2 or (state == 1 and card > 0) then
+          H = H or helpers()
           local st = bstates[i]
           if st then
             card = card - H.B.remove(key, st.width, member, cost)
@@ -550,7 +566,12 @@ while a <= nargv do
           card = card + H.B.add(key, st, now, member, cost, window)
         else
           -- window is this hit's own (it is the key's first): its spec's lifetime.
-          card = card + H.add(key, nows, member, cost)
+          if cost == 1 then
+            card = card + call('ZADD', key, 'NX', nows, member)
+          else
+            H = H or helpers()
+            card = card + H.add(key, nows, member, cost)
+          end
           call('PEXPIRE', key, ttls[i])
         end
       end
