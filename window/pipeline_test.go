@@ -599,7 +599,7 @@ func TestAutoPipelineStallOpensSlot(t *testing.T) {
 					t.Fatalf("second call: %v", err)
 				}
 				held("the second call's")
-				settle(ctx, t, r.pipe, 1)
+				settle(ctx, t, r.pipe, 1) // defensive: a second call sent by a dispatcher frees its slot after it returns
 				// The held call is still out and stalled: the slot the
 				// second call freed is open at once, whenever it was sent.
 				r.pipe.mu.Lock()

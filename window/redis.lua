@@ -302,6 +302,7 @@ local function helpers()
       return window
     end
     local r = leave == 1 and '0' or leave - 1 -- a number is formatted with %.17g, a string is not
+    -- (leave is 1 where one entry must leave: the common case)
     local e = redis.call('ZRANGE', key, r, r, 'WITHSCORES')
     return math.max(e[2] + window - now, 1)
   end
