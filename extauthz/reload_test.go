@@ -103,7 +103,8 @@ func TestReloadWatch(t *testing.T) {
 		t.Errorf("the same bad content was counted %v times", got)
 	}
 	cm.write(goodB)
-	waitFor(t, "the good file", func() bool { return rule() == "per_ip_v2" })
+	// The rules are swapped in, then the success counted: wait for both.
+	waitFor(t, "the good file", func() bool { return rule() == "per_ip_v2" && e.counter("reloads", "success") >= 1 })
 	if got := e.counter("reloads", "success"); got != 1 {
 		t.Errorf("success %v", got)
 	}
