@@ -113,3 +113,31 @@ func (m *metrics) forRule(domain, rule string) ruleCounters {
 		errored:      m.checks.WithLabelValues(domain, rule, decisionError),
 	}
 }
+
+// dropRules deletes the flashgate_checks_total series of old's rules that
+// cur does not have (old's rule="" series too when the domain changed), so
+// that a reload leaves the series of the rules in force only. Call it after
+// cur is swapped in. A check still running under old counts into a child
+// resolved before the swap: once deleted, that child is no longer exported
+// and its late count is lost; it never brings the series back.
+func (m *metrics) dropRules(old, cur *Config) {
+	keep := make(map[string]struct{}, len(cur.Rules)+1)
+	if old.Domain == cur.Domain {
+		keep[""] = struct{}{}
+		for _, r := range cur.Rules {
+			keep[r.Name] = struct{}{}
+		}
+	}
+	drop := func(rule string) {
+		if _, ok := keep[rule]; ok {
+			return
+		}
+		for _, d := range []string{decisionAllowed, decisionDenied, decisionShadowDenied, decisionError} {
+			m.checks.DeleteLabelValues(old.Domain, rule, d)
+		}
+	}
+	drop("")
+	for _, r := range old.Rules {
+		drop(r.Name)
+	}
+}

@@ -162,14 +162,17 @@ func (s *Server) SetConfig(cfg *Config) error {
 	return nil
 }
 
-// installLocked swaps in cfg's compiled rules; reloadMu is held.
+// installLocked swaps in cfg's compiled rules and drops the metric series
+// of the rules it no longer has; reloadMu is held.
 func (s *Server) installLocked(cfg *Config) {
 	rs := s.newRuleSet(cfg)
 	if s.opts.Fallback == nil && slices.ContainsFunc(rs.rules, func(r ruleResp) bool { return r.mode == FailureLocal }) {
 		s.log.Warn("failure mode local has no fallback limiter here: it admits like allow")
 	}
 	s.encoded.Store(rs.encoded)
-	s.rules.Store(rs)
+	if old := s.rules.Swap(rs); old != nil {
+		s.metrics.dropRules(old.cfg, cfg)
+	}
 	s.path = cfg.path
 	s.log.Info("rules loaded", "file", cfg.Name, "domain", cfg.Domain, "rules", len(cfg.Rules))
 }

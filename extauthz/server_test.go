@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/flashgate/flashgate/window"
@@ -462,4 +463,49 @@ func TestBreaker(t *testing.T) {
 	if got := f.calls.Load(); got != 9 {
 		t.Fatalf("backend called %d times after recovery, want 9", got)
 	}
+}
+
+// TestRepeatedHeader: a header sent twice counts under its first value,
+// whether Envoy joined the occurrences with "," in headers or listed them
+// in header_map (encode_raw_headers): varying an appended duplicate never
+// opens a fresh bucket.
+func TestRepeatedHeader(t *testing.T) {
+	for name, build := range map[string]func(i int) *authv3.CheckRequest{
+		"joined by Envoy": func(i int) *authv3.CheckRequest {
+			return req{path: "/api/coupon/a", headers: uid(fmt.Sprintf("u1,r%d", i))}.proto()
+		},
+		"joined with a space": func(i int) *authv3.CheckRequest {
+			return req{path: "/api/coupon/a", headers: uid(fmt.Sprintf("u1 , r%d", i))}.proto()
+		},
+		"header_map": func(i int) *authv3.CheckRequest {
+			r := req{path: "/api/coupon/a"}.proto()
+			r.Attributes.Request.Http.HeaderMap = &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				{Key: "x-uid", RawValue: []byte("u1")},
+				{Key: "X-Uid", RawValue: []byte(fmt.Sprintf("r%d", i))},
+			}}
+			return r
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, nil, nil)
+			allowed := 0
+			for i := range 7 {
+				if e.check2(build(i)).allowed {
+					allowed++
+				}
+			}
+			if allowed != 5 {
+				t.Fatalf("allowed %d of 7 requests with x-uid u1 and a varying duplicate, want 5", allowed)
+			}
+			// The plain header shares the bucket.
+			wantDenied(t, e.check(req{path: "/api/coupon/a", headers: uid("u1")}), "coupon_per_uid", 5)
+		})
+	}
+}
+
+// check2 sends a CheckRequest as built.
+func (e *env) check2(r *authv3.CheckRequest) answer {
+	e.t.Helper()
+	resp, err := e.srv.Check(context.Background(), r)
+	return read(e.t, resp, err)
 }

@@ -187,7 +187,10 @@ func (s *Server) SetConfig(cfg *Config) error {
 	return nil
 }
 
+// install swaps cfg in and drops the metric series of the rules it no
+// longer has; one install runs at a time.
 func (s *Server) install(cfg *Config) {
+	s.metrics.setRules(cfg)
 	s.cfg.Store(cfg)
 	rules := 0
 	for _, d := range cfg.domains {
@@ -220,12 +223,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			return nil, status.Errorf(codes.InvalidArgument, "rate limit descriptor %d has %d entries, more than flashgate's %d", i, n, MaxEntries)
 		}
 	}
-	dom := s.cfg.Load().domains[req.GetDomain()]
+	cfg := s.cfg.Load()
+	dom := cfg.domains[req.GetDomain()]
 	if dom == nil {
 		s.metrics.requests.WithLabelValues("", "", decisionAllowed).Inc()
 		return okForAll(len(req.GetDescriptors())), nil
 	}
 	c := s.newCall(dom, req)
+	c.cfg = cfg
 	c.decide(ctx)
 	return c.respond(), nil
 }
@@ -253,6 +258,7 @@ const (
 // call is one ShouldRateLimit in progress.
 type call struct {
 	s     *Server
+	cfg   *Config // the config dom belongs to
 	dom   *Domain
 	req   *rlsv3.RateLimitRequest
 	ms    []match
@@ -551,7 +557,7 @@ func (c *call) count() {
 	default:
 		rule = ruleOfHit(c.d.Index)
 	}
-	s.metrics.requests.WithLabelValues(c.dom.Name, rule, decision).Inc()
+	s.metrics.count(c.cfg, c.dom.Name, rule, decision)
 }
 
 // binding returns the descriptor whose numbers are exact: the one that
