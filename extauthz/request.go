@@ -147,7 +147,8 @@ func (v *view) value(i int) (string, bool) {
 func (v *view) compute(src Source) (string, bool) {
 	switch src.Kind {
 	case SourceHeader:
-		return v.header(src.Name)
+		s, ok := v.header(src.Name)
+		return firstElement(s), ok
 	case SourcePath:
 		p := v.http.GetPath()
 		if i := strings.IndexAny(p, "?#"); i >= 0 {
@@ -210,6 +211,19 @@ func (v *view) header(name string) (string, bool) {
 		return b.String(), true
 	}
 	return first, n == 1
+}
+
+// firstElement is what a header source reads of a header value: the text
+// before its first comma, without the whitespace around it. Envoy joins a
+// repeated header's values with ",", so a client that repeats a header, or
+// lists values in one, is keyed by its first value alone: what it appends
+// never opens a fresh bucket. A value that itself holds commas is keyed by
+// its first element, which can merge buckets but never split one.
+func firstElement(s string) string {
+	if i := strings.IndexByte(s, ','); i >= 0 {
+		return strings.Trim(s[:i], " \t")
+	}
+	return s
 }
 
 // clientIP returns Envoy's source address, or with trusted hops the Nth

@@ -17,6 +17,7 @@ func TestMappingKeys(t *testing.T) {
 	k := window.Keys{}
 	tests := map[string]struct {
 		req  *authv3.CheckRequest
+		cfg  *Config // nil: the example
 		want []string
 	}{
 		"headers map": {
@@ -33,7 +34,27 @@ func TestMappingKeys(t *testing.T) {
 					}},
 				}},
 			}},
-			want: []string{k.Key("coupon_per_device", joinParts([]string{"/api/coupon/*", "d1,d2"}))},
+			want: []string{k.Key("coupon_per_device", joinParts([]string{"/api/coupon/*", "d1"}))},
+		},
+		"repeated header joined by Envoy: the first value": {
+			req:  req{path: "/api/coupon/a", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1 ,u2,u3"}}.proto(),
+			want: []string{k.Key("coupon_per_uid", joinParts([]string{"/api/coupon/*", "u1"})), k.Key("per_ip", "10.0.0.1")},
+		},
+		"empty first value is missing": {
+			req:  req{path: "/api/coupon/a", ip: "10.0.0.1", headers: map[string]string{"x-uid": ",u2"}}.proto(),
+			want: []string{k.Key("per_ip", "10.0.0.1")},
+		},
+		"x-forwarded-for keeps every entry": {
+			req: &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+				Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+					HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+						{Key: "x-forwarded-for", RawValue: []byte("9.9.9.9")},
+						{Key: "x-forwarded-for", RawValue: []byte("1.1.1.1, 2.2.2.2")},
+					}},
+				}},
+			}},
+			cfg:  parse(t, xffYAML),
+			want: []string{k.Key("per_ip", "1.1.1.1")},
 		},
 		"nil request": {req: nil},
 		"empty header value is missing": {
@@ -44,7 +65,11 @@ func TestMappingKeys(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			var m Mapping
-			cfg.Map(tc.req, k, &m)
+			c := cfg
+			if tc.cfg != nil {
+				c = tc.cfg
+			}
+			c.Map(tc.req, k, &m)
 			var got []string
 			for _, h := range m.Hits {
 				got = append(got, h.Key)
