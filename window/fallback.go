@@ -18,8 +18,25 @@ type FallbackOptions struct {
 	Now func() time.Time
 	// MaxKeys bounds the local logs, as MemoryOptions.MaxKeys does, and
 	// sizes the seed table (as many entries, in buckets of four, 16 bytes an
-	// entry); 0 means DefaultFallbackMaxKeys.
+	// entry), and the keys whose local admissions wait to be written back;
+	// 0 means DefaultFallbackMaxKeys.
 	MaxKeys int
+	// WriteBack, if not nil, is where the local admissions are written back
+	// when the shared backend answers again (the [Redis] that Watch's
+	// limiter calls); nil: they are not.
+	WriteBack restorer
+	// RestoreTimeout bounds one write-back call; 0 means
+	// DefaultRestoreTimeout.
+	RestoreTimeout time.Duration
+	// Settle is how long, after an outage, calls keep their failure mode
+	// once Redis answers again, while the fleet writes back; 0 means
+	// DefaultRestoreSettle, negative none.
+	Settle time.Duration
+}
+
+// restorer writes local admissions back into the shared windows: [Redis].
+type restorer interface {
+	Restore(ctx context.Context, batch []Admitted) error
 }
 
 // DefaultFallbackMaxKeys is the default bound on the local logs a
@@ -58,10 +75,23 @@ const DefaultFallbackMaxKeys = 1 << 18
 // keep hitting), no span of the window's length admits more than
 // count + N × ceil((limit - count) / N) ≤ limit + N - 1 across the fleet;
 // when their last counts differ (older ones lower), or some never saw the
-// key, up to limit + N × share at the outage's start; then N × share. With a per-rule share S, N × S. When Redis
-// comes back it does not know what the fleet admitted locally: in the window
-// after recovery a key may admit up to the local admissions of the window
-// before, on top of its limit.
+// key, up to limit + N × share at the outage's start; then N × share. With
+// a per-rule share S, N × S.
+//
+// Write-back (FallbackOptions.WriteBack): every local admission is
+// remembered, with its time, until it is written back into its key's
+// shared window as a member of its own, idempotently; a key's calls through
+// Watch keep their failure mode until its admissions landed, and after an
+// outage every call keeps it for Settle once Redis answers, so that the
+// fleet's write-backs land before Redis decides again. The bound of the
+// outage then holds across the return too (up to what a sidecar admits
+// locally within one write-back round trip before another decides by
+// Redis, and provided the sidecars see Redis again within Settle of each
+// other). A timed-out request admitted here is written back too: if Redis
+// admitted it as well, it counts twice (stricter). Past MaxKeys keys
+// waiting, a new key's admissions are not remembered (counted as
+// WriteBackStats.Unremembered) and may add to the limit after the return
+// as before. The mechanism is described at the top of writeback.go.
 //
 // Only the binding hit of a decision is seeded (the tightest admission, or
 // the denying hit); other hits of a multi-rule request are enforced at their
@@ -81,6 +111,8 @@ type Fallback struct {
 	now     func() time.Time
 	pending [pendingSlots]atomic.Int32 // calls in flight by key hash (Watch)
 	seed    maphash.Seed               // of that hash: random, so no request can aim at a key's slot
+	wb      *writeBack                 // nil without FallbackOptions.WriteBack
+	admit   admitFunc                  // wb.record, or nil
 }
 
 // pendingSlots is the size of the in-flight table: 16 KiB.
@@ -109,11 +141,36 @@ func NewFallback(o FallbackOptions) (*Fallback, error) {
 	if o.MaxKeys == 0 {
 		o.MaxKeys = DefaultFallbackMaxKeys
 	}
+	if o.RestoreTimeout < 0 {
+		return nil, fmt.Errorf("fallback: restore timeout %s is negative", o.RestoreTimeout)
+	}
+	if o.RestoreTimeout == 0 {
+		o.RestoreTimeout = DefaultRestoreTimeout
+	}
+	if o.Settle == 0 {
+		o.Settle = DefaultRestoreSettle
+	}
 	mem, err := NewMemory(MemoryOptions{Now: o.Now, MaxKeys: o.MaxKeys})
 	if err != nil {
 		return nil, fmt.Errorf("fallback: %w", err)
 	}
-	return &Fallback{mem: mem, seeds: newSeedTable(o.MaxKeys), size: o.Size, now: o.Now, seed: maphash.MakeSeed()}, nil
+	f := &Fallback{mem: mem, seeds: newSeedTable(o.MaxKeys), size: o.Size, now: o.Now, seed: maphash.MakeSeed()}
+	if o.WriteBack != nil {
+		if f.wb, err = newWriteBack(o.WriteBack, o.Now, o.RestoreTimeout, o.Settle, o.MaxKeys); err != nil {
+			return nil, fmt.Errorf("fallback: %w", err)
+		}
+		f.admit = f.wb.record
+	}
+	return f, nil
+}
+
+// WriteBack returns the write-back's counts; zero without
+// FallbackOptions.WriteBack.
+func (f *Fallback) WriteBack() WriteBackStats {
+	if f.wb == nil {
+		return WriteBackStats{}
+	}
+	return f.wb.stats()
 }
 
 // Len returns the keys held (see [Memory.Len]).
@@ -134,15 +191,20 @@ func (f *Fallback) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 // cause. When cause is a timeout (Classify: KindTimeout) Redis may have
 // admitted the request anyway, so it is recorded in every local window
 // under its hit's limit even if denied here; after any other failure Redis
-// did not decide it, and only a local admission is recorded.
+// did not decide it, and only a local admission is recorded. Only
+// admissions are written back (see [Fallback]).
 func (f *Fallback) DecideAfter(ctx context.Context, hits []Hit, cause error) (Decision, error) {
 	n := max(f.size(), 1)
-	return f.mem.decide(ctx, hits, func(h *Hit, l *memLog, now int64) int {
+	d, err := f.mem.decide(ctx, hits, func(h *Hit, l *memLog, now int64) int {
 		// The key's seed, as of now, is its log's (for its retry-after).
 		hk := f.hash(h.Key)
 		l.seen, l.seenUntil, _ = f.seeds.load(hk, h.Limit.Requests, now)
 		return max(allowance(h, l, now, n)-f.pendingOf(hk), 0)
-	}, Classify(cause) == KindTimeout)
+	}, Classify(cause) == KindTimeout, f.admit)
+	if f.wb != nil && err == nil && d.Allowed {
+		f.wb.poke()
+	}
+	return d, err
 }
 
 // allowance is a hit's local allowance in a fleet of n (see [Fallback]).
@@ -197,6 +259,9 @@ func (f *Fallback) observe(h *Hit, d Decision, hk uint64) {
 
 // Watch returns next with every successful decision observed by f: the
 // layer of the stack that seeds the fallback (Guard(f.Watch(Breaker(…)))).
+// With FallbackOptions.WriteBack it also holds calls off next (returning
+// [ErrRestoring]) while any of their keys has local admissions not yet
+// written back, and for Settle after an outage (see [Fallback]).
 func (f *Fallback) Watch(next Limiter) Limiter { return watched{f: f, next: next} }
 
 type watched struct {
@@ -205,6 +270,12 @@ type watched struct {
 }
 
 func (w watched) Decide(ctx context.Context, hits []Hit) (Decision, error) {
+	wb := w.f.wb
+	if wb != nil && wb.gated() {
+		if err := wb.gate(hits); err != nil {
+			return Decision{}, err
+		}
+	}
 	// Each key hashed once: its in-flight slot, then its seed.
 	var stack [maxStackHits]uint64
 	hashes := stack[:0]
@@ -219,6 +290,13 @@ func (w watched) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 	}
 	if err == nil && teaches(hits, d) {
 		w.f.observe(&hits[d.Index], d, hashes[d.Index])
+	}
+	if wb != nil {
+		if err == nil {
+			wb.answeredCall()
+		} else {
+			wb.failedCall(err)
+		}
 	}
 	return d, err
 }

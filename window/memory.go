@@ -266,18 +266,24 @@ const maxStackHits = 8
 
 // Decide implements [Limiter]. It fails only for invalid hits or a done ctx.
 func (m *Memory) Decide(ctx context.Context, hits []Hit) (Decision, error) {
-	return m.decide(ctx, hits, nil, false)
+	return m.decide(ctx, hits, nil, false, nil)
 }
 
 // allowFunc returns how many entries a hit's window may hold in a scaled
 // decision (a Fallback's share), given its log; 0 refuses.
 type allowFunc func(h *Hit, l *memLog, now int64) int
 
+// admitFunc is told, under the key's lock, of each key an admitted request
+// was recorded in: the hit that loaded the key, the cost recorded and when.
+type admitFunc func(h *Hit, cost int, now int64)
+
 // decide is Decide with each hit's limit replaced by allow's answer when
 // allow is not nil. With recordDenied a denied request is recorded too, in
 // every window still under its hit's own limit (a request that may hold a
-// place elsewhere; see Fallback.DecideAfter).
-func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, recordDenied bool) (Decision, error) {
+// place elsewhere; see Fallback.DecideAfter). admitted, if not nil, is told
+// of every admission recorded (not of the denied requests recordDenied
+// records).
+func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, recordDenied bool, admitted admitFunc) (Decision, error) {
 	if err := validateHits(hits); err != nil {
 		return Decision{}, err
 	}
@@ -386,6 +392,9 @@ func (m *Memory) decide(ctx context.Context, hits []Hit, allow allowFunc, record
 				continue // a full shadow window is reported, not grown
 			}
 			logs[i].add(now, cost)
+			if admitted != nil {
+				admitted(&hits[i], cost, now)
+			}
 		}
 		for i := range hits {
 			if !st[i].over {

@@ -70,9 +70,10 @@ type RedisOptions struct {
 	// and must not be empty or begin with a NUL byte: a key's members that
 	// begin with one are a bucketed key's counters and width, which the
 	// script tells apart by that byte (Decide refuses such an id with an
-	// error). nil means 8 random bytes drawn once per limiter, the first
-	// never NUL, followed by a varint counter (9 to 17 bytes per entry). It
-	// must be safe for concurrent use.
+	// error); ids beginning with the byte 0x01 are a [Fallback]'s written
+	// back admissions (see [Redis.Restore]). nil means 8 random bytes drawn
+	// once per limiter, the first at least 0x80, followed by a varint
+	// counter (9 to 17 bytes per entry). It must be safe for concurrent use.
 	Member func() string
 	// AutoPipeline decides concurrent decisions together on standalone and
 	// Sentinel Redis: the decisions that queued while round trips were in
