@@ -28,11 +28,25 @@ const MaxRecvMsgSize = 4 << 20
 // more than the checks a sidecar has in flight at once under load.
 const StreamWorkers = 128
 
+// MaxConcurrentStreams bounds the calls in flight on one connection: Envoy's
+// default circuit breaker allows 1024 requests in flight to a cluster, and
+// Envoy opens another connection rather than exceed a server's bound.
+const MaxConcurrentStreams = 1024
+
+// MaxHeaderListSize bounds the HTTP/2 headers of one call: a check's are a
+// few hundred bytes (the request's own headers travel in the message).
+const MaxHeaderListSize = 64 << 10
+
+// HandshakeTimeout bounds how long a new connection may take to complete
+// its HTTP/2 handshake before it is closed.
+const HandshakeTimeout = 10 * time.Second
+
 // GRPCServerOptions returns the recommended options for the gRPC server
 // that hosts a Server:
 //   - a proto codec that repairs invalid UTF-8 in request strings instead
 //     of refusing the call (Envoy forwards raw HTTP/1 header bytes);
-//   - MaxRecvMsgSize: see the constant;
+//   - MaxRecvMsgSize, MaxConcurrentStreams, MaxHeaderListSize and
+//     HandshakeTimeout: see the constants;
 //   - keepalive enforcement that accepts pings every 5s even without
 //     streams, so Envoy's HTTP/2 keepalive (connection_keepalive, usually
 //     ≥ 10s interval) is never answered with GOAWAY too_many_pings;
@@ -53,6 +67,9 @@ func grpcServerOptions(codec lenientCodec) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(codec),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(MaxHeaderListSize),
+		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.NumStreamWorkers(StreamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second,

@@ -80,15 +80,15 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		Username: c.redisUsername, Password: c.redisPassword, DB: c.redisDB, TLS: c.redisTLS,
 		PoolSize: c.redisPoolSize, Timeout: c.budgetMax,
 	}
+	// go-redis logs dial failures through a package-level logger of its
+	// own; route it into ours so --log-format json stays JSON. SetLogger is
+	// atomic, and the last serve to start wins, which is the only one in a
+	// real process. It is set before the client dials its first connections.
+	redis.SetLogger(redisLogger{log})
 	client, err := window.NewClient(cc)
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
-	// go-redis logs dial failures through a package-level logger of its
-	// own; route it into ours so --log-format json stays JSON. SetLogger is
-	// atomic, and the last serve to start wins, which is the only one in a
-	// real process.
-	redis.SetLogger(redisLogger{log})
 	r, err := window.NewRedis(client, window.RedisOptions{Clock: c.clock, AutoPipeline: c.redisAutoPipe})
 	if err != nil {
 		client.Close()
@@ -153,7 +153,16 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		}
 		b.fleetSize = func() int { n, _ := b.fleet.Size(); return n }
 	}
-	if b.fallback, err = window.NewFallback(window.FallbackOptions{Size: b.fleetSize, MaxKeys: c.memoryMaxKeys}); err != nil {
+	// What failure mode local admits is written back to Redis when it
+	// answers again, before this sidecar's checks go to it. After an outage
+	// every check keeps its failure mode for the settle: long enough for the
+	// rest of the fleet to see Redis again (by a write-back retry, at most
+	// 100 ms apart, or the breaker's probe) and write back too.
+	b.fallback, err = window.NewFallback(window.FallbackOptions{
+		Size: b.fleetSize, MaxKeys: c.memoryMaxKeys,
+		WriteBack: r, Settle: max(window.DefaultRestoreSettle, 2*c.breakerCooldown),
+	})
+	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 	}
@@ -180,18 +189,15 @@ func (b *backend) warm(ctx context.Context) error {
 }
 
 // run keeps what the backend runs in the background (the fleet heartbeat)
-// going until ctx ends; the fleet then leaves.
+// going until ctx ends; the fleet then leaves. Each failed beat is logged:
+// serve's logger writes one line of a kind per 10s and counts the rest.
 func (b *backend) run(ctx context.Context, log *slog.Logger) {
 	if b.fleet == nil {
 		return
 	}
-	var lastLog time.Time
 	b.fleet.Run(ctx, func(err error) {
-		if time.Since(lastLog) >= 10*time.Second {
-			lastLog = time.Now()
-			n, _ := b.fleet.Size()
-			log.Warn("fleet heartbeat failed; keeping the last fleet size", "fleet_size", n, "error", err)
-		}
+		n, _ := b.fleet.Size()
+		log.Warn("fleet heartbeat failed; keeping the last fleet size", "fleet_size", n, "error", err)
 	})
 }
 
@@ -224,6 +230,30 @@ func (b *backend) collectors() []prometheus.Collector {
 			Help: "The deadline a Redis call gets now: it follows the observed latency between --redis-timeout and --check-deadline.",
 		}, func() float64 { return b.budget.Current().Seconds() }))
 	}
+	if b.redis != nil {
+		wb := func() window.WriteBackStats { return b.fallback.WriteBack() }
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "flashgate_writeback_rounds_total", Help: "Rounds that wrote failure mode local's admissions back to Redis and landed.",
+				ConstLabels: prometheus.Labels{"result": "landed"},
+			}, func() float64 { return float64(wb().Landed) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "flashgate_writeback_rounds_total", Help: "Rounds that wrote failure mode local's admissions back to Redis and landed.",
+				ConstLabels: prometheus.Labels{"result": "failed"},
+			}, func() float64 { return float64(wb().Failed) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "flashgate_writeback_entries_total",
+				Help: "Entries (request costs) admitted locally in an outage and written back to Redis's windows.",
+			}, func() float64 { return float64(wb().Written) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "flashgate_writeback_unremembered_total",
+				Help: "Entries admitted locally on a new key while --memory-max-keys keys waited to be written back: never written back.",
+			}, func() float64 { return float64(wb().Unremembered) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "flashgate_writeback_pending_keys",
+				Help: "Keys whose local admissions wait to be written back to Redis; their checks take the failure mode until then.",
+			}, func() float64 { return float64(wb().Pending) }))
+	}
 	if b.breaker != nil {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -245,6 +275,8 @@ func (b *backend) collectors() []prometheus.Collector {
 
 // redisLogger adapts go-redis's internal log lines to slog, at warn level:
 // they report dial and pool failures that the failure mode then handles.
+// They share one kind ("redis client"), so an outage writes one of them
+// per 10s (see logLimit).
 type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {

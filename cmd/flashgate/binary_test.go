@@ -63,7 +63,7 @@ func testBinaryServeSignals(t *testing.T, bin string) {
 
 	var addr string
 	waitFor(t, eventually, "serve to listen and serve", func() bool {
-		a, ok := logField(logs.String(), "flashgate serving", "grpc_addr")
+		a, ok := logField(logs.String(), "flashgate listening", "grpc_addr")
 		addr = a
 		return ok && strings.Contains(logs.String(), "rules loaded; serving")
 	})

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,9 +36,14 @@ reflection on --grpc-addr; /metrics, /healthz and /readyz on --http-addr.
 Every flag can also be set as FLASHGATE_<FLAG> (upper case, - becomes _);
 flags win over the environment.
 
-Health turns SERVING once the rules are loaded and the backend answered a
-PING; an unreachable Redis is retried with backoff (each failure logged)
-while health stays NOT_SERVING. The descriptors file is reloaded when it
+Health turns SERVING once the rules are loaded and the backend is warm
+(Redis answered, the script is loaded, the fleet is counted); Redis that is
+down or refuses writes is retried with backoff while health stays
+NOT_SERVING, for --warmup-timeout at most: then health turns SERVING
+anyway, checks are decided by the failure mode while Redis fails, and the
+warm-up goes on in the background. Warnings and errors of one kind are
+logged once per 10s at most (the rest counted in
+flashgate_log_suppressed_total). The descriptors file is reloaded when it
 changes and on SIGHUP; a bad file keeps the old rules. On SIGTERM or SIGINT
 health turns NOT_SERVING, in-flight checks finish (up to --drain-timeout),
 and serve exits 0.`,
@@ -71,10 +77,11 @@ const (
 // runServe runs the server until ctx ends, then drains it and returns nil;
 // it returns an error if it cannot start or a listener fails.
 func runServe(ctx context.Context, e env, o *serveConfig) error {
-	log, err := newLogger(e.stderr, o.logLevel, o.logFormat)
+	log, logs, err := newLogger(e.stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		return err
 	}
+	defer logs.close()
 	cfg, err := loadConfig(o.config)
 	if err != nil {
 		return err
@@ -95,6 +102,9 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(b.collectors()...)
+	reg.MustRegister(logs.collector())
+	wu := &warmup{timeout: o.warmupTimeout}
+	reg.MustRegister(wu.collectors()...)
 	opts := extauthz.Options{
 		Limiter:     b.limiter,
 		Keys:        o.keys,
@@ -118,21 +128,28 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		return err
 	}
 
-	grpcLis, err := listen(o.grpcAddr)
+	rawGRPC, err := listen(o.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
+	grpcLis := newCapListener(rawGRPC, o.grpcMaxConns, false)
+	reg.MustRegister(listenerCollectors("grpc", grpcLis)...)
 	gs := srv.NewGRPCServer()
 	var httpLis net.Listener
 	var hs *http.Server
 	if o.httpAddr != "" {
-		if httpLis, err = listen(o.httpAddr); err != nil {
+		raw, err := listen(o.httpAddr)
+		if err != nil {
 			grpcLis.Close()
 			return fmt.Errorf("--http-addr: %w", err)
 		}
-		hs = &http.Server{Handler: httpHandler(srv, o.pprof), ReadHeaderTimeout: 5 * time.Second}
+		capped := newCapListener(raw, o.httpMaxConns, true)
+		reg.MustRegister(listenerCollectors("http", capped)...)
+		httpLis, hs = capped, newHTTPServer(httpHandler(srv, o.pprof), capped, o.pprof)
 	}
-	log.Info("flashgate serving", "grpc_addr", grpcLis.Addr().String(), "http_addr", addrOf(httpLis),
+	// Listening, not serving yet: health turns SERVING once the backend is
+	// warm (waitBackend says so).
+	log.Info("flashgate listening", "grpc_addr", grpcLis.Addr().String(), "http_addr", addrOf(httpLis),
 		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", cfg.Name)
 
 	ctx, stop := context.WithCancel(ctx)
@@ -152,7 +169,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 			}
 		})
 	}
-	wg.Go(func() { waitBackend(ctx, srv, b, log) })
+	wg.Go(func() { waitBackend(ctx, srv, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
 	if o.config != "" {
 		wg.Go(func() { _ = srv.WatchFile(ctx, o.config, 0) })
@@ -199,32 +216,94 @@ func modeName(o *serveOptions) string {
 	return window.ModeCluster
 }
 
+// warmup is the state of the backend's warm-up, for /metrics.
+type warmup struct {
+	// timeout is --warmup-timeout (0: none).
+	timeout time.Duration
+	// warm is set once the backend warmed up; expired once health turned
+	// SERVING without it.
+	warm, expired atomic.Bool
+}
+
+func (w *warmup) collectors() []prometheus.Collector {
+	bit := func(b *atomic.Bool) float64 {
+		if b.Load() {
+			return 1
+		}
+		return 0
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_backend_warm",
+			Help: "1 once the backend warmed up (Redis answered, script loaded, fleet counted), else 0.",
+		}, func() float64 { return bit(&w.warm) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_warmup_expired_total",
+			Help: "1 when health turned SERVING at --warmup-timeout with the backend not warm (checks then take the failure mode while Redis fails), else 0.",
+		}, func() float64 { return bit(&w.expired) }),
+	}
+}
+
 // waitBackend warms the backend up (see backend.warm) until it succeeds,
-// with exponential backoff between pingBackoffMin and pingBackoffMax,
-// logging every failure, then turns health SERVING. The memory backend is
-// ready at once.
-func waitBackend(ctx context.Context, srv *extauthz.Server, b *backend, log *slog.Logger) {
+// with exponential backoff between pingBackoffMin and pingBackoffMax, then
+// turns health SERVING. When w.timeout passes first, health turns SERVING
+// then (logged once, counted), the failure mode deciding while Redis
+// fails, and the warm-up goes on. The memory backend is ready at once.
+func waitBackend(ctx context.Context, srv *extauthz.Server, b *backend, w *warmup, failureMode string, log *slog.Logger) {
+	var expiry time.Time
+	if w.timeout > 0 {
+		expiry = time.Now().Add(w.timeout)
+	}
+	serving := false
+	// remaining cuts d to what is left of the warm-up's bound (1ms at
+	// least) while health is not SERVING yet; d itself once it is, or
+	// without a bound.
+	remaining := func(d time.Duration) time.Duration {
+		if serving || expiry.IsZero() {
+			return d
+		}
+		return max(min(d, time.Until(expiry)), time.Millisecond)
+	}
 	pause := pingBackoffMin
 	for attempt := 1; ; attempt++ {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, remaining(2*time.Second))
 		err := b.warm(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
-			srv.SetServing(true)
-			if b.redis == nil {
+			w.warm.Store(true)
+			switch {
+			case b.redis == nil:
+				srv.SetServing(true)
 				log.Info("rules loaded; serving")
-			} else {
+			case serving:
+				log.Info("redis warm (script loaded, connections open, fleet counted), after --warmup-timeout",
+					"attempts", attempt, "fleet_size", b.fleetSize())
+			default:
+				srv.SetServing(true)
 				log.Info("redis warm (script loaded, connections open, fleet counted); serving",
 					"attempts", attempt, "fleet_size", b.fleetSize())
 			}
 			return
 		}
-		log.Error("redis is not ready; not serving, will retry", "backend", b.describe,
-			"attempt", attempt, "retry_in", pause, "error", err)
-		t := time.NewTimer(pause)
+		switch {
+		case !serving && !expiry.IsZero() && !time.Now().Before(expiry):
+			serving = true
+			w.expired.Store(true)
+			srv.SetServing(true)
+			log.Warn("redis warm-up did not finish within --warmup-timeout; serving anyway, by the failure mode while Redis fails, and warming on",
+				"warmup_timeout", w.timeout.String(), "failure_mode", failureMode, "backend", b.describe,
+				"attempts", attempt, "error", err)
+		case serving:
+			log.Warn("redis warm-up failed; serving by the failure mode, will retry", "backend", b.describe,
+				"attempt", attempt, "retry_in", pause.String(), "error", err)
+		default:
+			log.Error("redis is not ready; not serving, will retry", "backend", b.describe,
+				"attempt", attempt, "retry_in", remaining(pause).String(), "error", err)
+		}
+		t := time.NewTimer(remaining(pause))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -294,4 +373,50 @@ func addrOf(l net.Listener) string {
 		return ""
 	}
 	return l.Addr().String()
+}
+
+// Timeouts of the --http-addr server: a request is read within
+// httpReadTimeout and answered within httpWriteTimeout (profiles and traces
+// of --pprof may take longer); a keep-alive connection idle for
+// httpIdleTimeout is closed.
+const (
+	httpReadHeaderTimeout = 5 * time.Second
+	httpReadTimeout       = 10 * time.Second
+	httpWriteTimeout      = 30 * time.Second
+	httpPprofWriteTimeout = 2 * time.Minute
+	httpIdleTimeout       = 30 * time.Second
+)
+
+// newHTTPServer returns the /metrics, /healthz and /readyz server, its
+// connections tracked by lis (the idle ones evicted first at its cap).
+func newHTTPServer(h http.Handler, lis *capListener, withPprof bool) *http.Server {
+	write := httpWriteTimeout
+	if withPprof {
+		write = httpPprofWriteTimeout
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      write,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ConnState:         lis.trackState,
+	}
+}
+
+// listenerCollectors export a capped listener's open connections and the
+// ones it closed at its cap, labelled listener=name.
+func listenerCollectors(name string, l *capListener) []prometheus.Collector {
+	labels := prometheus.Labels{"listener": name}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_conns_open", ConstLabels: labels,
+			Help: "Connections open on a listener (grpc: --grpc-addr, http: --http-addr).",
+		}, func() float64 { return float64(l.open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_conns_shed_total", ConstLabels: labels,
+			Help: "Connections closed because the listener was at --grpc-max-conns or --http-max-conns (http: the one idle the longest, or the new one when none was idle; grpc: the new one).",
+		}, func() float64 { return float64(l.shed.Load()) }),
+	}
 }

@@ -54,6 +54,10 @@ type serveOptions struct {
 	rlsHeaders bool
 	rlsNames   string
 
+	warmupTimeout time.Duration
+	httpMaxConns  int
+	grpcMaxConns  int
+
 	drainTimeout time.Duration
 	pprof        bool
 	logLevel     string
@@ -95,15 +99,31 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.rlsConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): also serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr; reloaded on change and on SIGHUP")
 	f.BoolVar(&o.rlsHeaders, "rls-response-headers", false, "RLS: add RateLimit-Limit, -Remaining and -Reset to ShouldRateLimit answers (ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	f.StringVar(&o.rlsNames, "rls-header-names", "", "RLS: the three response header names, LIMIT,REMAINING,RESET (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset")
+	f.DurationVar(&o.warmupTimeout, "warmup-timeout", defaultWarmupTimeout, "redis: how long health may stay NOT_SERVING while Redis cannot be warmed up (down, or refusing writes); then serve anyway, by the failure mode, and keep warming in the background (0: wait for Redis however long)")
+	f.IntVar(&o.httpMaxConns, "http-max-conns", defaultHTTPMaxConns, "connections --http-addr keeps open at most; at the cap a new one closes the one idle the longest")
+	f.IntVar(&o.grpcMaxConns, "grpc-max-conns", defaultGRPCMaxConns, "connections --grpc-addr keeps open at most; at the cap a new one is closed at once")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM: how long in-flight checks may take before the server stops")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on --http-addr (profiling; keep --http-addr private)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "json", "json or text")
 }
 
+// Defaults of --warmup-timeout, --http-max-conns and --grpc-max-conns. The
+// HTTP listener serves probes and scrapers, a few connections; the gRPC
+// listener a few per Envoy worker thread.
+const (
+	defaultWarmupTimeout = 30 * time.Second
+	defaultHTTPMaxConns  = 128
+	defaultGRPCMaxConns  = 1024
+)
+
 // defaultCheckDeadline is --check-deadline's default: below the shipped
 // Envoy configs' ext_authz timeout of 50ms, with room for the answer.
 const defaultCheckDeadline = 40 * time.Millisecond
+
+// minLocalCacheSize is the smallest --local-cache-size (window.Guard's
+// minimum budget).
+const minLocalCacheSize = 64 << 10
 
 // serveConfig is serve's flags parsed, defaulted and validated once.
 type serveConfig struct {
@@ -129,7 +149,7 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	case "memory":
 		for _, name := range []string{"redis-addr", "redis-mode", "redis-master-name", "redis-username", "redis-password",
 			"redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "redis-autopipeline", "clock",
-			"check-deadline", "fleet-size", "fleet-ttl"} {
+			"check-deadline", "fleet-size", "fleet-ttl", "warmup-timeout"} {
 			if changed(name) {
 				return nil, fmt.Errorf("--%s is only for --backend redis (the backend is memory)", name)
 			}
@@ -178,6 +198,9 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	if c.keys, err = window.NewKeys(o.keyPrefix); err != nil {
 		return nil, fmt.Errorf("--key-prefix: %w", err)
 	}
+	if o.localCacheSize < minLocalCacheSize {
+		return nil, fmt.Errorf("--local-cache-size %s: must be at least 64KiB (the local cache cannot be turned off; default 32MiB)", o.localCacheSize.String())
+	}
 	if o.memoryMaxKeys < 0 {
 		return nil, fmt.Errorf("--memory-max-keys %d: must not be negative", o.memoryMaxKeys)
 	}
@@ -198,6 +221,15 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	}
 	if o.fleetTTL < 30*time.Millisecond {
 		return nil, fmt.Errorf("--fleet-ttl %s: must be at least 30ms", o.fleetTTL)
+	}
+	if o.warmupTimeout < 0 {
+		return nil, fmt.Errorf("--warmup-timeout %s: must not be negative (0: wait for Redis however long)", o.warmupTimeout)
+	}
+	if o.httpMaxConns < 1 {
+		return nil, fmt.Errorf("--http-max-conns %d: must be at least 1", o.httpMaxConns)
+	}
+	if o.grpcMaxConns < 1 {
+		return nil, fmt.Errorf("--grpc-max-conns %d: must be at least 1", o.grpcMaxConns)
 	}
 	if o.drainTimeout <= 0 {
 		return nil, fmt.Errorf("--drain-timeout %s: must be positive", o.drainTimeout)
@@ -230,18 +262,32 @@ func parseClock(s string) (window.Clock, error) {
 	return 0, fmt.Errorf("--clock %q: want redis or local", s)
 }
 
-// newLogger returns the slog logger of --log-level and --log-format.
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+// newLogger returns the slog logger of --log-level and --log-format, and
+// the limit on its warnings and errors (see logLimit). Durations are
+// written as strings ("250ms"), in JSON too.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, *logLimit, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+		return nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationString}
+	var h slog.Handler
 	switch strings.ToLower(format) {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		h = slog.NewJSONHandler(w, opts)
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		h = slog.NewTextHandler(w, opts)
+	default:
+		return nil, nil, fmt.Errorf("--log-format %q: want json or text", format)
 	}
-	return nil, fmt.Errorf("--log-format %q: want json or text", format)
+	limit := newLogLimit(logEvery, time.Now)
+	return slog.New(limit.handler(h)), limit, nil
+}
+
+// durationString writes a time.Duration attribute as its string.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }

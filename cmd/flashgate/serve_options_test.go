@@ -63,7 +63,7 @@ func TestServeEveryFlagHasItsVariable(t *testing.T) {
 	design := []string{"config", "grpc-addr", "http-addr", "backend", "redis-addr", "redis-mode", "redis-master-name",
 		"redis-username", "redis-password", "redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "key-prefix",
 		"clock", "failure-mode", "ban-threshold", "ban-window", "ban-duration", "local-cache-size", "shadow",
-		"log-level", "log-format"}
+		"log-level", "log-format", "warmup-timeout", "http-max-conns", "grpc-max-conns"}
 	cmd := newServeCmd(env{lookupEnv: func(string) (string, bool) { return "", false }})
 	for _, name := range design {
 		f := cmd.Flags().Lookup(name)
@@ -105,6 +105,13 @@ func TestServeFlagCombinations(t *testing.T) {
 		"zero breaker rate":         {[]string{"--breaker-failure-rate", "0"}, "--breaker-failure-rate"},
 		"negative fleet size":       {[]string{"--fleet-size", "-1"}, "--fleet-size"},
 		"tiny fleet ttl":            {[]string{"--fleet-ttl", "10ms"}, "--fleet-ttl"},
+		"local cache size zero":     {[]string{"--local-cache-size", "0"}, "--local-cache-size 0: must be at least 64KiB"},
+		"local cache size tiny":     {[]string{"--local-cache-size", "1KiB"}, "--local-cache-size 1KiB"},
+		"warmup timeout on memory":  {[]string{"--warmup-timeout", "1s"}, "--warmup-timeout is only for --backend redis"},
+		"negative warmup timeout":   {[]string{"--backend", "redis", "--redis-addr", "x:1", "--warmup-timeout", "-1s"}, "--warmup-timeout"},
+		"unbounded warmup":          {[]string{"--backend", "redis", "--redis-addr", "x:1", "--warmup-timeout", "0"}, ""},
+		"no http connections":       {[]string{"--http-max-conns", "0"}, "--http-max-conns"},
+		"no grpc connections":       {[]string{"--grpc-max-conns", "0"}, "--grpc-max-conns"},
 		"rls header names":          {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X-L,X-R,X-T"}, ""},
 		"rls names without headers": {[]string{"--rls-config", "d", "--rls-header-names", "X-L,X-R,X-T"}, "needs --rls-response-headers"},
 		"rls two names":             {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X-L,X-R"}, "want three"},

@@ -234,7 +234,7 @@ func TestServeMemory(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 	logs := s.logs.String()
-	for _, want := range []string{"flashgate serving", "shutting down", "stopped"} {
+	for _, want := range []string{"flashgate listening", "rules loaded; serving", "shutting down", "stopped"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q:\n%s", want, logs)
 		}
@@ -370,10 +370,11 @@ func TestServeRedisAutoPipeline(t *testing.T) {
 func TestServeWaitsForRedis(t *testing.T) {
 	r := redistest.Start(t)
 	r.Kill()
-	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--redis-timeout", "1s", "--config", exampleStretched(t))
-	// Not serving, and saying why, again and again.
-	waitFor(t, eventually, "two failed PINGs", func() bool {
-		return strings.Count(s.logs.String(), "redis is not ready") >= 2
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--redis-timeout", "1s", "--config", exampleStretched(t),
+		"--warmup-timeout", "0", "--log-format", "json")
+	// Not serving, and saying why.
+	waitFor(t, eventually, "a failed warm-up", func() bool {
+		return strings.Contains(s.logs.String(), "redis is not ready")
 	})
 	if s.server.Serving() {
 		t.Fatal("SERVING without Redis")
@@ -384,12 +385,87 @@ func TestServeWaitsForRedis(t *testing.T) {
 	if code, _ := httpGet(t, "http://"+s.httpAddr+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz = %d, want 503", code)
 	}
+	// While NOT_SERVING no line claims serving; durations are strings.
+	logs := s.logs.String()
+	for _, msg := range logMessages(t, logs) {
+		if strings.Contains(msg, "serving") && !strings.Contains(msg, "not serving") {
+			t.Errorf("logged %q while NOT_SERVING", msg)
+		}
+	}
+	if _, ok := logField(logs, "flashgate listening", "grpc_addr"); !ok {
+		t.Errorf("no \"flashgate listening\" line with grpc_addr:\n%s", logs)
+	}
+	if v, ok := logField(logs, "redis is not ready; not serving, will retry", "retry_in"); !ok {
+		t.Errorf("retry_in is not logged as a string:\n%s", logs)
+	} else if _, err := time.ParseDuration(v); err != nil {
+		t.Errorf("retry_in %q: %v", v, err)
+	}
 	r.Restart()
 	waitFor(t, eventually, "SERVING after Redis is back", func() bool { return s.server.Serving() })
 	assertSixthDenied(t, s.grpcAddr, "carol")
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(s.logs.String(), "; serving") {
+		t.Errorf("turning SERVING was not logged:\n%s", s.logs)
+	}
+}
+
+// logMessages returns the msg of every JSON log line in logs.
+func logMessages(t *testing.T, logs string) []string {
+	t.Helper()
+	var out []string
+	for _, rec := range jsonLines(t, logs) {
+		if m, ok := rec["msg"].(string); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestServeOutageLogsRateLimited: while Redis is down and checks keep
+// coming, each kind of warning or error is written once per 10s at most;
+// the rest are counted.
+func TestServeOutageLogsRateLimited(t *testing.T) {
+	r := redistest.Start(t)
+	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--redis-timeout", "1s", "--config", exampleStretched(t),
+		"--log-format", "json", "--fleet-ttl", "300ms")
+	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
+	before := len(jsonLines(t, s.logs.String()))
+	r.Kill()
+	down := time.Now()
+	for i := 0; time.Since(down) < 4*time.Second; i++ {
+		checkLines(t, s.grpcAddr, fmt.Sprintf("outage-%d", i), 5)
+	}
+	elapsed := time.Since(down)
+	perKind := map[string]int{}
+	for _, rec := range jsonLines(t, s.logs.String())[before:] {
+		if lv := rec["level"]; lv == "WARN" || lv == "ERROR" {
+			perKind[kindOf(rec["msg"].(string))]++
+		}
+	}
+	// One line at once, one held line per interval ended, one more at most
+	// across an interval's edge.
+	allowed := 2 + int(elapsed/logEvery)
+	for kind, n := range perKind {
+		if n > allowed {
+			t.Errorf("%d lines of kind %q in the %s of the outage, want at most %d", n, kind, elapsed.Round(time.Millisecond), allowed)
+		}
+	}
+	if len(perKind) == 0 {
+		t.Errorf("the outage logged no warning:\n%s", s.logs)
+	}
+	_, metrics := httpGet(t, "http://"+s.httpAddr+"/metrics")
+	m := regexp.MustCompile(`(?m)^flashgate_log_suppressed_total\{kind="[^"]*"\} (\d+)$`).FindAllStringSubmatch(metrics, -1)
+	total := 0
+	for _, sm := range m {
+		n, _ := strconv.Atoi(sm[1])
+		total += n
+	}
+	if total == 0 {
+		t.Errorf("flashgate_log_suppressed_total counted nothing during the outage; lines per kind %v", perKind)
+	}
+	t.Logf("lines per kind in %s: %v; %d suppressed", elapsed.Round(time.Millisecond), perKind, total)
 }
 
 func TestServeStopsWhileWaitingForRedis(t *testing.T) {

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// capHarness dials a capListener on loopback and accepts on it.
+type capHarness struct {
+	t        *testing.T
+	l        *capListener
+	accepted chan net.Conn
+}
+
+func newCapHarness(t *testing.T, max int, evict bool) *capHarness {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &capHarness{t: t, l: newCapListener(raw, max, evict), accepted: make(chan net.Conn, 16)}
+	go func() {
+		for {
+			c, err := h.l.Accept()
+			if err != nil {
+				close(h.accepted)
+				return
+			}
+			h.accepted <- c
+		}
+	}()
+	t.Cleanup(func() { h.l.Close() })
+	return h
+}
+
+// dial connects a client and returns it with the server's side, or a nil
+// server side when the listener closed it at the cap.
+func (h *capHarness) dial() (client, server net.Conn) {
+	h.t.Helper()
+	c, err := net.Dial("tcp", h.l.Addr().String())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	deadline := time.Now().Add(eventually)
+	for time.Now().Before(deadline) {
+		select {
+		case s := <-h.accepted:
+			return c, s
+		default:
+		}
+		// Not handed out (yet): closed at the cap?
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !isTimeout(err) {
+			return c, nil
+		}
+	}
+	h.t.Fatal("a connection was neither handed out nor closed")
+	return nil, nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// closedByPeer reports whether the client connection c reads EOF (or a
+// reset) within eventually.
+func closedByPeer(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(eventually))
+	_, err := c.Read(make([]byte, 1))
+	return err != nil && !isTimeout(err)
+}
+
+func TestCapListenerEvictsTheOldestIdle(t *testing.T) {
+	h := newCapHarness(t, 2, true)
+	c1, s1 := h.dial()
+	c2, s2 := h.dial()
+	if s1 == nil || s2 == nil {
+		t.Fatal("connections under the cap were closed")
+	}
+	h.l.trackState(s1, http.StateActive) // inside a request: kept
+	h.l.trackState(s2, http.StateIdle)
+	c3, s3 := h.dial()
+	if s3 == nil {
+		t.Fatal("a new connection at the cap was closed while one was idle")
+	}
+	if !closedByPeer(t, c2) {
+		t.Error("the idle connection was not evicted")
+	}
+	// Every connection inside a request: the new one is closed instead.
+	h.l.trackState(s3, http.StateActive)
+	if _, s4 := h.dial(); s4 != nil {
+		t.Error("a new connection was handed out while every one was inside a request")
+	}
+	// The first one idles: the next newcomer takes its place.
+	h.l.trackState(s1, http.StateIdle)
+	if _, s5 := h.dial(); s5 == nil {
+		t.Error("a new connection was closed while one was idle")
+	}
+	if !closedByPeer(t, c1) {
+		t.Error("the connection that went idle was not evicted")
+	}
+	if n := h.l.open(); n != 2 {
+		t.Errorf("%d open, want 2", n)
+	}
+	if n := h.l.shed.Load(); n != 3 {
+		t.Errorf("%d shed, want 3", n)
+	}
+	_ = c3
+}
+
+func TestCapListenerRefusesAtTheCap(t *testing.T) {
+	h := newCapHarness(t, 1, false)
+	_, s1 := h.dial()
+	if s1 == nil {
+		t.Fatal("the first connection was closed")
+	}
+	if _, s2 := h.dial(); s2 != nil {
+		t.Fatal("a connection past the cap was handed out")
+	}
+	// Closing one (twice: idempotent) makes room for one.
+	s1.Close()
+	s1.Close()
+	if _, s3 := h.dial(); s3 == nil {
+		t.Fatal("no room after a connection closed")
+	}
+	if n, shed := h.l.open(), h.l.shed.Load(); n != 1 || shed != 1 {
+		t.Errorf("%d open, %d shed; want 1 and 1", n, shed)
+	}
+}
