@@ -28,7 +28,11 @@ type cfgParser struct {
 	names    map[string]*Rule
 }
 
-// compile builds the Config of the document body read by y.
+// compile builds the Config of the document body read by y. An error that
+// leaves the rest of the file readable is added to y.errs and compiling
+// goes on (a bad descriptor is left out, its siblings and the rest of the
+// file still checked), so that one run reports every error; the Config is
+// then incomplete, and only y.errs.result() tells whether it is valid.
 func compile(y strictYAML, body ast.Node) (*Config, error) {
 	p := &cfgParser{
 		strictYAML: y,
@@ -44,6 +48,15 @@ func compile(y strictYAML, body ast.Node) (*Config, error) {
 	return p.cfg, nil
 }
 
+// note adds err, if any, to the file's errors and reports whether there
+// was one.
+func (p *cfgParser) note(err error) bool {
+	if err != nil {
+		p.errs.add(err)
+	}
+	return err != nil
+}
+
 // top compiles the document: domain, sources, client_ip, descriptors.
 func (p *cfgParser) top(body ast.Node) error {
 	fs, err := p.fields(body, "the descriptors file", "domain", "sources", "client_ip", "descriptors")
@@ -56,37 +69,36 @@ func (p *cfgParser) top(body ast.Node) error {
 		f := &fs[i]
 		switch f.key {
 		case "domain":
+			domainSet = true
 			d, err := p.str(f.value, "domain")
-			if err != nil {
-				return err
+			switch {
+			case p.note(err):
+			case d == "":
+				p.note(p.errf(f.value, "domain is empty"))
+			case len(d) > MaxRuleName || !window.SafeName(d):
+				p.note(p.errf(f.value, "domain %q must be 1 to %d characters of A-Z a-z 0-9 . _ -", d, MaxRuleName))
+			default:
+				p.cfg.Domain = d
 			}
-			if d == "" {
-				return p.errf(f.value, "domain is empty")
-			}
-			if len(d) > MaxRuleName || !window.SafeName(d) {
-				return p.errf(f.value, "domain %q must be 1 to %d characters of A-Z a-z 0-9 . _ -", d, MaxRuleName)
-			}
-			p.cfg.Domain, domainSet = d, true
 		case "sources":
-			if err := p.sources(f.value); err != nil {
-				return err
-			}
+			p.note(p.sources(f.value))
 		case "client_ip":
-			if err := p.clientIP(f.value); err != nil {
-				return err
-			}
+			p.note(p.clientIP(f.value))
 		case "descriptors":
 			descs = f
 		}
 	}
 	if !domainSet {
-		return p.errf(body, "domain is missing: name the rules' domain, such as domain: flashsale")
+		return p.missing(body, "domain is missing: name the rules' domain, such as domain: flashsale")
 	}
 	if descs == nil {
-		return p.errf(body, "descriptors is missing: the file declares no rules")
+		return p.missing(body, "descriptors is missing: the file declares no rules")
 	}
 	if err := p.descriptors(descs.value, nil, inherited{}, 1); err != nil {
 		return err
+	}
+	if len(p.errs.errs) > 0 {
+		return nil // the rules and sources in use are not all known
 	}
 	if len(p.cfg.Rules) == 0 {
 		return p.errf(descs.keyN, "no descriptor has a rate_limit: the file declares no rules")
@@ -94,7 +106,7 @@ func (p *cfgParser) top(body ast.Node) error {
 	// Sources declared but never used are likely typos.
 	for _, k := range slices.Sorted(maps.Keys(p.srcNodes)) {
 		if !p.used[k] {
-			return p.errf(p.srcNodes[k], "source %q is not used by any descriptor", k)
+			p.note(p.errf(p.srcNodes[k], "source %q is not used by any descriptor", k))
 		}
 	}
 	return nil
@@ -134,12 +146,14 @@ func (p *cfgParser) sources(n ast.Node) error {
 	}
 	for _, f := range fs {
 		if f.key == "" || !window.SafeName(f.key) {
-			return p.errf(f.keyN, "descriptor key %q must be characters of A-Z a-z 0-9 . _ -", f.key)
+			p.note(p.errf(f.keyN, "descriptor key %q must be characters of A-Z a-z 0-9 . _ -", f.key))
+			continue
 		}
+		// A bad source is reported and still declared, so that the
+		// descriptors using its key are checked and not reported as
+		// having no source.
 		src, err := p.source(f.key, f.value)
-		if err != nil {
-			return err
-		}
+		p.note(err)
 		if len(p.cfg.sources) == MaxSources {
 			return p.errf(f.keyN, "more than %d sources", MaxSources)
 		}
@@ -158,7 +172,7 @@ func (p *cfgParser) source(key string, n ast.Node) (Source, error) {
 		return Source{}, err
 	}
 	if len(fs) != 1 {
-		return Source{}, p.errf(n, "%s must have exactly one of %s", what, sourceKindList)
+		return Source{}, p.missing(n, "%s must have exactly one of %s", what, sourceKindList)
 	}
 	f := fs[0]
 	kind, ok := sourceKinds[f.key]
@@ -205,7 +219,7 @@ func (p *cfgParser) onlyOption(f field, opt string) (string, ast.Node, error) {
 		return "", nil, err
 	}
 	if len(opts) == 0 {
-		return "", nil, p.errf(f.value, "%s needs %s", f.key, opt)
+		return "", nil, p.missing(f.value, "%s needs %s", f.key, opt)
 	}
 	v, err := p.str(opts[0].value, opt)
 	return v, opts[0].value, err
@@ -256,9 +270,7 @@ func (p *cfgParser) descriptors(n ast.Node, path []Match, inh inherited, depth i
 		return p.errf(n, "descriptors are nested deeper than %d levels", MaxDepth)
 	}
 	for _, item := range seq.Values {
-		if err := p.descriptor(item, path, inh, depth); err != nil {
-			return err
-		}
+		p.note(p.descriptor(item, path, inh, depth))
 	}
 	return nil
 }
@@ -271,7 +283,7 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 		return err
 	}
 	if len(fs) == 0 {
-		return p.errf(n, "a descriptor needs a key")
+		return p.missing(n, "a descriptor needs a key")
 	}
 	get := func(k string) *field {
 		for i := range fs {
@@ -283,7 +295,7 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 	}
 	kf := get("key")
 	if kf == nil {
-		return p.errf(n, "a descriptor needs a key")
+		return p.missing(n, "a descriptor needs a key")
 	}
 	key, err := p.str(kf.value, "key")
 	if err != nil {
@@ -323,102 +335,119 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 	}
 	path = append(path[:len(path):len(path)], m)
 
-	if f := get("shadow_mode"); f != nil {
-		if inh.shadow, err = p.boolean(f.value, "shadow_mode"); err != nil {
-			return err
-		}
-	}
-	if f := get("failure_mode"); f != nil {
-		s, err := p.str(f.value, "failure_mode")
-		if err != nil {
-			return err
-		}
-		if inh.failure, err = ParseFailureMode(s); err != nil {
-			return p.errf(f.value, "failure_mode %q must be local, allow or deny", s)
-		}
-	}
-	if f := get("local_share"); f != nil {
-		if inh.localShare, err = p.integer(f.value, "local_share"); err != nil {
-			return err
-		}
-		if inh.localShare < 1 {
-			return p.errf(f.value, "local_share must be at least 1, not %d (omit it to share the limit evenly among the live sidecars)", inh.localShare)
-		}
-		inh.localShareN = f.value
-	}
-	if f := get("on_missing"); f != nil {
-		s, err := p.str(f.value, "on_missing")
-		if err != nil {
-			return err
-		}
-		var ok bool
-		if inh.onMissing, ok = parseOnMissing(s); !ok {
-			return p.errf(f.value, "on_missing %q must be skip or deny", s)
-		}
-	}
-	if f := get("ban"); f != nil {
-		b, err := p.ban(f.value)
-		if err != nil {
-			return err
-		}
-		inh.ban = b
-	}
+	inh = p.settings(get, inh)
 
 	rl, nested := get("rate_limit"), get("descriptors")
 	nf := get("name")
 	if rl == nil && nested == nil {
-		return p.errf(n, "descriptor %q has neither rate_limit nor nested descriptors", key)
+		return p.missing(n, "descriptor %q has neither rate_limit nor nested descriptors", key)
 	}
 	if nf != nil && rl == nil {
-		return p.errf(nf.keyN, "name is set on a descriptor without rate_limit")
+		p.note(p.errf(nf.keyN, "name is set on a descriptor without rate_limit"))
 	}
 	if rl != nil {
-		limit, auto, err := p.rateLimit(rl.value)
-		if err != nil {
-			return err
-		}
-		line, col := nodePos(n)
-		r := &Rule{
-			Limit: limit, AutoBuckets: auto, Match: path, Shadow: inh.shadow, FailureMode: inh.failure,
-			LocalShare: inh.localShare, OnMissing: inh.onMissing, Ban: inh.ban, Line: line, Column: col,
-		}
-		var at ast.Node = kf.value
-		if nf != nil {
-			name, err := p.str(nf.value, "name")
-			if err != nil {
-				return err
-			}
-			if name == "" || len(name) > MaxRuleName || !window.SafeName(name) {
-				return p.errf(nf.value, "rule name %q must be 1 to %d characters of A-Z a-z 0-9 . _ -", name, MaxRuleName)
-			}
-			r.Name, at = name, nf.value
-		} else {
-			r.Name = derivedName(path)
-			if len(r.Name) > MaxRuleName {
-				return p.errf(n, "the derived rule name %q is longer than %d characters: set name", r.Name, MaxRuleName)
-			}
-		}
-		if strings.HasPrefix(r.Name, ReservedRulePrefix) {
-			// serve's ratelimit service keys its domains' windows rls.<domain>.
-			return p.errf(at, "rule name %q begins with %q, which is reserved for the ratelimit service's domains: set another name", r.Name, ReservedRulePrefix)
-		}
-		if prev, dup := p.names[r.Name]; dup {
-			return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)
-		}
-		if r.LocalShare > limit.Requests {
-			// Where local_share is written: on this descriptor or inherited.
-			return p.errf(inh.localShareN, "local_share %d is more than the %d requests per window of rule %q", r.LocalShare, limit.Requests, r.Name)
-		}
-		p.names[r.Name] = r
-		r.finish()
-		r.idx = len(p.cfg.Rules)
-		p.cfg.Rules = append(p.cfg.Rules, r)
+		p.note(p.rule(n, kf, nf, rl, path, inh))
 	}
 	if nested != nil {
 		if err := p.descriptors(nested.value, path, inh, depth+1); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// settings reads a descriptor's shadow_mode, failure_mode, local_share,
+// on_missing and ban over the ones it inherits; a bad one is reported and
+// the inherited value kept.
+func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
+	if f := get("shadow_mode"); f != nil {
+		b, err := p.boolean(f.value, "shadow_mode")
+		if !p.note(err) {
+			inh.shadow = b
+		}
+	}
+	if f := get("failure_mode"); f != nil {
+		s, err := p.str(f.value, "failure_mode")
+		if !p.note(err) {
+			if m, err := ParseFailureMode(s); err != nil {
+				p.note(p.errf(f.value, "failure_mode %q must be local, allow or deny", s))
+			} else {
+				inh.failure = m
+			}
+		}
+	}
+	if f := get("local_share"); f != nil {
+		v, err := p.integer(f.value, "local_share")
+		switch {
+		case p.note(err):
+		case v < 1:
+			p.note(p.errf(f.value, "local_share must be at least 1, not %d (omit it to share the limit evenly among the live sidecars)", v))
+		default:
+			inh.localShare, inh.localShareN = v, f.value
+		}
+	}
+	if f := get("on_missing"); f != nil {
+		s, err := p.str(f.value, "on_missing")
+		if !p.note(err) {
+			if m, ok := parseOnMissing(s); ok {
+				inh.onMissing = m
+			} else {
+				p.note(p.errf(f.value, "on_missing %q must be skip or deny", s))
+			}
+		}
+	}
+	if f := get("ban"); f != nil {
+		b, err := p.ban(f.value)
+		if !p.note(err) {
+			inh.ban = b
+		}
+	}
+	return inh
+}
+
+// rule compiles the rate_limit rl of descriptor n (key kf, name nf or nil)
+// into a Rule at path.
+func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inherited) error {
+	limit, auto, err := p.rateLimit(rl.value)
+	if err != nil {
+		return err
+	}
+	line, col := nodePos(n)
+	r := &Rule{
+		Limit: limit, AutoBuckets: auto, Match: path, Shadow: inh.shadow, FailureMode: inh.failure,
+		LocalShare: inh.localShare, OnMissing: inh.onMissing, Ban: inh.ban, Line: line, Column: col,
+	}
+	var at ast.Node = kf.value
+	if nf != nil {
+		name, err := p.str(nf.value, "name")
+		if err != nil {
+			return err
+		}
+		if name == "" || len(name) > MaxRuleName || !window.SafeName(name) {
+			return p.errf(nf.value, "rule name %q must be 1 to %d characters of A-Z a-z 0-9 . _ -", name, MaxRuleName)
+		}
+		r.Name, at = name, nf.value
+	} else {
+		r.Name = derivedName(path)
+		if len(r.Name) > MaxRuleName {
+			return p.errf(n, "the derived rule name %q is longer than %d characters: set name", r.Name, MaxRuleName)
+		}
+	}
+	if strings.HasPrefix(r.Name, ReservedRulePrefix) {
+		// serve's ratelimit service keys its domains' windows rls.<domain>.
+		return p.errf(at, "rule name %q begins with %q, which is reserved for the ratelimit service's domains: set another name", r.Name, ReservedRulePrefix)
+	}
+	if prev, dup := p.names[r.Name]; dup {
+		return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)
+	}
+	if r.LocalShare > limit.Requests {
+		// Where local_share is written: on this descriptor or inherited.
+		return p.errf(inh.localShareN, "local_share %d is more than the %d requests per window of rule %q", r.LocalShare, limit.Requests, r.Name)
+	}
+	p.names[r.Name] = r
+	r.finish()
+	r.idx = len(p.cfg.Rules)
+	p.cfg.Rules = append(p.cfg.Rules, r)
 	return nil
 }
 
@@ -578,10 +607,10 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 		return l, p.errf(n, "rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form")
 	case reqN != nil || winN != nil:
 		if reqN == nil {
-			return l, p.errf(n, "rate_limit needs requests")
+			return l, p.missing(n, "rate_limit needs requests")
 		}
 		if winN == nil {
-			return l, p.errf(n, "rate_limit needs window")
+			return l, p.missing(n, "rate_limit needs window")
 		}
 		if l.Requests, err = p.integer(reqN, "requests"); err != nil {
 			return l, err
@@ -591,10 +620,10 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 		}
 	case unitN != nil || rpuN != nil:
 		if unitN == nil {
-			return l, p.errf(n, "rate_limit needs unit")
+			return l, p.missing(n, "rate_limit needs unit")
 		}
 		if rpuN == nil {
-			return l, p.errf(n, "rate_limit needs requests_per_unit")
+			return l, p.missing(n, "rate_limit needs requests_per_unit")
 		}
 		if l.Requests, err = p.integer(rpuN, "requests_per_unit"); err != nil {
 			return l, err
@@ -609,7 +638,7 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 		}
 		l.Window, winN = d, unitN
 	default:
-		return l, p.errf(n, "rate_limit needs requests and window, such as {requests: 5, window: 1s}")
+		return l, p.missing(n, "rate_limit needs requests and window, such as {requests: 5, window: 1s}")
 	}
 	if l.Requests < 1 {
 		return l, p.errf(firstNonNil(reqN, rpuN), "the limit must allow at least 1 request, not %d", l.Requests)
@@ -659,7 +688,7 @@ func (p *cfgParser) ban(n ast.Node) (*window.Ban, error) {
 		}
 	}
 	if durN == nil {
-		return nil, p.errf(n, "ban needs duration (0 disables the penalty box)")
+		return nil, p.missing(n, "ban needs duration (0 disables the penalty box)")
 	}
 	if b.Duration < 0 {
 		return nil, p.errf(durN, "ban duration %s must not be negative", b.Duration)
@@ -668,7 +697,7 @@ func (p *cfgParser) ban(n ast.Node) (*window.Ban, error) {
 		return &window.Ban{}, nil
 	}
 	if thrN == nil || winN == nil {
-		return nil, p.errf(n, "ban needs threshold, window and duration")
+		return nil, p.missing(n, "ban needs threshold, window and duration")
 	}
 	if b.Threshold < 1 {
 		return nil, p.errf(thrN, "ban threshold must be at least 1, not %d", b.Threshold)

@@ -3,6 +3,7 @@ package extauthz
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -43,6 +44,9 @@ func TestConfigErrors(t *testing.T) {
 		"missing_domain":         "1:1: domain is missing: name the rules' domain, such as domain: flashsale",
 		"mixed_rate_limit":       "4:17: rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form",
 		"negative_limit":         "4:28: the limit must allow at least 1 request, not -3",
+		"nested_block":           "66:129: the YAML is nested deeper than 64 levels",
+		"nested_flow":            "1:65: the YAML is nested deeper than 64 levels",
+		"non_string_key":         "2:1: key 0.25 of the descriptors file is a number, not a word; known keys: domain, sources, client_ip, descriptors",
 		"no_rate_limit":          `3:5: descriptor "remote_address" has neither rate_limit nor nested descriptors`,
 		"reserved_rule_name":     `4:11: rule name "rls.edge" begins with "rls.", which is reserved for the ratelimit service's domains: set another name`,
 		"requests_not_number":    "4:28: requests must be a whole number, not a string",
@@ -172,5 +176,51 @@ func TestLocalShare(t *testing.T) {
 	var b strings.Builder
 	if err := cfg.WriteTable(&b); err != nil || !strings.Contains(b.String(), "local_share=2") {
 		t.Errorf("table (error %v) lacks local_share=2:\n%s", err, b.String())
+	}
+}
+
+// TestEveryConfigError: a file with several mistakes reports every one, in
+// file order (two unknown keys of one descriptor included), each bad
+// descriptor left out without hiding its siblings.
+func TestEveryConfigError(t *testing.T) {
+	const path = "testdata/many/five_mistakes.yaml"
+	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors"
+	want := []string{
+		path + `:3:40: header_name "x uid" is not a valid HTTP header name`,
+		path + `:6:5: unknown key "zzz" in a descriptor; ` + known,
+		path + `:7:5: unknown key "aaa" in a descriptor; ` + known,
+		path + ":8:28: the limit must allow at least 1 request, not 0",
+		path + `:10:19: failure_mode "open" must be local, allow or deny`,
+		path + `:11:39: window "1 sec" is not a duration such as 1s or 500ms`,
+	}
+	_, err := LoadFile(path)
+	var errs ConfigErrors
+	if !errors.As(err, &errs) {
+		t.Fatalf("LoadFile: %v (%T), want ConfigErrors", err, err)
+	}
+	if got := err.Error(); got != strings.Join(want, "\n") {
+		t.Fatalf("errors:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+	var first *ConfigError
+	if !errors.As(err, &first) || first != errs[0] {
+		t.Errorf("errors.As finds %v, want the first error", first)
+	}
+}
+
+// TestConfigErrorsBounded: at most MaxErrors errors are reported, the
+// first ones of the file.
+func TestConfigErrorsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	for i := range 50 {
+		fmt.Fprintf(&b, "  - key: remote_address\n    name: r%d\n    typo: 1\n    rate_limit: {requests: 1, window: 1s}\n", i)
+	}
+	_, err := ParseConfig("d.yaml", []byte(b.String()))
+	var errs ConfigErrors
+	if !errors.As(err, &errs) || len(errs) != MaxErrors {
+		t.Fatalf("%v, want %d errors", err, MaxErrors)
+	}
+	if errs[0].Line != 5 || errs[MaxErrors-1].Line != 5+4*(MaxErrors-1) {
+		t.Errorf("lines %d to %d, want the first ones", errs[0].Line, errs[MaxErrors-1].Line)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 //go:embed flashsale.yaml
@@ -53,11 +54,38 @@ func readFile(path string) ([]byte, error) {
 	return data, nil
 }
 
+// MaxErrors is the most errors ParseConfig reports for one file.
+const MaxErrors = 20
+
+// ConfigErrors is every error found in one descriptors file, in file order
+// (at most MaxErrors); ParseConfig returns it when there is more than one.
+type ConfigErrors []*ConfigError
+
+// Error returns the errors, one "FILE:LINE:COL: message" a line.
+func (e ConfigErrors) Error() string {
+	lines := make([]string, len(e))
+	for i, ce := range e {
+		lines[i] = ce.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap returns the errors, for errors.As and errors.Is.
+func (e ConfigErrors) Unwrap() []error {
+	out := make([]error, len(e))
+	for i, ce := range e {
+		out[i] = ce
+	}
+	return out
+}
+
 // ParseConfig parses, defaults and validates a descriptors file; name is
 // used in error positions. Every error about the content is a *ConfigError
-// ("name:line:col: sentence"); the first one found is returned.
+// ("name:line:col: sentence"): the one found, or ConfigErrors when there are
+// several. A file larger than MaxFileSize, or beyond yamlguard's bounds on
+// nesting and tokens, is refused before it is parsed.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	y := strictYAML{file: name}
+	y := strictYAML{file: name, errs: &errorList{}}
 	if len(data) > MaxFileSize {
 		return nil, y.errAt(1, 1, "the file is larger than %d bytes", MaxFileSize)
 	}
@@ -70,6 +98,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	}
 	c, err := compile(y, body)
 	if err != nil {
+		y.errs.add(err)
+	}
+	if err := y.errs.result(); err != nil {
 		return nil, err
 	}
 	c.sum = sha256.Sum256(data)

@@ -59,6 +59,14 @@ func (s *Server) reloadFrom(path string, force bool) (bool, error) {
 	return true, nil
 }
 
+// unreadable counts and logs a failed reload of a descriptors file that
+// cannot be read.
+func (s *Server) unreadable(path string, err error) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	_ = s.reloadFailedLocked(path, [32]byte{}, fmt.Errorf("read descriptors file: %w", err))
+}
+
 func (s *Server) reloadFailedLocked(path string, sum [32]byte, err error) error {
 	s.badHash = sum
 	s.metrics.reloads.WithLabelValues("error").Inc()
@@ -73,7 +81,11 @@ func (s *Server) reloadFailedLocked(path string, sum [32]byte, err error) error 
 // moved, so Kubernetes ConfigMap updates (an atomic swap of the ..data
 // symlink) are seen. If path differs from the file the rules came from, the
 // first poll loads it. A bad file is handled as in Reload; the same bad
-// content is reported once. A vanished file is retried on every poll.
+// content is reported once. A file that cannot be read (vanished, a
+// directory, a symlink loop) is a failed reload too, counted and logged
+// once per error, and retried on every poll. A file is refused before it is
+// parsed if it is beyond yamlguard's bounds, so no file holds the watcher
+// for long.
 func (s *Server) WatchFile(ctx context.Context, path string, interval time.Duration) error {
 	if interval <= 0 {
 		interval = DefaultPollInterval
@@ -100,7 +112,7 @@ func (s *Server) WatchFile(ctx context.Context, path string, interval time.Durat
 		case err != nil:
 			if msg := err.Error(); msg != lastErr {
 				lastErr = msg
-				s.log.Warn("descriptors file unreadable; the previous rules stay in force", "file", path, "error", err)
+				s.unreadable(path, err)
 			}
 			last = stamp{}
 		case cur != last:

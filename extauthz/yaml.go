@@ -5,20 +5,74 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+
+	"github.com/flashgate/flashgate/internal/yamlguard"
 )
 
 // strictYAML reads one YAML file strictly, on goccy/go-yaml's syntax tree:
 // one document, no anchors, aliases, tags or merge keys, no duplicate or
 // unknown keys, scalars of the expected type. It knows nothing of
 // descriptors; every error it returns is a *ConfigError at FILE:LINE:COL.
+// Errors that leave the rest of a mapping readable (an unknown or duplicate
+// key) are added to errs and the reading goes on.
 type strictYAML struct {
 	file string // the name errors carry
+	errs *errorList
+}
+
+// errorList collects the errors of one file.
+type errorList struct {
+	errs []*ConfigError
+	// refused holds the mappings that had an entry refused (an unknown or
+	// duplicate key, say), and consequence the errors that only say such a
+	// mapping lacks an entry: those are left out of the report when the
+	// refused entry was likely the one meant.
+	refused     map[ast.Node]bool
+	consequence map[*ConfigError]bool
+}
+
+// add records err, a *ConfigError (anything else is kept at 1:1).
+func (l *errorList) add(err error) {
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		ce = &ConfigError{Line: 1, Column: 1, Msg: err.Error()}
+	}
+	l.errs = append(l.errs, ce)
+}
+
+// result returns nil, the one error, or ConfigErrors: the first MaxErrors
+// in file order, each position once.
+func (l *errorList) result() error {
+	if len(l.errs) == 0 {
+		return nil
+	}
+	sort.SliceStable(l.errs, func(i, j int) bool {
+		a, b := l.errs[i], l.errs[j]
+		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+	})
+	var out ConfigErrors
+	for _, e := range l.errs {
+		if l.consequence[e] {
+			continue
+		}
+		if n := len(out); n > 0 && *out[n-1] == *e {
+			continue
+		}
+		if len(out) == MaxErrors {
+			break
+		}
+		out = append(out, e)
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return out
 }
 
 func (y strictYAML) errAt(line, col int, format string, args ...any) error {
@@ -28,6 +82,28 @@ func (y strictYAML) errAt(line, col int, format string, args ...any) error {
 func (y strictYAML) errf(n ast.Node, format string, args ...any) error {
 	line, col := nodePos(n)
 	return y.errAt(line, col, format, args...)
+}
+
+// missing is errf for an error that says mapping n lacks an entry: it is
+// not reported if an entry of n was refused.
+func (y strictYAML) missing(n ast.Node, format string, args ...any) error {
+	err := y.errf(n, format, args...)
+	if y.errs.refused[n] {
+		if y.errs.consequence == nil {
+			y.errs.consequence = map[*ConfigError]bool{}
+		}
+		y.errs.consequence[err.(*ConfigError)] = true
+	}
+	return err
+}
+
+// refuse adds err, about an entry of mapping n, to y.errs.
+func (y strictYAML) refuse(n ast.Node, err error) {
+	if y.errs.refused == nil {
+		y.errs.refused = map[ast.Node]bool{}
+	}
+	y.errs.refused[n] = true
+	y.errs.add(err)
 }
 
 // nodePos returns where a node starts, as people read it.
@@ -55,9 +131,15 @@ func nodePos(n ast.Node) (int, int) {
 }
 
 // document parses data and returns the body of its one document, or nil if
-// the file holds none (empty, or only comments).
+// the file holds none (empty, or only comments). A file nested deeper than
+// yamlguard.MaxDepth or longer than yamlguard.MaxTokens is refused before
+// it is parsed.
 func (y strictYAML) document(data []byte) (ast.Node, error) {
-	f, err := parser.ParseBytes(data, 0)
+	f, err := yamlguard.Parse(data)
+	var ge *yamlguard.Error
+	if errors.As(err, &ge) {
+		return nil, y.errAt(ge.Line, ge.Column, "%s", ge.Msg)
+	}
 	if err != nil {
 		return nil, y.yamlError(err)
 	}
@@ -117,8 +199,10 @@ type field struct {
 }
 
 // fields returns the entries of a mapping node, refusing keys outside known,
-// duplicates, anchors, aliases and tags. what names the mapping in errors.
-// With no known keys, any key is accepted.
+// duplicates, keys that are not words, anchors, aliases and tags. what names
+// the mapping in errors. With no known keys, any key is accepted. A refused
+// entry is added to y.errs and left out; only a node that is not a mapping
+// fails the call.
 func (y strictYAML) fields(n ast.Node, what string, known ...string) ([]field, error) {
 	if err := y.plain(n); err != nil {
 		return nil, err
@@ -138,25 +222,59 @@ func (y strictYAML) fields(n ast.Node, what string, known ...string) ([]field, e
 	seen := map[string]bool{}
 	for _, v := range vals {
 		if err := y.plain(v.Key); err != nil {
-			return nil, err
+			y.refuse(n, err)
+			continue
 		}
-		k, ok := scalarText(v.Key)
-		if !ok {
-			return nil, y.errf(v.Key, "keys of %s must be plain words", what)
+		k, ok := keyText(v.Key)
+		if !ok && known == nil {
+			k, ok = scalarText(v.Key) // a free key ("sources") may be a number
 		}
-		if seen[k] {
-			return nil, y.errf(v.Key, "duplicate key %q in %s", k, what)
+		switch {
+		case !ok && known != nil:
+			y.refuse(n, y.errf(v.Key, "key %s of %s is %s, not a word; known keys: %s",
+				keyShown(v.Key), what, kindOf(v.Key), strings.Join(known, ", ")))
+			continue
+		case !ok:
+			y.refuse(n, y.errf(v.Key, "keys of %s must be plain words, not %s", what, kindOf(v.Key)))
+			continue
+		case seen[k]:
+			y.refuse(n, y.errf(v.Key, "duplicate key %q in %s", k, what))
+			continue
+		case known != nil && !contains(known, k):
+			y.refuse(n, y.errf(v.Key, "unknown key %q in %s; known keys: %s", k, what, strings.Join(known, ", ")))
+			continue
 		}
 		seen[k] = true
-		if known != nil && !contains(known, k) {
-			return nil, y.errf(v.Key, "unknown key %q in %s; known keys: %s", k, what, strings.Join(known, ", "))
-		}
 		if err := y.plain(v.Value); err != nil {
-			return nil, err
+			y.refuse(n, err)
+			continue
 		}
 		out = append(out, field{key: k, keyN: v.Key, value: v.Value})
 	}
 	return out, nil
+}
+
+// keyShown is a key as written, for errors: a scalar's text, else "".
+func keyShown(n ast.Node) string {
+	if t, ok := scalarText(n); ok {
+		return t
+	}
+	if tk := n.GetToken(); tk != nil && tk.Value != "" {
+		return tk.Value
+	}
+	return `""`
+}
+
+// keyText returns the text of a mapping key that is a word: a string, not
+// a number, boolean or null that YAML reads in its place ("0.25", "true").
+func keyText(n ast.Node) (string, bool) {
+	switch s := n.(type) {
+	case *ast.StringNode:
+		return s.Value, true
+	case *ast.LiteralNode:
+		return s.Value.Value, true
+	}
+	return "", false
 }
 
 // plain refuses anchors, aliases, tags and merge keys, which would make the

@@ -8,14 +8,16 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 
 	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/internal/yamlguard"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -46,8 +48,9 @@ type File struct {
 // layout, if dir holds a subdirectory named "config", the files are
 // dir/config/*.yaml; otherwise they are dir/*.yaml and dir/*.yml. Files whose
 // name starts with a dot are skipped (Kubernetes ConfigMap mounts keep their
-// data under ..data, reached through the top-level symlinks). Each file is
-// one domain. Errors about the content are *ConfigError.
+// data under ..data, reached through the top-level symlinks). A *.yaml that
+// is a directory or cannot be read (a symlink loop) is an error. Each file
+// is one domain. Errors about the content are *ConfigError or ConfigErrors.
 func LoadDir(dir string) (*Config, error) {
 	files, err := ReadDir(dir)
 	if err != nil {
@@ -90,7 +93,7 @@ func ReadDir(dir string) ([]File, error) {
 			return nil, fmt.Errorf("read ratelimit config: %w", err)
 		}
 		if fi.IsDir() {
-			continue
+			return nil, fmt.Errorf("read ratelimit config: %s is a directory, not a config file", path)
 		}
 		if len(files) == MaxFiles {
 			return nil, fmt.Errorf("ratelimit config directory %s: more than %d files", from, MaxFiles)
@@ -121,26 +124,65 @@ func readFile(path string) ([]byte, error) {
 	return data, nil
 }
 
+// MaxErrors is the most errors ParseFiles reports.
+const MaxErrors = 20
+
+// ConfigErrors is every error found in the config files, by file and in
+// file order (at most MaxErrors); ParseFiles returns it when there is more
+// than one.
+type ConfigErrors []*ConfigError
+
+// Error returns the errors, one a line.
+func (e ConfigErrors) Error() string {
+	lines := make([]string, len(e))
+	for i, ce := range e {
+		lines[i] = ce.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap returns the errors, for errors.As and errors.Is.
+func (e ConfigErrors) Unwrap() []error {
+	out := make([]error, len(e))
+	for i, ce := range e {
+		out[i] = ce
+	}
+	return out
+}
+
 // ParseFiles parses config files, one domain each, and checks them as
 // ratelimit does: a non-empty domain, unique across files; every descriptor
 // with a key; no two descriptors of one level with the same key and value; a
 // unit ratelimit knows unless unlimited, and none with unlimited; replaces
-// entries named, and not the rule itself; no unknown keys. flashgate adds:
-// requests_per_unit ≤ window.MaxRequests, windows ≤ window.MaxWindow (so no
-// month or year), a * only at the end of a value, unlimited without
-// requests_per_unit. The first error is returned, as a *ConfigError.
+// entries named, and not the rule itself; no unknown keys, and every key a
+// word. flashgate adds: requests_per_unit ≤ window.MaxRequests, windows ≤
+// window.MaxWindow (so no month or year), a * only at the end of a value,
+// unlimited without requests_per_unit, and yamlguard's bounds on nesting and
+// tokens, checked before a file is parsed. Errors are *ConfigError: the one
+// found, or ConfigErrors when there are several.
 func ParseFiles(files []File) (*Config, error) {
 	c := &Config{domains: map[string]*Domain{}, sum: sumOf(files)}
+	var errs []*ConfigError
 	for _, f := range files {
-		d, err := parseFile(f)
-		if err != nil {
-			return nil, err
+		d, ferrs := parseFile(f)
+		if len(ferrs) > 0 {
+			errs = append(errs, ferrs...)
+			continue
 		}
 		if prev, ok := c.domains[d.Name]; ok {
-			return nil, &ConfigError{File: f.Name, Line: 1, Column: 1,
-				Msg: fmt.Sprintf("duplicate domain %q (also in %s)", d.Name, prev.File)}
+			errs = append(errs, &ConfigError{File: f.Name, Line: 1, Column: 1,
+				Msg: fmt.Sprintf("duplicate domain %q (also in %s)", d.Name, prev.File)})
+			continue
 		}
 		c.domains[d.Name] = d
+	}
+	switch {
+	case len(errs) == 1:
+		return nil, errs[0]
+	case len(errs) > MaxErrors:
+		return nil, ConfigErrors(errs[:MaxErrors])
+	case len(errs) > 1:
+		return nil, ConfigErrors(errs)
 	}
 	return c, nil
 }
@@ -203,10 +245,24 @@ type (
 )
 
 // fileParser turns one file into a Domain; errors carry positions found
-// through the YAML syntax tree.
+// through the file's YAML syntax tree.
 type fileParser struct {
 	name string
-	data []byte
+	file *ast.File
+	errs *[]*ConfigError
+}
+
+// note records err, if any, and reports whether there was one.
+func (p fileParser) note(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		ce = &ConfigError{File: p.name, Msg: err.Error()}
+	}
+	*p.errs = append(*p.errs, ce)
+	return true
 }
 
 // errAt returns a *ConfigError at path ("$.descriptors[0].rate_limit.unit"):
@@ -220,8 +276,8 @@ func (p fileParser) errAt(path string, format string, args ...any) error {
 // pos resolves a YAML path to a position as errAt describes; 1:1 when it
 // cannot.
 func (p fileParser) pos(path string) (int, int) {
-	f, err := parser.ParseBytes(p.data, 0)
-	if err != nil {
+	f := p.file
+	if f == nil {
 		return 1, 1
 	}
 	parent, field := path, ""
@@ -258,31 +314,163 @@ func tokenPos(n ast.Node) (int, int) {
 	return 1, 1
 }
 
-func parseFile(f File) (*Domain, error) {
-	p := fileParser{name: f.Name, data: f.Data}
-	if len(f.Data) > MaxFileSize {
-		return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("the file is larger than %d bytes", MaxFileSize)}
+// parseFile parses and checks one file; its errors come in file order.
+func parseFile(f File) (*Domain, []*ConfigError) {
+	one := func(line, col int, format string, args ...any) (*Domain, []*ConfigError) {
+		return nil, []*ConfigError{{File: f.Name, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)}}
 	}
-	if err := checkExpansion(f.Name, f.Data); err != nil {
-		return nil, err
+	if len(f.Data) > MaxFileSize {
+		return one(0, 0, "the file is larger than %d bytes", MaxFileSize)
+	}
+	file, err := yamlguard.Parse(f.Data)
+	var ge *yamlguard.Error
+	if errors.As(err, &ge) {
+		return one(ge.Line, ge.Column, "%s", ge.Msg)
+	}
+	if err == nil {
+		if ce := checkExpansion(f.Name, file); ce != nil {
+			return nil, []*ConfigError{ce}
+		}
+	}
+	// A file that does not parse is left to the decoder, which says where.
+	var errs []*ConfigError
+	p := fileParser{name: f.Name, file: file, errs: &errs}
+	topRefused := false
+	if file != nil {
+		for _, doc := range file.Docs {
+			topRefused = checkKeys(p, doc.Body, reflect.TypeFor[yamlFile]()) || topRefused
+		}
+	}
+	// Unknown keys are reported above, all of them and in file order; the
+	// decoder's own check (one of them, at random) backs it up.
+	var opts []yaml.DecodeOption
+	if len(errs) == 0 {
+		opts = append(opts, yaml.Strict())
 	}
 	var y yamlFile
-	if err := yaml.UnmarshalWithOptions(f.Data, &y, yaml.Strict()); err != nil {
+	if err := yaml.UnmarshalWithOptions(f.Data, &y, opts...); err != nil {
 		var ye yaml.Error
 		if errors.As(err, &ye) && ye.GetToken() != nil && ye.GetToken().Position != nil {
 			pos := ye.GetToken().Position
-			return nil, &ConfigError{File: f.Name, Line: pos.Line, Column: pos.Column, Msg: ye.GetMessage()}
+			p.note(&ConfigError{File: f.Name, Line: pos.Line, Column: pos.Column, Msg: ye.GetMessage()})
+		} else {
+			p.note(&ConfigError{File: f.Name, Msg: fmt.Sprintf("invalid YAML: %v", err)})
 		}
-		return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("invalid YAML: %v", err)}
+		return nil, sorted(errs)
 	}
-	if y.Domain == "" {
-		return nil, p.errAt("$", "config file cannot have an empty domain")
+	if y.Domain == "" && !topRefused { // else likely the refused key
+		p.note(p.errAt("$", "config file cannot have an empty domain"))
 	}
 	d := &Domain{Name: y.Domain, File: f.Name, keyRule: extauthz.ReservedRulePrefix + y.Domain, root: *newNode()}
-	if err := p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}); err != nil {
-		return nil, err
+	p.note(p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}))
+	if len(errs) > 0 {
+		return nil, sorted(errs)
 	}
 	return d, nil
+}
+
+// checkKeys records, in file order, every key of n that is not a field of
+// t (a struct, or a pointer to or slice of one, as the decoder reads it),
+// and every key that is not a word (a number such as 0.25, a boolean, a
+// null), which the decoder would skip in silence. Aliases are checked where
+// their anchor is; merge keys are the decoder's. It reports whether a key of
+// n itself was refused.
+func checkKeys(p fileParser, n ast.Node, t reflect.Type) (refused bool) {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		if t.Kind() == reflect.Slice {
+			if seq, ok := unwrap(n).(*ast.SequenceNode); ok {
+				for _, v := range seq.Values {
+					checkKeys(p, v, t.Elem())
+				}
+			}
+			return false
+		}
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	var entries []*ast.MappingValueNode
+	switch m := unwrap(n).(type) {
+	case *ast.MappingNode:
+		entries = m.Values
+	case *ast.MappingValueNode:
+		entries = []*ast.MappingValueNode{m}
+	default:
+		return false // not a mapping: the decoder says so
+	}
+	var known []string
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		known = append(known, name)
+		fields[name] = t.Field(i).Type
+	}
+	for _, e := range entries {
+		if _, merge := e.Key.(*ast.MergeKeyNode); merge {
+			continue
+		}
+		line, col := tokenPos(e.Key)
+		key, ok := unwrap(e.Key).(*ast.StringNode)
+		if !ok {
+			refused = p.note(&ConfigError{File: p.name, Line: line, Column: col,
+				Msg: fmt.Sprintf("key %s is %s, not a field name; known fields: %s", e.Key.GetToken().Value, keyKind(e.Key), strings.Join(known, ", "))})
+			continue
+		}
+		ft, ok := fields[key.Value]
+		if !ok {
+			refused = p.note(&ConfigError{File: p.name, Line: line, Column: col,
+				Msg: fmt.Sprintf("unknown field %q; known fields: %s", key.Value, strings.Join(known, ", "))})
+			continue
+		}
+		checkKeys(p, e.Value, ft)
+	}
+	return refused
+}
+
+// keyKind names what a key that is not a string is, for errors.
+func keyKind(n ast.Node) string {
+	switch unwrap(n).(type) {
+	case *ast.IntegerNode, *ast.FloatNode, *ast.InfinityNode, *ast.NanNode:
+		return "a number"
+	case *ast.BoolNode:
+		return "a boolean"
+	case *ast.NullNode:
+		return "null"
+	}
+	return "not a string"
+}
+
+// unwrap returns the node an anchor or tag stands for; an alias is nil.
+func unwrap(n ast.Node) ast.Node {
+	for {
+		switch v := n.(type) {
+		case *ast.AnchorNode:
+			n = v.Value
+		case *ast.TagNode:
+			n = v.Value
+		case *ast.AliasNode:
+			return nil
+		default:
+			return n
+		}
+	}
+}
+
+// sorted sorts errs by position, each position once.
+func sorted(errs []*ConfigError) []*ConfigError {
+	sort.SliceStable(errs, func(i, j int) bool {
+		a, b := errs[i], errs[j]
+		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+	})
+	out := errs[:0]
+	for _, e := range errs {
+		if n := len(out); n > 0 && *out[n-1] == *e {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // inherited are flashgate's settings a descriptor passes to nested ones.
@@ -299,65 +487,68 @@ func (p fileParser) descriptors(d *Domain, n *node, at, parent string, ds []yaml
 		return p.errAt(at, "descriptors are nested deeper than %d levels", MaxDepth)
 	}
 	for i := range ds {
-		y := &ds[i]
-		here := fmt.Sprintf("%s[%d]", at, i)
-		if y.Key == "" {
-			return p.errAt(here, "descriptor has an empty key")
+		p.note(p.descriptor(d, n, fmt.Sprintf("%s[%d]", at, i), parent, &ds[i], depth, inh))
+	}
+	return nil
+}
+
+// descriptor loads descriptor y, at YAML path here, and its nested ones
+// into n; an error in a nested descriptor is recorded, and its siblings
+// are still loaded.
+func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlDescriptor, depth int, inh inherited) error {
+	if y.Key == "" {
+		return p.errAt(here, "descriptor has an empty key")
+	}
+	seg := y.Key
+	if y.Value != "" {
+		seg += "_" + y.Value
+	}
+	path := seg
+	if parent != "" {
+		path = parent + "." + seg
+	}
+	child := newNode()
+	var dup bool
+	switch star := strings.IndexByte(y.Value, '*'); {
+	case y.Value == "":
+		_, dup = n.keyOnly[y.Key]
+		n.keyOnly[y.Key] = child
+	case star >= 0 && star < len(y.Value)-1:
+		return p.errAt(here+".value", "value %q: flashgate supports * only at the end of a value (a prefix match)", y.Value)
+	case star == len(y.Value)-1:
+		for _, w := range n.wild {
+			dup = dup || w.key == y.Key && w.prefix == y.Value[:star]
 		}
-		seg := y.Key
-		if y.Value != "" {
-			seg += "_" + y.Value
-		}
-		path := seg
-		if parent != "" {
-			path = parent + "." + seg
-		}
-		child := newNode()
-		var dup bool
-		switch star := strings.IndexByte(y.Value, '*'); {
-		case y.Value == "":
-			_, dup = n.keyOnly[y.Key]
-			n.keyOnly[y.Key] = child
-		case star >= 0 && star < len(y.Value)-1:
-			return p.errAt(here+".value", "value %q: flashgate supports * only at the end of a value (a prefix match)", y.Value)
-		case star == len(y.Value)-1:
-			for _, w := range n.wild {
-				dup = dup || w.key == y.Key && w.prefix == y.Value[:star]
-			}
-			n.wild = append(n.wild, &wildNode{key: y.Key, prefix: y.Value[:star], n: child})
-			child.share, child.pattern = y.ShareThreshold, y.Value
-		default:
-			_, dup = n.exact[y.Key+"\x00"+y.Value]
-			n.exact[y.Key+"\x00"+y.Value] = child
-		}
-		if dup {
-			return p.errAt(here, "duplicate descriptor composite key %q", d.Name+"."+path)
-		}
-		if y.ShareThreshold && !strings.HasSuffix(y.Value, "*") {
-			return p.errAt(here, "share_threshold applies to a wildcard value (ending in *); %q has none", y.Value)
-		}
-		inh, err := p.additions(here, y, inh)
+		n.wild = append(n.wild, &wildNode{key: y.Key, prefix: y.Value[:star], n: child})
+		child.share, child.pattern = y.ShareThreshold, y.Value
+	default:
+		_, dup = n.exact[y.Key+"\x00"+y.Value]
+		n.exact[y.Key+"\x00"+y.Value] = child
+	}
+	if dup {
+		return p.errAt(here, "duplicate descriptor composite key %q", d.Name+"."+path)
+	}
+	if y.ShareThreshold && !strings.HasSuffix(y.Value, "*") {
+		return p.errAt(here, "share_threshold applies to a wildcard value (ending in *); %q has none", y.Value)
+	}
+	inh, err := p.additions(here, y, inh)
+	if err != nil {
+		return err
+	}
+	if y.RateLimit != nil {
+		r, err := p.rule(here+".rate_limit", y.RateLimit)
 		if err != nil {
 			return err
 		}
-		if y.RateLimit != nil {
-			r, err := p.rule(here+".rate_limit", y.RateLimit)
-			if err != nil {
-				return err
-			}
-			r.Path, r.Shadow, r.DetailedMetric, r.ValueToMetric = path, y.ShadowMode, y.DetailedMetric, y.ValueToMetric
-			r.FailureMode, r.LocalShare, r.Ban = inh.failure, inh.localShare, inh.ban
-			if !r.Unlimited && r.LocalShare > int(r.RequestsPerUnit) {
-				return p.errAt(here+".rate_limit", "local_share %d is more than the %d requests per window of this rate limit", r.LocalShare, r.RequestsPerUnit)
-			}
-			child.rule = r
-			d.rules = append(d.rules, r)
+		r.Path, r.Shadow, r.DetailedMetric, r.ValueToMetric = path, y.ShadowMode, y.DetailedMetric, y.ValueToMetric
+		r.FailureMode, r.LocalShare, r.Ban = inh.failure, inh.localShare, inh.ban
+		if !r.Unlimited && r.LocalShare > int(r.RequestsPerUnit) {
+			return p.errAt(here+".rate_limit", "local_share %d is more than the %d requests per window of this rate limit", r.LocalShare, r.RequestsPerUnit)
 		}
-		if err := p.descriptors(d, child, here+".descriptors", path, y.Descriptors, depth+1, inh); err != nil {
-			return err
-		}
+		child.rule = r
+		d.rules = append(d.rules, r)
 	}
-	return nil
+	return p.descriptors(d, child, here+".descriptors", path, y.Descriptors, depth+1, inh)
 }
 
 // additions reads flashgate's settings of descriptor y at path here

@@ -114,6 +114,11 @@ func TestConfigErrors(t *testing.T) {
 		"zero_buckets":            `^testdata/bad/zero_buckets\.yaml:4:52: buckets must be between 1 and 1000, not 0`,
 		// ext_authz's own keys: Envoy sends the descriptors
 		"sources": `^testdata/bad/sources\.yaml:2:1: unknown field "sources"`,
+		// a key YAML reads as a number is reported, not skipped
+		"non_string_key": `^testdata/bad/non_string_key\.yaml:1:1: key 0\.25 is a number, not a field name; known fields: domain, descriptors$`,
+		// nesting bombs, refused before they are parsed
+		"nested_flow":  `^testdata/bad/nested_flow\.yaml:1:65: the YAML is nested deeper than 64 levels$`,
+		"nested_block": `^testdata/bad/nested_block\.yaml:66:129: the YAML is nested deeper than 64 levels$`,
 	}
 	for name, want := range tests {
 		t.Run(name, func(t *testing.T) {

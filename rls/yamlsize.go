@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 )
 
 // MaxExpandedNodes bounds the YAML nodes one config file may stand for once
@@ -18,13 +17,8 @@ const MaxExpandedNodes = 1 << 20
 // or that defines an anchor name twice (an alias names the anchor defined
 // before it, so a later one of the same name would let sizes be taken on
 // the wrong node; no configuration needs it). It counts without expanding:
-// an anchor's size is computed once. A file that does not parse is left to
-// the decoder, which reports where.
-func checkExpansion(name string, data []byte) error {
-	f, err := parser.ParseBytes(data, 0)
-	if err != nil {
-		return nil
-	}
+// an anchor's size is computed once.
+func checkExpansion(name string, f *ast.File) *ConfigError {
 	c := expansion{anchors: map[string]ast.Node{}, sizes: map[ast.Node]int{}}
 	collect := anchorCollector{anchors: c.anchors}
 	for _, doc := range f.Docs {

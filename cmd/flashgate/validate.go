@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/rls"
 	"github.com/spf13/cobra"
 )
 
@@ -16,17 +19,18 @@ func newValidateCmd(e env) *cobra.Command {
 are errors) and prints its rules as a table. Without --config (or
 FLASHGATE_CONFIG) it shows the built-in example.
 
-An invalid file is reported as FILE:LINE:COL: message, with exit status 1.`,
+An invalid file is reported as FILE:LINE:COL: message, every error (up to
+20 a file) on a line of its own in file order, with exit status 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if rlsDir != "" {
 				if err := validateRLS(e.stdout, rlsDir); err != nil || file == "" {
-					return err
+					return listErrors(e.stderr, err)
 				}
 			}
 			cfg, err := loadConfig(file)
 			if err != nil {
-				return err
+				return listErrors(e.stderr, err)
 			}
 			if err := cfg.WriteTable(e.stdout); err != nil {
 				return fmt.Errorf("write: %w", err)
@@ -52,4 +56,31 @@ func loadConfig(file string) (*extauthz.Config, error) {
 		return cfg, nil
 	}
 	return extauthz.LoadFile(file)
+}
+
+// listErrors writes every error of a file that has several to w, one
+// FILE:LINE:COL: message a line, and returns a summary in their place; any
+// other error is returned as it is.
+func listErrors(w io.Writer, err error) error {
+	var lines []error
+	var ext extauthz.ConfigErrors
+	var rl rls.ConfigErrors
+	switch {
+	case errors.As(err, &ext):
+		lines = ext.Unwrap()
+	case errors.As(err, &rl):
+		lines = rl.Unwrap()
+	default:
+		return err
+	}
+	for _, l := range lines {
+		if _, werr := fmt.Fprintln(w, l); werr != nil {
+			return fmt.Errorf("write: %w", werr)
+		}
+	}
+	more := ""
+	if len(lines) >= extauthz.MaxErrors {
+		more = " (the first ones; fix them and run again)"
+	}
+	return fmt.Errorf("%d errors%s", len(lines), more)
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -63,5 +65,47 @@ func TestValidate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestValidateEveryError: validate lists every error of a file, one a line
+// in file order on stderr, the same on every run, then exits 1.
+func TestValidateEveryError(t *testing.T) {
+	const f = "testdata/bad_three.yaml"
+	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors"
+	want := f + `:4:5: unknown key "zzz" in a descriptor; ` + known + "\n" +
+		f + `:5:5: unknown key "aaa" in a descriptor; ` + known + "\n" +
+		f + ":8:28: the limit must allow at least 1 request, not 0\n"
+	for range 5 {
+		var stdout, stderr strings.Builder
+		err := runEnv(context.Background(), []string{"validate", "--config", f},
+			env{stdout: &stdout, stderr: &stderr, lookupEnv: func(string) (string, bool) { return "", false }})
+		if err == nil {
+			t.Fatalf("no error; stdout:\n%s", stdout.String())
+		}
+		if stderr.String() != want {
+			t.Fatalf("stderr:\n%s\nwant:\n%s", stderr.String(), want)
+		}
+		if line := errorLine(err); line != "flashgate: 3 errors" {
+			t.Errorf("last line %q", line)
+		}
+	}
+}
+
+// TestValidateRefusesBomb: a nesting bomb, in either format, is refused at
+// its position without being parsed.
+func TestValidateRefusesBomb(t *testing.T) {
+	dir := t.TempDir()
+	bomb := filepath.Join(dir, "bomb.yaml")
+	if err := os.WriteFile(bomb, []byte("domain: d\ndescriptors: "+strings.Repeat("{a: ", 37500)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--config", bomb}, {"--rls-config", dir}} {
+		var stdout, stderr strings.Builder
+		err := runEnv(context.Background(), append([]string{"validate"}, args...),
+			env{stdout: &stdout, stderr: &stderr, lookupEnv: func(string) (string, bool) { return "", false }})
+		if want := bomb + ":2:266: the YAML is nested deeper than 64 levels"; err == nil || !strings.Contains(errorLine(err), want) {
+			t.Errorf("validate %v: %v, want %s", args, err, want)
+		}
 	}
 }

@@ -1,0 +1,183 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEveryError: a file with several mistakes reports all of them, in
+// file order, the same on every run (unknown keys were found by a map
+// walk, in random order).
+func TestEveryError(t *testing.T) {
+	const dir = "testdata/bad_many"
+	f := dir + "/d.yaml:"
+	want := []string{
+		f + `4:5: unknown field "zzz"; known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, failure_mode, local_share, ban`,
+		f + `5:5: unknown field "aaa"; known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, failure_mode, local_share, ban`,
+		f + `6:54: unknown field "yyy"; known fields: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, requests, window, algorithm, buckets`,
+		f + `6:62: unknown field "bbb"; known fields: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, requests, window, algorithm, buckets`,
+		f + `8:18: invalid rate limit unit "fortnight": want second, minute, hour, day or week`,
+		f + `10:5: value "a*b": flashgate supports * only at the end of a value (a prefix match)`,
+	}
+	for range 20 {
+		_, err := LoadDir(dir)
+		var errs ConfigErrors
+		if !errors.As(err, &errs) {
+			t.Fatalf("LoadDir: %v (%T), want ConfigErrors", err, err)
+		}
+		if got := errs.Error(); got != strings.Join(want, "\n") {
+			t.Fatalf("errors:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+		}
+	}
+}
+
+// TestErrorsBounded: no more than MaxErrors errors are reported, the first
+// ones of the file.
+func TestErrorsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	for i := range 50 {
+		fmt.Fprintf(&b, "  - key: k%d\n    typo: 1\n", i)
+	}
+	_, err := ParseFiles([]File{{Name: "d.yaml", Data: []byte(b.String())}})
+	var errs ConfigErrors
+	if !errors.As(err, &errs) || len(errs) != MaxErrors {
+		t.Fatalf("%v, want %d errors", err, MaxErrors)
+	}
+	if errs[0].Line != 4 || errs[MaxErrors-1].Line != 2+2*MaxErrors {
+		t.Errorf("lines %d to %d, want the first ones", errs[0].Line, errs[MaxErrors-1].Line)
+	}
+}
+
+// bombs are nesting bombs of the sizes met in the field.
+var bombs = map[string]struct{ data, at string }{
+	"30 KB of [":     {strings.Repeat("[", 30000), ":1:65: "},
+	"150 KB of {a: ": {"domain: d\ndescriptors: " + strings.Repeat("{a: ", 37500), ":2:266: "},
+	"200 KB of - ":   {"domain: d\ndescriptors:\n" + strings.Repeat("- ", 100000), ":3:127: "},
+}
+
+// TestLoadRefusesBombsBoundedMemory: a nesting bomb in a config directory
+// is refused at its position, having allocated far less than parsing it
+// would (over a gigabyte for these files).
+func TestLoadRefusesBombsBoundedMemory(t *testing.T) {
+	for name, tc := range bombs {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "bomb.yaml")
+			if err := os.WriteFile(path, []byte(tc.data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := LoadDir(dir)
+			runtime.ReadMemStats(&after)
+			var ce *ConfigError
+			if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), path+tc.at+"the YAML is nested deeper than 64 levels") {
+				t.Fatalf("LoadDir: %v, want the nesting refused at %s", err, tc.at)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+				t.Errorf("refusing it allocated %d MiB, want < 64", n>>20)
+			}
+		})
+	}
+}
+
+// TestReloadRefusesBomb: on a live server, a nesting bomb is refused and
+// counted, the config kept, and a valid file written afterwards is picked
+// up: the bomb never holds the watcher.
+func TestReloadRefusesBomb(t *testing.T) {
+	for name, tc := range bombs {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "d.yaml")
+			write := func(s string) {
+				t.Helper()
+				if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("domain: one\ndescriptors:\n  - key: k\n")
+			cfg, err := LoadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := newMemoryServer(t, cfg, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error)
+			go func() { done <- s.WatchDir(ctx, dir, 10*time.Millisecond) }()
+			defer func() { cancel(); <-done }()
+
+			write(tc.data)
+			errs := s.metrics.reloads.WithLabelValues("error")
+			waitUntil(t, "the bomb's error", func() bool { return counterValue(t, errs) == 1 })
+			if s.Config().domains["one"] == nil {
+				t.Fatal("the bomb replaced the config")
+			}
+			write("domain: two\ndescriptors:\n  - key: k\n")
+			ok := s.metrics.reloads.WithLabelValues("success")
+			waitUntil(t, "the valid file after the bomb", func() bool {
+				return s.Config().domains["two"] != nil && counterValue(t, ok) == 1
+			})
+		})
+	}
+}
+
+// TestReadDirRefusesDirectoryOrLoop: a *.yaml entry that is a directory or
+// a symlink loop is an error (counted by a reload), not a file skipped in
+// silence or a domain dropped.
+func TestReadDirRefusesDirectoryOrLoop(t *testing.T) {
+	for name, make := range map[string]func(path string) error{
+		"directory":    func(path string) error { return os.Mkdir(path, 0o755) },
+		"symlink loop": func(path string) error { return os.Symlink(filepath.Base(path), path) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\ndescriptors:\n  - key: k\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			b := filepath.Join(dir, "b.yaml")
+			if err := os.WriteFile(b, []byte("domain: b\ndescriptors:\n  - key: k\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := LoadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := newMemoryServer(t, cfg, nil)
+			if err := os.Remove(b); err != nil {
+				t.Fatal(err)
+			}
+			if err := make(b); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.reloadFrom(dir, false); err == nil {
+				t.Fatal("reload succeeded")
+			}
+			if n := counterValue(t, s.metrics.reloads.WithLabelValues("error")); n != 1 {
+				t.Errorf("%v reload errors counted, want 1", n)
+			}
+			if s.Config().domains["b"] == nil {
+				t.Error("domain b was dropped")
+			}
+		})
+	}
+}
+
+// waitUntil polls cond for up to 10 seconds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
