@@ -269,3 +269,96 @@ func waitFleetSize(t *testing.T, procs []*proc, n int, within time.Duration) {
 		t.Fatalf("fleet sizes %v after %s, want all %d", fleetSizes(procs), within, n)
 	}
 }
+
+// watchFleetSizes samples every sidecar's flashgate_fleet_size until stop
+// is closed and returns a function that waits for the sampler and returns
+// the smallest size each reported (0 for a scrape that failed is ignored).
+func watchFleetSizes(procs []*proc, stop <-chan struct{}) func() []int {
+	low := make([]int, len(procs))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			for i, s := range fleetSizes(procs) {
+				if s > 0 && (low[i] == 0 || s < low[i]) {
+					low[i] = s
+				}
+			}
+		}
+	}()
+	return func() []int { <-done; return low }
+}
+
+// TestFleetRedisCrashLoop: Redis is killed 1.5 s into the burst, restarted
+// empty, and killed again before every sidecar has beaten twice, then kept
+// down. A sidecar's first beat on the empty Redis finds only the members
+// that re-announced so far; the count must not collapse to them, or the
+// second outage runs on shares of a smaller fleet. No window holds more
+// than limit + N - 1 = 7, and no sidecar counts fewer than 3.
+func TestFleetRedisCrashLoop(t *testing.T) {
+	rs := redistest.Start(t)
+	procs := startFleet(t, 3, rs.Addr(), "e2ecrashloop")
+	waitFleetSize(t, procs, 3, 5*time.Second)
+	stopWatch := make(chan struct{})
+	lows := watchFleetSizes(procs, stopWatch)
+	runFleet(t, procs, 6*time.Second, fleetLimit+3-1, func() {
+		rs.Kill()
+		time.Sleep(1200 * time.Millisecond)
+		rs.Restart()
+		time.Sleep(500 * time.Millisecond) // beats go out once a second
+		rs.Kill()
+	})
+	close(stopWatch)
+	if low := lows(); slices.ContainsFunc(low, func(n int) bool { return n < 3 }) {
+		t.Errorf("smallest fleet size each sidecar reported: %v; want 3 throughout (all three lived)", low)
+	}
+}
+
+// TestFleetRedisRestarted: Redis is killed 1.5 s into the burst and
+// restarted empty 1.5 s later. What each sidecar admitted locally in the
+// outage is written back to the shared window before Redis decides for it
+// again, so the window across the return holds no more than limit + N - 1
+// = 7 either, and Redis decides again after the return.
+func TestFleetRedisRestarted(t *testing.T) {
+	rs := redistest.Start(t)
+	procs := startFleet(t, 3, rs.Addr(), "e2erestarted")
+	waitFleetSize(t, procs, 3, 5*time.Second)
+	stopWatch := make(chan struct{})
+	lows := watchFleetSizes(procs, stopWatch)
+	var local, checks []float64
+	runFleet(t, procs, 6*time.Second, fleetLimit+3-1, func() {
+		rs.Kill()
+		time.Sleep(1500 * time.Millisecond)
+		rs.Restart()
+		time.Sleep(1500 * time.Millisecond)
+		for _, p := range procs {
+			m := p.Metrics()
+			local = append(local, m.Value("flashgate_failure_mode_decisions_total", "mode", "local"))
+			checks = append(checks, m.Value("flashgate_checks_total"))
+		}
+	})
+	close(stopWatch)
+	if low := lows(); slices.ContainsFunc(low, func(n int) bool { return n < 3 }) {
+		t.Errorf("smallest fleet size each sidecar reported: %v; want 3 throughout (all three lived)", low)
+	}
+	// After the return Redis decides; a check that times out on a loaded
+	// machine still takes the failure mode, so allow a few.
+	for i, p := range procs {
+		if local[i] == 0 {
+			t.Errorf("sidecar %d never took failure mode local with Redis dead", i)
+		}
+		m := p.Metrics()
+		dl := m.Value("flashgate_failure_mode_decisions_total", "mode", "local") - local[i]
+		dc := m.Value("flashgate_checks_total") - checks[i]
+		if dl > dc/10 {
+			t.Errorf("sidecar %d took failure mode local in %v of %v checks from 1.5 s after Redis returned: Redis should decide", i, dl, dc)
+		}
+	}
+}
