@@ -20,6 +20,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"google.golang.org/grpc"
@@ -233,21 +234,21 @@ func newUserRequests(o benchOptions) (*userRequests, error) {
 		return u, nil
 	}
 	if o.ip != "" {
-		ip, err := parseIP(o.ip)
+		ip, err := checkreq.ParseIP(o.ip)
 		if err != nil {
 			return nil, err
 		}
 		u.fixed = ip
 	}
-	spec := requestSpec{
-		method: strings.ToUpper(o.method), path: o.path, host: "localhost", scheme: "http",
-		headers: map[string]string{"x-uid": "", "x-device-fp": "", "user-agent": "flashgate-bench"},
-		ip:      netip.IPv4Unspecified(),
+	spec := checkreq.Spec{
+		Method: strings.ToUpper(o.method), Path: o.path, Host: "localhost", Scheme: "http",
+		Headers: map[string]string{"x-uid": "", "x-device-fp": "", "user-agent": "flashgate-bench"},
+		IP:      netip.IPv4Unspecified(),
 	}
 	if o.shape == "envoy" {
 		spec = envoyShaped(spec)
 	}
-	u.tmpl = buildCheckRequest(spec)
+	u.tmpl = checkreq.Build(spec)
 	return u, nil
 }
 
@@ -329,7 +330,7 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 
 	conns := make([]*grpc.ClientConn, o.connections)
 	for i := range conns {
-		c, err := dial(o.addr)
+		c, err := checkreq.Dial(o.addr)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/flashgate/flashgate/internal/authtest"
 )
 
 func benchJSON(t *testing.T, args ...string) benchResult {
@@ -57,29 +59,28 @@ func checkBenchInvariants(t *testing.T, r benchResult) {
 }
 
 func TestBenchAgainstLimiter(t *testing.T) {
-	auth := newLimitAuth(5)
-	addr := startGRPC(t, auth)
+	auth := authtest.NewLimitAuth(5)
+	addr := authtest.StartGRPC(t, auth)
 	r := benchJSON(t, "--addr", addr, "--duration", "1s", "--concurrency", "4", "--users", "3", "--hot", "0.5", "--quiet")
 	checkBenchInvariants(t, r)
 	if r.Users != 3 || r.Concurrency != 4 || r.Hot != 0.5 || r.Connections != 2 {
 		t.Errorf("echoed options = %+v", r)
 	}
-	auth.mu.Lock()
-	defer auth.mu.Unlock()
+	count, ips := auth.Counts(), auth.IPs()
 	// Each of the 3 users is admitted 5 times, then denied: as many
 	// admissions as the users' requests allow, however few a loaded
 	// machine managed to send in the second.
 	want := 0
 	for _, uid := range []string{"u0000000", "u0000001", "u0000002"} {
-		want += min(auth.count[uid], 5)
+		want += min(count[uid], 5)
 	}
 	if r.Allowed != uint64(want) {
-		t.Errorf("allowed = %d, want %d (5 per user of %v)", r.Allowed, want, auth.count)
+		t.Errorf("allowed = %d, want %d (5 per user of %v)", r.Allowed, want, count)
 	}
 	// Users are drawn from all 3: a cold user (1/6 of the requests) stays
 	// silent in n requests with probability (5/6)^n, under 1e-9 past 114.
 	for _, uid := range []string{"u0000000", "u0000001", "u0000002"} {
-		if auth.count[uid] == 0 && r.Requests > 114 {
+		if count[uid] == 0 && r.Requests > 114 {
 			t.Errorf("user %s never sent in %d requests", uid, r.Requests)
 		}
 	}
@@ -89,11 +90,11 @@ func TestBenchAgainstLimiter(t *testing.T) {
 	const p = 0.5 + 0.5/3
 	sd := math.Sqrt(p * (1 - p) / float64(r.Requests))
 	lo, hi := min(0.5, p-6*sd), max(0.85, p+6*sd)
-	if hot := float64(auth.count["u0000000"]) / float64(r.Requests); hot < lo || hot > hi {
+	if hot := float64(count["u0000000"]) / float64(r.Requests); hot < lo || hot > hi {
 		t.Errorf("hot user's share = %.2f of %d requests, want %.2f to %.2f", hot, r.Requests, lo, hi)
 	}
-	if len(auth.ips) != 3 {
-		t.Errorf("client IPs = %v, want one per user", auth.ips)
+	if len(ips) != 3 {
+		t.Errorf("client IPs = %v, want one per user", ips)
 	}
 }
 
@@ -120,8 +121,8 @@ func TestBenchNoopTable(t *testing.T) {
 }
 
 func TestBenchPacedAndEncodedPerRequest(t *testing.T) {
-	auth := newLimitAuth(1 << 30)
-	addr := startGRPC(t, auth)
+	auth := authtest.NewLimitAuth(1 << 30)
+	addr := authtest.StartGRPC(t, auth)
 	// More users than are prebuilt: every request is encoded on the fly.
 	r := benchJSON(t, "--addr", addr, "--duration", "1s", "--concurrency", "2", "--users", "300000",
 		"--rate", "200", "--ip", "198.51.100.1", "--quiet")
@@ -133,10 +134,8 @@ func TestBenchPacedAndEncodedPerRequest(t *testing.T) {
 	if r.Requests < 20 || r.Requests > 300 {
 		t.Errorf("%d requests in 1s at --rate 200", r.Requests)
 	}
-	auth.mu.Lock()
-	defer auth.mu.Unlock()
-	if len(auth.ips) != 1 || !auth.ips["198.51.100.1"] {
-		t.Errorf("client IPs = %v, want only --ip", auth.ips)
+	if ips := auth.IPs(); len(ips) != 1 || !ips["198.51.100.1"] {
+		t.Errorf("client IPs = %v, want only --ip", ips)
 	}
 }
 
@@ -158,7 +157,7 @@ func TestRawCodecReadsStatus(t *testing.T) {
 			Status: &status.Status{Code: int32(codes.ResourceExhausted), Message: "over"},
 			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
 				Status:  &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
-				Headers: []*corev3.HeaderValueOption{header("retry-after", "1")},
+				Headers: []*corev3.HeaderValueOption{authtest.Header("retry-after", "1")},
 				Body:    "{}",
 			}},
 		}, int32(codes.ResourceExhausted)},

@@ -3,21 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/flashgate/flashgate/extauthz"
-	"google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // runCmd runs the command line args in-process and returns its stdout,
@@ -27,22 +16,6 @@ func runCmd(t *testing.T, ctx context.Context, args ...string) (string, string, 
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, args, &stdout, &stderr)
 	return stdout.String(), stderr.String(), err
-}
-
-// startGRPC serves auth (with health SERVING) on a loopback port until the
-// test ends and returns its address.
-func startGRPC(t *testing.T, auth authv3.AuthorizationServer) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s := extauthz.NewGRPCServer(auth, hs)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return lis.Addr().String()
 }
 
 // startNoop runs the noop-server command's server on a loopback port until
@@ -69,62 +42,6 @@ func startNoop(t *testing.T) string {
 		}
 	})
 	return lis.Addr().String()
-}
-
-// limitAuth admits the first limit requests of each x-uid and denies the
-// rest with a 429 built as the README describes. It records what it saw.
-type limitAuth struct {
-	authv3.UnimplementedAuthorizationServer
-	limit int
-
-	// mu guards the fields below.
-	mu    sync.Mutex
-	count map[string]int
-	ips   map[string]bool
-	last  *authv3.CheckRequest
-}
-
-func newLimitAuth(limit int) *limitAuth {
-	return &limitAuth{limit: limit, count: map[string]int{}, ips: map[string]bool{}}
-}
-
-func header(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: v}}
-}
-
-func (a *limitAuth) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	uid := req.GetAttributes().GetRequest().GetHttp().GetHeaders()["x-uid"]
-	a.mu.Lock()
-	a.count[uid]++
-	n := a.count[uid]
-	a.ips[req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()] = true
-	a.last = req
-	a.mu.Unlock()
-	limit := fmt.Sprint(a.limit)
-	if n <= a.limit {
-		return &authv3.CheckResponse{
-			Status: &status.Status{Code: int32(codes.OK)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-				ResponseHeadersToAdd: []*corev3.HeaderValueOption{
-					header("x-ratelimit-limit", limit),
-					header("x-ratelimit-remaining", fmt.Sprint(a.limit-n)),
-				},
-			}},
-		}, nil
-	}
-	return &authv3.CheckResponse{
-		Status: &status.Status{Code: int32(codes.ResourceExhausted)},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
-			Headers: []*corev3.HeaderValueOption{
-				header("retry-after", "1"),
-				header("x-ratelimit-limit", limit),
-				header("x-ratelimit-remaining", "0"),
-				header("content-type", "application/json"),
-			},
-			Body: `{"error":"too_many_requests","rule":"per_uid","retry_after_ms":1000}`,
-		}},
-	}, nil
 }
 
 func TestRootHelpAndUnknown(t *testing.T) {
