@@ -83,8 +83,8 @@ func TestCheckJSON(t *testing.T) {
 	}
 }
 
-func TestCheckNoopServer(t *testing.T) {
-	addr := startNoop(t)
+func TestCheckManyAllowed(t *testing.T) {
+	addr := authtest.StartGRPC(t, authtest.NewLimitAuth(1<<30))
 	out, _, err := runCmd(t, context.Background(), "check", "--addr", addr, "--path", "/healthz", "-n", "3")
 	if err != nil {
 		t.Fatalf("check: %v", err)

@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"strings"
 	"testing"
-	"time"
 )
 
 // runCmd runs the command line args in-process and returns its stdout,
@@ -18,45 +16,25 @@ func runCmd(t *testing.T, ctx context.Context, args ...string) (string, string, 
 	return stdout.String(), stderr.String(), err
 }
 
-// startNoop runs the noop-server command's server on a loopback port until
-// the test ends.
-func startNoop(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	var log bytes.Buffer
-	go func() { done <- runNoopServer(ctx, lis, &log) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("noop server: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("noop server did not stop")
-		}
-	})
-	return lis.Addr().String()
-}
-
 func TestRootHelpAndUnknown(t *testing.T) {
 	ctx := context.Background()
 	out, _, err := runCmd(t, ctx)
 	if err != nil {
 		t.Fatalf("flashgate: %v", err)
 	}
-	for _, sub := range []string{"check", "bench", "version"} {
+	for _, sub := range []string{"check", "validate", "version"} {
 		if !strings.Contains(out, sub) {
 			t.Errorf("help does not list %s:\n%s", sub, out)
 		}
 	}
-	if strings.Contains(out, "noop-server") {
-		t.Errorf("help lists the hidden noop-server:\n%s", out)
+	// The load generator and its reference server are flashgate-bench's.
+	for _, gone := range []string{"bench", "noop-server"} {
+		if strings.Contains(out, gone) {
+			t.Errorf("help lists %s:\n%s", gone, out)
+		}
+	}
+	if _, _, err := runCmd(t, ctx, "bench"); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Errorf("bench: err = %v, want unknown command", err)
 	}
 	if _, _, err := runCmd(t, ctx, "frobnicate"); err == nil || !strings.Contains(err.Error(), "unknown command") {
 		t.Errorf("unknown command: err = %v", err)
@@ -77,11 +55,6 @@ func TestFlagErrors(t *testing.T) {
 		"check bad duration":   {[]string{"check", "--path", "/", "--timeout", "soon"}, "invalid argument"},
 		"check extension":      {[]string{"check", "--path", "/", "--context-extension", "novalue"}, "key=value"},
 		"check extra argument": {[]string{"check", "--path", "/", "extra"}, "unknown command"},
-		"bench hot above one":  {[]string{"bench", "--hot", "1.5"}, "--hot"},
-		"bench no workers":     {[]string{"bench", "--concurrency", "0"}, "--concurrency"},
-		"bench no users":       {[]string{"bench", "--users", "0"}, "--users"},
-		"bench zero duration":  {[]string{"bench", "--duration", "0s"}, "--duration"},
-		"bench bad ip":         {[]string{"bench", "--ip", "nope", "--addr", "127.0.0.1:1"}, "--ip"},
 		"version argument":     {[]string{"version", "x"}, "unknown command"},
 	}
 	for name, tc := range tests {

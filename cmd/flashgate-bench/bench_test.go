@@ -21,7 +21,7 @@ import (
 
 func benchJSON(t *testing.T, args ...string) benchResult {
 	t.Helper()
-	out, stderr, err := runCmd(t, context.Background(), append([]string{"bench", "--json"}, args...)...)
+	out, stderr, err := runCmd(t, context.Background(), append([]string{"--json"}, args...)...)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr)
 	}
@@ -47,8 +47,9 @@ func checkBenchInvariants(t *testing.T, r benchResult) {
 	if r.Throughput <= 0 || r.DurationS < 0.5 {
 		t.Errorf("throughput %g over %gs", r.Throughput, r.DurationS)
 	}
-	// The process's CPU time over the run (here the test process, server
-	// included): something, and no more than every core for the whole run.
+	// The process's CPU time over the run (here the test process, with the
+	// server when it runs in-process): something, and no more than every
+	// core for the whole run.
 	if _, measured := processCPU(); !measured {
 		if r.ClientCPUS != 0 {
 			t.Errorf("client CPU %gs on a platform that does not measure it", r.ClientCPUS)
@@ -100,7 +101,7 @@ func TestBenchAgainstLimiter(t *testing.T) {
 
 func TestBenchNoopTable(t *testing.T) {
 	addr := startNoop(t)
-	out, stderr, err := runCmd(t, context.Background(), "bench", "--addr", addr, "--duration", "1100ms",
+	out, stderr, err := runCmd(t, context.Background(), "--addr", addr, "--duration", "1100ms",
 		"--concurrency", "2", "--users", "10", "--rate", "400")
 	if err != nil {
 		t.Fatalf("bench: %v", err)
@@ -140,7 +141,7 @@ func TestBenchPacedAndEncodedPerRequest(t *testing.T) {
 }
 
 func TestBenchUnreachable(t *testing.T) {
-	_, _, err := runCmd(t, context.Background(), "bench", "--addr", "127.0.0.1:1", "--duration", "1s", "--timeout", "200ms")
+	_, _, err := runCmd(t, context.Background(), "--addr", "127.0.0.1:1", "--duration", "1s", "--timeout", "200ms")
 	if err == nil || !strings.Contains(err.Error(), "cannot reach") {
 		t.Fatalf("err = %v, want cannot reach", err)
 	}
