@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"runtime"
@@ -21,7 +20,7 @@ import (
 
 func benchJSON(t *testing.T, args ...string) benchResult {
 	t.Helper()
-	out, stderr, err := runCmd(t, context.Background(), append([]string{"--json"}, args...)...)
+	out, stderr, err := runArgs(append([]string{"--json"}, args...)...)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr)
 	}
@@ -101,7 +100,7 @@ func TestBenchAgainstLimiter(t *testing.T) {
 
 func TestBenchNoopTable(t *testing.T) {
 	addr := startNoop(t)
-	out, stderr, err := runCmd(t, context.Background(), "--addr", addr, "--duration", "1100ms",
+	out, stderr, err := runArgs("--addr", addr, "--duration", "1100ms",
 		"--concurrency", "2", "--users", "10", "--rate", "400")
 	if err != nil {
 		t.Fatalf("bench: %v", err)
@@ -141,7 +140,7 @@ func TestBenchPacedAndEncodedPerRequest(t *testing.T) {
 }
 
 func TestBenchUnreachable(t *testing.T) {
-	_, _, err := runCmd(t, context.Background(), "--addr", "127.0.0.1:1", "--duration", "1s", "--timeout", "200ms")
+	_, _, err := runArgs("--addr", "127.0.0.1:1", "--duration", "1s", "--timeout", "200ms")
 	if err == nil || !strings.Contains(err.Error(), "cannot reach") {
 		t.Fatalf("err = %v, want cannot reach", err)
 	}

@@ -9,13 +9,12 @@ import (
 	"time"
 )
 
-// runCmd runs the command line args in-process and returns its stdout,
-// stderr and error.
-func runCmd(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	err := run(ctx, args, &stdout, &stderr)
-	return stdout.String(), stderr.String(), err
+// runArgs runs flashgate-bench with args in-process, to its end, and
+// returns what it wrote to stdout and stderr, and its error.
+func runArgs(args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
 }
 
 // startNoop runs the noop-server command's server on a loopback port until
@@ -45,8 +44,7 @@ func startNoop(t *testing.T) string {
 }
 
 func TestHelpAndUnknown(t *testing.T) {
-	ctx := context.Background()
-	out, _, err := runCmd(t, ctx, "--help")
+	out, _, err := runArgs("--help")
 	if err != nil {
 		t.Fatalf("flashgate-bench --help: %v", err)
 	}
@@ -56,7 +54,7 @@ func TestHelpAndUnknown(t *testing.T) {
 			t.Errorf("help lacks %s:\n%s", want, out)
 		}
 	}
-	if _, _, err := runCmd(t, ctx, "frobnicate"); err == nil || !strings.Contains(err.Error(), "unknown command") {
+	if _, _, err := runArgs("frobnicate"); err == nil || !strings.Contains(err.Error(), "unknown command") {
 		t.Errorf("unknown command: err = %v", err)
 	}
 }
@@ -76,7 +74,7 @@ func TestFlagErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := runCmd(t, context.Background(), tc.args...)
+			_, _, err := runArgs(tc.args...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.want)
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,7 +74,7 @@ func TestBenchRLSOptions(t *testing.T) {
 		{"--api", "rls", "--domain", ""},
 		{"--api", "rls", "--descriptor-key", "uid,,ip"},
 	} {
-		_, _, err := runCmd(t, context.Background(), append([]string{"--addr", "127.0.0.1:1", "--duration", "1s"}, args...)...)
+		_, _, err := runArgs(append([]string{"--addr", "127.0.0.1:1", "--duration", "1s"}, args...)...)
 		if err == nil || strings.Contains(err.Error(), "cannot reach") {
 			t.Errorf("flashgate-bench %v: err %v, want the option refused", args, err)
 		}
