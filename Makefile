@@ -55,8 +55,10 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./window/ ./extauthz/
 
+## build: the sidecar (bin/flashgate) and the load generator with its reference server (bin/flashgate-bench).
 build:
 	$(GO) build -o bin/flashgate ./cmd/flashgate
+	$(GO) build -o bin/flashgate-bench ./cmd/flashgate-bench
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

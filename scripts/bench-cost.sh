@@ -2,12 +2,13 @@
 # CPU cost per check, server and Redis (issue 11; BENCHMARKS.md §8).
 # usage: scripts/bench-cost.sh OUTDIR ROUNDS BIN...      (build first: go build -o /tmp/fg ./cmd/flashgate)
 #
-# For each round and each binary (alternating, so that a busy machine hits every binary alike) it runs the
-# scenarios of $SCEN (default: all below), 8 s each, $WORKERS workers (default 32), 100,000 users, against a
-# fresh serve (or noop-server) on its own redis-server, and writes bench's JSON to OUTDIR/BIN-SCENARIO-rROUND.json:
+# For each round and each flashgate binary (alternating, so that a busy machine hits every binary alike) it
+# runs the scenarios of $SCEN (default: all below), 8 s each, $WORKERS workers (default 32), 100,000 users,
+# against a fresh serve (or flashgate-bench noop-server) on its own redis-server, with flashgate-bench as the
+# load generator ($BENCH, or built from this checkout), and writes its JSON to OUTDIR/BIN-SCENARIO-rROUND.json:
 # server_cpu_us_per_check (/proc/PID/stat), redis_cpu_us_per_check (INFO cpu) and
 # redis_script_calls_per_check (INFO commandstats), with throughput and p50/p99.
-#   noop          noop-server (the do-nothing ext_authz server), minimal requests
+#   noop          flashgate-bench noop-server (the do-nothing ext_authz server), minimal requests
 #   noop-env      the same, Envoy-shaped requests (--shape envoy)
 #   one-uni       serve, one rule (x-uid, 5/1s), uniform over the users
 #   one-uni-env   the same, Envoy-shaped requests
@@ -16,7 +17,7 @@
 #   ex-uni-env    the same, Envoy-shaped requests
 #   ex-hot        the example, 90% from one user
 #   ex-hot-env    the same, Envoy-shaped requests
-#   noop-paced    noop-server at a fixed 3000 checks/s
+#   noop-paced    flashgate-bench noop-server at a fixed 3000 checks/s
 #   one-paced     one rule at a fixed 3000 checks/s
 set -u
 OUT=$1; ROUNDS=$2; shift 2; mkdir -p "$OUT"
@@ -24,11 +25,12 @@ RP=${RP:-63811}; GP=${GP:-19391}; HP=${HP:-19392}; WORKERS=${WORKERS:-32}
 ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
 # shellcheck source=scripts/bench-lib.sh
 . "$(dirname "$0")/bench-lib.sh"
+bench_tool
 bench_start_redis
 run() { # name bin config(|noop) bench-args...
   local name=$1 bin=$2 mode=$3; shift 3
   if [ "$mode" = noop ]; then
-    "$bin" noop-server --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 &
+    "$BENCH" noop-server --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 &
   else
     # shellcheck disable=SC2086
     "$bin" serve --backend redis --redis-addr 127.0.0.1:$RP --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP \
@@ -39,7 +41,7 @@ run() { # name bin config(|noop) bench-args...
   redis-cli -p $RP flushall >/dev/null
   local redis=""; [ "$mode" != noop ] && redis="--redis-addr 127.0.0.1:$RP"
   # shellcheck disable=SC2086
-  "$bin" bench --addr 127.0.0.1:$GP --duration 8s --concurrency "$WORKERS" --users 100000 --quiet --json \
+  "$BENCH" --addr 127.0.0.1:$GP --duration 8s --concurrency "$WORKERS" --users 100000 --quiet --json \
     --server-pid "$SRV_PID" $redis "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   bench_server_down
 }

@@ -1,6 +1,7 @@
 #!/bin/bash
 # End-to-end runs of BENCHMARKS.md §5 (§2 in session 1), all in one session with the same bench flags.
 # Build first: go build -o /tmp/fg ./cmd/flashgate        usage: scripts/bench-e2e.sh BIN OUTDIR
+# The load generator and the no-op server are flashgate-bench: $BENCH, or built here from this checkout.
 #
 # Runs (10 s each, 32 workers, 2 connections, 100k users): the no-op server (the ceiling), serve
 # --backend memory, serve --backend redis uniform (--hot 0) and attack (--hot 0.9, INFO commandstats
@@ -17,6 +18,9 @@
 # measured under the same constraint.
 set -u
 BIN=$1; OUT=$2; mkdir -p "$OUT"
+# shellcheck source=scripts/bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh"
+bench_tool
 if [ "${PIN:-0}" = 1 ]; then GO_CPU="taskset -c 0"; REDIS_CPU="taskset -c 1"; else GO_CPU=""; REDIS_CPU=""; fi
 RP=63791; GP=19291; HP=19292
 B="--duration 10s --concurrency 32 --users 100000 --quiet --json"
@@ -33,12 +37,12 @@ redis_cpu() { rcli INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{s+=$
 bench() {
   local name=$1; shift
   local s0 r0; s0=$(srv_cpu); r0=$(redis_cpu)
-  $GO_CPU "$BIN" bench --addr 127.0.0.1:$GP $B "$@" > "$OUT/$name.json"
+  $GO_CPU "$BENCH" --addr 127.0.0.1:$GP $B "$@" > "$OUT/$name.json"
   echo "server_cpu_s=$(awk -v a="$s0" -v b="$(srv_cpu)" 'BEGIN{print b-a}') redis_cpu_s=$(awk -v a="$r0" -v b="$(redis_cpu)" 'BEGIN{print b-a}')" > "$OUT/$name.cpu"
 }
 serve_redis() { run_srv "$BIN" serve --backend redis --redis-addr 127.0.0.1:$RP --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP --log-level warn "$@"; }
 
-run_srv "$BIN" noop-server --addr 127.0.0.1:$GP
+run_srv "$BENCH" noop-server --addr 127.0.0.1:$GP
 bench noop --hot 0; stop_srv
 run_srv "$BIN" serve --backend memory --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP --log-level warn
 bench memory --hot 0; stop_srv
@@ -54,7 +58,7 @@ done
 
 HALF=$(grep -o '"throughput":[0-9.]*' "$OUT/redis_uniform.json" | awk -F: '{printf "%d", $2/2}')
 echo "$HALF" > "$OUT/half_rate.txt"
-run_srv "$BIN" noop-server --addr 127.0.0.1:$GP
+run_srv "$BENCH" noop-server --addr 127.0.0.1:$GP
 bench noop_half --hot 0 --rate "$HALF"; stop_srv
 for hz in 10 100; do
   rcli CONFIG SET hz $hz >/dev/null; rcli LATENCY RESET >/dev/null

@@ -1,18 +1,22 @@
 #!/bin/bash
 # half-peak latency (redis), RSS flood (memory), bytes/key, redis-benchmark
 OUT=${OUT:-/tmp/fgb/final}; mkdir -p $OUT; BIN=${BIN:-/tmp/fg}; HALF=${HALF:?set HALF to half the redis uniform peak}
+# The load generator: flashgate-bench, $BENCH or built from this checkout.
+# shellcheck source=scripts/bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh"
+bench_tool
 RP=63796; GP=19295; HP=19296
 redis-server --port $RP --save '' --appendonly no --daemonize yes --logfile $OUT/redis2.log >/dev/null; sleep 0.5
 wait_port() { for i in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$GP) 2>/dev/null && break; sleep 0.1; done; sleep 0.5; }
 # 1. latency at half peak, redis backend, uniform
 $BIN serve --backend redis --redis-addr 127.0.0.1:$RP --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP --log-level warn > $OUT/srv2.log 2>&1 & SRV=$!; wait_port
-$BIN bench --addr 127.0.0.1:$GP --duration 10s --concurrency 32 --users 100000 --hot 0 --rate $HALF --quiet --json > $OUT/redis_halfpeak.json
+$BENCH --addr 127.0.0.1:$GP --duration 10s --concurrency 32 --users 100000 --hot 0 --rate $HALF --quiet --json > $OUT/redis_halfpeak.json
 # CPU of redis at half peak is not measured here
 kill $SRV; wait $SRV 2>/dev/null
 # 2. RSS with a 1,000,000-user flood on the memory backend
 $BIN serve --backend memory --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP --log-level warn > $OUT/srv3.log 2>&1 & SRV=$!; wait_port
 grep -E "VmRSS" /proc/$SRV/status > $OUT/rss_before.txt
-$BIN bench --addr 127.0.0.1:$GP --duration 30s --concurrency 32 --users 1000000 --hot 0 --quiet --json > $OUT/memory_flood.json
+$BENCH --addr 127.0.0.1:$GP --duration 30s --concurrency 32 --users 1000000 --hot 0 --quiet --json > $OUT/memory_flood.json
 grep -E "VmRSS|VmHWM" /proc/$SRV/status > $OUT/rss_after.txt
 curl -s 127.0.0.1:$HP/metrics | grep -E "^go_memstats_heap_inuse_bytes|^flashgate_checks_total" > $OUT/flood_metrics.txt
 kill $SRV; wait $SRV 2>/dev/null

@@ -1,6 +1,16 @@
 # Shared by scripts/bench-cost.sh and scripts/bench-ratelimit.sh (sourced, after OUT, RP, GP and HP are set):
-# their redis-server and the server under test, started on free ports and stopped on any exit.
+# their redis-server and the server under test, started on free ports and stopped on any exit; and, for
+# every bench script, the load generator.
 SRV_PID=""
+
+# bench_tool sets BENCH to the load generator and reference server, flashgate-bench: $BENCH if set, else
+# built from this checkout into OUT. It is the same for every server binary a script compares.
+bench_tool() {
+  if [ -z "${BENCH:-}" ]; then
+    BENCH="$OUT/flashgate-bench"
+    (cd "$(dirname "${BASH_SOURCE[0]}")/.." && go build -o "$BENCH" ./cmd/flashgate-bench) || exit 1
+  fi
+}
 
 bench_cleanup() {
   bench_server_down

@@ -3,6 +3,7 @@
 # BENCHMARKS.md §9).
 # usage: scripts/bench-ratelimit.sh OUTDIR ROUNDS FLASHGATE_BIN [RATELIMIT_BIN]
 #   FLASHGATE_BIN: go build -o /tmp/fg ./cmd/flashgate
+#   the load generator: flashgate-bench, $BENCH or built here from this checkout
 #   RATELIMIT_BIN: envoyproxy/ratelimit's service_cmd; built here from the Go module proxy when not given
 #                  (RL_VERSION, default latest: go mod download, then go build ./src/service_cmd in a copy)
 #
@@ -25,7 +26,7 @@
 #   fg-authz-ex   ext_authz Check on flashgate's built-in example (the same three limits, one script call)
 #   fg-authz      flashgate's own API: ext_authz Check, one rule x-uid 5/1s, minimal requests
 #   fg-authz-env  the same, Envoy-shaped requests (--shape envoy)
-#   noop          flashgate noop-server: a do-nothing ext_authz server, minimal requests
+#   noop          flashgate-bench noop-server: a do-nothing ext_authz server, minimal requests
 set -u
 OUT=$1; ROUNDS=$2; FG=$3; RL=${4:-}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 RP=${RP:-63831}; GP=${GP:-19591}; HP=${HP:-19592}
@@ -60,6 +61,7 @@ YAML
 ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
 # shellcheck source=scripts/bench-lib.sh
 . "$(dirname "$0")/bench-lib.sh"
+bench_tool
 bench_start_redis
 run() { # name kind(rl|fg|noop) server-args-or-env... -- bench-args...
   local name=$1 kind=$2; shift 2
@@ -73,12 +75,12 @@ run() { # name kind(rl|fg|noop) server-args-or-env... -- bench-args...
           "$RL" > "$OUT/srv.log" 2>&1 & ;;
     fg) "$FG" serve --backend redis --redis-addr 127.0.0.1:$RP --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP \
           --log-level warn "${sargs[@]}" > "$OUT/srv.log" 2>&1 & ;;
-    noop) "$FG" noop-server --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 & ;;
+    noop) "$BENCH" noop-server --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 & ;;
   esac
   SRV_PID=$!
   bench_server_up "$name" || return
   local redis=(--redis-addr 127.0.0.1:$RP); [ "$kind" = noop ] && redis=()
-  "$FG" bench --addr 127.0.0.1:$GP --duration 8s --concurrency 32 --users 100000 --quiet --json \
+  "$BENCH" --addr 127.0.0.1:$GP --duration 8s --concurrency 32 --users 100000 --quiet --json \
     --server-pid "$SRV_PID" "${redis[@]}" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   bench_server_down
 }

@@ -2,7 +2,8 @@
 # The textbook script served end to end the way flashgate serves its own (issue 11; BENCHMARKS.md §12).
 # usage: scripts/textbook-e2e.sh OUTDIR ROUNDS
 #
-# Builds two binaries of this checkout's HEAD in a throwaway worktree: flashgate as it is, and one with
+# Builds two binaries of this checkout's HEAD in a throwaway worktree (and the load generator, flashgate-bench,
+# unless $BENCH names one): flashgate as it is, and one with
 # scripts/textbook-e2e.patch applied. The patched one sends every one-key check as its own EVALSHA of the textbook
 # script (../shared/reference/sliding_window.lua, or $TEXTBOOK), the checks queued behind a call in flight
 # written together in one pipeline (as redis-benchmark -P does), and turns its 1/0 into flashgate's reply.
@@ -27,8 +28,9 @@ trap 'git -C "$REPO" worktree remove --force "$W/src" >/dev/null 2>&1; rm -rf "$
 # Both binaries from HEAD (uncommitted changes are in neither): flashgate as it is, then with the patch.
 git -C "$REPO" worktree add --quiet --detach "$W/src" HEAD
 (cd "$W/src" && go build -o "$W/fg_flashgate" ./cmd/flashgate)
+[ -n "${BENCH:-}" ] || { (cd "$W/src" && go build -o "$W/flashgate-bench" ./cmd/flashgate-bench); BENCH=$W/flashgate-bench; }
 git -C "$W/src" apply "$REPO/scripts/textbook-e2e.patch"
 (cd "$W/src" && go build -o "$W/textbook.bin" ./cmd/flashgate)
 printf '#!/bin/sh\nFG_TEXTBOOK='"'"'%s'"'"' exec '"'"'%s'"'"' "$@"\n' "$TEXTBOOK" "$W/textbook.bin" > "$W/fg_textbook"
 chmod +x "$W/fg_textbook"
-SCEN=${SCEN:-one-uni one-paced} "$REPO/scripts/bench-cost.sh" "$OUT" "$ROUNDS" "$W/fg_flashgate" "$W/fg_textbook"
+BENCH=$BENCH SCEN=${SCEN:-one-uni one-paced} "$REPO/scripts/bench-cost.sh" "$OUT" "$ROUNDS" "$W/fg_flashgate" "$W/fg_textbook"

@@ -11,6 +11,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 )
@@ -89,28 +90,28 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 	if !strings.HasPrefix(o.path, "/") {
 		return fmt.Errorf("--path %q: must start with /", o.path)
 	}
-	ip, err := parseIP(o.ip)
+	ip, err := checkreq.ParseIP(o.ip)
 	if err != nil {
 		return err
 	}
-	headers, err := parseHeaders(o.headers)
+	headers, err := checkreq.ParseHeaders(o.headers)
 	if err != nil {
 		return err
 	}
-	ext, err := parsePairs("context-extension", o.extensions)
+	ext, err := checkreq.ParsePairs("context-extension", o.extensions)
 	if err != nil {
 		return err
 	}
-	conn, err := dial(o.addr)
+	conn, err := checkreq.Dial(o.addr)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	client := authv3.NewAuthorizationClient(conn)
 
-	spec := requestSpec{
-		method: strings.ToUpper(o.method), path: o.path, host: o.host, scheme: o.scheme,
-		headers: headers, ip: ip, contextExtensions: ext,
+	spec := checkreq.Spec{
+		Method: strings.ToUpper(o.method), Path: o.path, Host: o.host, Scheme: o.scheme,
+		Headers: headers, IP: ip, ContextExtensions: ext,
 	}
 	enc := json.NewEncoder(stdout)
 	var failed int
@@ -119,8 +120,8 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		spec.id = newRequestID()
-		req := buildCheckRequest(spec)
+		spec.ID = checkreq.NewID()
+		req := checkreq.Build(spec)
 		callCtx, cancel := context.WithTimeout(ctx, o.timeout)
 		start := time.Now()
 		resp, err := client.Check(callCtx, req)

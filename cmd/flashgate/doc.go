@@ -5,12 +5,10 @@
 //	flashgate serve     the server; every flag also as FLASHGATE_<FLAG>
 //	flashgate check     an ext_authz client: one CheckRequest, n times, one line per answer
 //	flashgate validate  load a descriptors file and print its rules (errors FILE:LINE:COL)
-//	flashgate bench     a load generator against a running server
 //	flashgate version   module version and VCS commit from the build info
 //
-// A hidden command, `flashgate noop-server --addr A`, is a benchmarking aid:
-// an ext_authz server with serve's gRPC settings that admits everything, the
-// ceiling `flashgate bench` compares serve against with the same flags.
+// The load generator and the do-nothing reference server are not in this
+// binary: they are cmd/flashgate-bench.
 //
 // main only calls run(ctx, args, stdout, stderr), which returns an error;
 // main prints it once and exits 1. Descriptors-file errors print as

@@ -3,21 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/flashgate/flashgate/extauthz"
-	"google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // runCmd runs the command line args in-process and returns its stdout,
@@ -29,117 +16,25 @@ func runCmd(t *testing.T, ctx context.Context, args ...string) (string, string, 
 	return stdout.String(), stderr.String(), err
 }
 
-// startGRPC serves auth (with health SERVING) on a loopback port until the
-// test ends and returns its address.
-func startGRPC(t *testing.T, auth authv3.AuthorizationServer) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s := extauthz.NewGRPCServer(auth, hs)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return lis.Addr().String()
-}
-
-// startNoop runs the noop-server command's server on a loopback port until
-// the test ends.
-func startNoop(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	var log bytes.Buffer
-	go func() { done <- runNoopServer(ctx, lis, &log) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("noop server: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("noop server did not stop")
-		}
-	})
-	return lis.Addr().String()
-}
-
-// limitAuth admits the first limit requests of each x-uid and denies the
-// rest with a 429 built as the README describes. It records what it saw.
-type limitAuth struct {
-	authv3.UnimplementedAuthorizationServer
-	limit int
-
-	// mu guards the fields below.
-	mu    sync.Mutex
-	count map[string]int
-	ips   map[string]bool
-	last  *authv3.CheckRequest
-}
-
-func newLimitAuth(limit int) *limitAuth {
-	return &limitAuth{limit: limit, count: map[string]int{}, ips: map[string]bool{}}
-}
-
-func header(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: v}}
-}
-
-func (a *limitAuth) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	uid := req.GetAttributes().GetRequest().GetHttp().GetHeaders()["x-uid"]
-	a.mu.Lock()
-	a.count[uid]++
-	n := a.count[uid]
-	a.ips[req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()] = true
-	a.last = req
-	a.mu.Unlock()
-	limit := fmt.Sprint(a.limit)
-	if n <= a.limit {
-		return &authv3.CheckResponse{
-			Status: &status.Status{Code: int32(codes.OK)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-				ResponseHeadersToAdd: []*corev3.HeaderValueOption{
-					header("x-ratelimit-limit", limit),
-					header("x-ratelimit-remaining", fmt.Sprint(a.limit-n)),
-				},
-			}},
-		}, nil
-	}
-	return &authv3.CheckResponse{
-		Status: &status.Status{Code: int32(codes.ResourceExhausted)},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
-			Headers: []*corev3.HeaderValueOption{
-				header("retry-after", "1"),
-				header("x-ratelimit-limit", limit),
-				header("x-ratelimit-remaining", "0"),
-				header("content-type", "application/json"),
-			},
-			Body: `{"error":"too_many_requests","rule":"per_uid","retry_after_ms":1000}`,
-		}},
-	}, nil
-}
-
 func TestRootHelpAndUnknown(t *testing.T) {
 	ctx := context.Background()
 	out, _, err := runCmd(t, ctx)
 	if err != nil {
 		t.Fatalf("flashgate: %v", err)
 	}
-	for _, sub := range []string{"check", "bench", "version"} {
+	for _, sub := range []string{"check", "validate", "version"} {
 		if !strings.Contains(out, sub) {
 			t.Errorf("help does not list %s:\n%s", sub, out)
 		}
 	}
-	if strings.Contains(out, "noop-server") {
-		t.Errorf("help lists the hidden noop-server:\n%s", out)
+	// The load generator and its reference server are flashgate-bench's.
+	for _, gone := range []string{"bench", "noop-server"} {
+		if strings.Contains(out, gone) {
+			t.Errorf("help lists %s:\n%s", gone, out)
+		}
+	}
+	if _, _, err := runCmd(t, ctx, "bench"); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Errorf("bench: err = %v, want unknown command", err)
 	}
 	if _, _, err := runCmd(t, ctx, "frobnicate"); err == nil || !strings.Contains(err.Error(), "unknown command") {
 		t.Errorf("unknown command: err = %v", err)
@@ -160,11 +55,6 @@ func TestFlagErrors(t *testing.T) {
 		"check bad duration":   {[]string{"check", "--path", "/", "--timeout", "soon"}, "invalid argument"},
 		"check extension":      {[]string{"check", "--path", "/", "--context-extension", "novalue"}, "key=value"},
 		"check extra argument": {[]string{"check", "--path", "/", "extra"}, "unknown command"},
-		"bench hot above one":  {[]string{"bench", "--hot", "1.5"}, "--hot"},
-		"bench no workers":     {[]string{"bench", "--concurrency", "0"}, "--concurrency"},
-		"bench no users":       {[]string{"bench", "--users", "0"}, "--users"},
-		"bench zero duration":  {[]string{"bench", "--duration", "0s"}, "--duration"},
-		"bench bad ip":         {[]string{"bench", "--ip", "nope", "--addr", "127.0.0.1:1"}, "--ip"},
 		"version argument":     {[]string{"version", "x"}, "unknown command"},
 	}
 	for name, tc := range tests {

@@ -41,7 +41,7 @@ func newRootCmd(e env) *cobra.Command {
 		Short: "Exact sliding-window rate limits for Envoy ext_authz, on Redis",
 		Long: `flashgate is an Envoy ext_authz (gRPC, API v3) server that enforces exact
 sliding-window-log rate limits on Redis (or in memory), and the tools to
-probe, validate and load-test it.`,
+probe and validate it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// No arguments: print help rather than succeed silently.
@@ -57,9 +57,7 @@ probe, validate and load-test it.`,
 	root.AddCommand(
 		newServeCmd(e),
 		newCheckCmd(e),
-		newBenchCmd(e),
 		newValidateCmd(e),
-		newNoopServerCmd(e),
 		newVersionCmd(e),
 	)
 	return root

@@ -2,7 +2,6 @@ package main
 
 import (
 	"net/netip"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -10,15 +9,14 @@ import (
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
-// TestBenchCostAgainstRedis: bench with --shape envoy against serve on a
-// real Redis reports the server's CPU (this test process hosts it), Redis's
+// TestBenchCostAgainstRedis: flashgate-bench with --shape envoy against a
+// flashgate serve process on a real Redis reports the server's CPU, Redis's
 // CPU and the script calls that decided the checks.
 func TestBenchCostAgainstRedis(t *testing.T) {
 	r := redistest.Start(t)
-	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "tcost", "--redis-timeout", "1s")
-	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
-	res := benchJSON(t, "--addr", s.grpcAddr, "--duration", "1s", "--concurrency", "2", "--users", "5000",
-		"--shape", "envoy", "--server-pid", strconv.Itoa(os.Getpid()), "--redis-addr", r.Addr(), "--quiet")
+	addr, pid := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "tcost", "--redis-timeout", "1s")
+	res := benchJSON(t, "--addr", addr, "--duration", "1s", "--concurrency", "2", "--users", "5000",
+		"--shape", "envoy", "--server-pid", strconv.Itoa(pid), "--redis-addr", r.Addr(), "--quiet")
 	checkBenchInvariants(t, res)
 	if res.Shape != "envoy" {
 		t.Errorf("shape %q, want envoy", res.Shape)
@@ -27,7 +25,7 @@ func TestBenchCostAgainstRedis(t *testing.T) {
 		t.Fatalf("no admitted requests: %+v", res)
 	}
 	if res.ServerCPUS <= 0 || res.ServerCPUPerCheck <= 0 {
-		t.Errorf("server CPU %gs (%g µs per check): want > 0 (the server runs in this process)", res.ServerCPUS, res.ServerCPUPerCheck)
+		t.Errorf("server CPU %gs (%g µs per check): want > 0 (the server process answered every check)", res.ServerCPUS, res.ServerCPUPerCheck)
 	}
 	// 5,000 users: a user repeats rarely and never reaches a limit, so the
 	// local cache refuses nothing and every check reaches Redis, alone or

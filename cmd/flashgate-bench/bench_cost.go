@@ -10,17 +10,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // envoyShaped adds to s what Envoy's ext_authz filter really sends for a
 // browser's request behind a load balancer: the pseudo-headers and
-// x-request-id (buildCheckRequest adds those), x-forwarded-*, tracing
+// x-request-id (checkreq.Build adds those), x-forwarded-*, tracing
 // headers, a user agent, a 1 KB cookie, about twenty headers in all, and a
 // per-route context_extensions entry. x-forwarded-for and
 // x-envoy-external-address follow each user's IP.
-func envoyShaped(s requestSpec) requestSpec {
+func envoyShaped(s checkreq.Spec) checkreq.Spec {
 	h := map[string]string{
 		"user-agent":               "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
 		"accept":                   "application/json, text/plain, */*",
@@ -41,14 +42,14 @@ func envoyShaped(s requestSpec) requestSpec {
 		"traceparent":              "00-80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-00",
 		"sec-fetch-site":           "same-origin",
 	}
-	for k, v := range s.headers {
+	for k, v := range s.Headers {
 		h[k] = v
 	}
-	s.headers = h
-	s.host = "shop.example"
-	s.scheme = "https"
-	s.id = newRequestID()
-	s.contextExtensions = map[string]string{"route": "coupon", "tenant": "shop"}
+	s.Headers = h
+	s.Host = "shop.example"
+	s.Scheme = "https"
+	s.ID = checkreq.NewID()
+	s.ContextExtensions = map[string]string{"route": "coupon", "tenant": "shop"}
 	return s
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"math"
 	"runtime"
@@ -15,11 +14,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/flashgate/flashgate/internal/authtest"
 )
 
 func benchJSON(t *testing.T, args ...string) benchResult {
 	t.Helper()
-	out, stderr, err := runCmd(t, context.Background(), append([]string{"bench", "--json"}, args...)...)
+	out, stderr, err := runArgs(append([]string{"--json"}, args...)...)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr)
 	}
@@ -45,8 +46,9 @@ func checkBenchInvariants(t *testing.T, r benchResult) {
 	if r.Throughput <= 0 || r.DurationS < 0.5 {
 		t.Errorf("throughput %g over %gs", r.Throughput, r.DurationS)
 	}
-	// The process's CPU time over the run (here the test process, server
-	// included): something, and no more than every core for the whole run.
+	// The process's CPU time over the run (here the test process, with the
+	// server when it runs in-process): something, and no more than every
+	// core for the whole run.
 	if _, measured := processCPU(); !measured {
 		if r.ClientCPUS != 0 {
 			t.Errorf("client CPU %gs on a platform that does not measure it", r.ClientCPUS)
@@ -57,29 +59,28 @@ func checkBenchInvariants(t *testing.T, r benchResult) {
 }
 
 func TestBenchAgainstLimiter(t *testing.T) {
-	auth := newLimitAuth(5)
-	addr := startGRPC(t, auth)
+	auth := authtest.NewLimitAuth(5)
+	addr := authtest.StartGRPC(t, auth)
 	r := benchJSON(t, "--addr", addr, "--duration", "1s", "--concurrency", "4", "--users", "3", "--hot", "0.5", "--quiet")
 	checkBenchInvariants(t, r)
 	if r.Users != 3 || r.Concurrency != 4 || r.Hot != 0.5 || r.Connections != 2 {
 		t.Errorf("echoed options = %+v", r)
 	}
-	auth.mu.Lock()
-	defer auth.mu.Unlock()
+	count, ips := auth.Counts(), auth.IPs()
 	// Each of the 3 users is admitted 5 times, then denied: as many
 	// admissions as the users' requests allow, however few a loaded
 	// machine managed to send in the second.
 	want := 0
 	for _, uid := range []string{"u0000000", "u0000001", "u0000002"} {
-		want += min(auth.count[uid], 5)
+		want += min(count[uid], 5)
 	}
 	if r.Allowed != uint64(want) {
-		t.Errorf("allowed = %d, want %d (5 per user of %v)", r.Allowed, want, auth.count)
+		t.Errorf("allowed = %d, want %d (5 per user of %v)", r.Allowed, want, count)
 	}
 	// Users are drawn from all 3: a cold user (1/6 of the requests) stays
 	// silent in n requests with probability (5/6)^n, under 1e-9 past 114.
 	for _, uid := range []string{"u0000000", "u0000001", "u0000002"} {
-		if auth.count[uid] == 0 && r.Requests > 114 {
+		if count[uid] == 0 && r.Requests > 114 {
 			t.Errorf("user %s never sent in %d requests", uid, r.Requests)
 		}
 	}
@@ -89,17 +90,17 @@ func TestBenchAgainstLimiter(t *testing.T) {
 	const p = 0.5 + 0.5/3
 	sd := math.Sqrt(p * (1 - p) / float64(r.Requests))
 	lo, hi := min(0.5, p-6*sd), max(0.85, p+6*sd)
-	if hot := float64(auth.count["u0000000"]) / float64(r.Requests); hot < lo || hot > hi {
+	if hot := float64(count["u0000000"]) / float64(r.Requests); hot < lo || hot > hi {
 		t.Errorf("hot user's share = %.2f of %d requests, want %.2f to %.2f", hot, r.Requests, lo, hi)
 	}
-	if len(auth.ips) != 3 {
-		t.Errorf("client IPs = %v, want one per user", auth.ips)
+	if len(ips) != 3 {
+		t.Errorf("client IPs = %v, want one per user", ips)
 	}
 }
 
 func TestBenchNoopTable(t *testing.T) {
 	addr := startNoop(t)
-	out, stderr, err := runCmd(t, context.Background(), "bench", "--addr", addr, "--duration", "1100ms",
+	out, stderr, err := runArgs("--addr", addr, "--duration", "1100ms",
 		"--concurrency", "2", "--users", "10", "--rate", "400")
 	if err != nil {
 		t.Fatalf("bench: %v", err)
@@ -120,8 +121,8 @@ func TestBenchNoopTable(t *testing.T) {
 }
 
 func TestBenchPacedAndEncodedPerRequest(t *testing.T) {
-	auth := newLimitAuth(1 << 30)
-	addr := startGRPC(t, auth)
+	auth := authtest.NewLimitAuth(1 << 30)
+	addr := authtest.StartGRPC(t, auth)
 	// More users than are prebuilt: every request is encoded on the fly.
 	r := benchJSON(t, "--addr", addr, "--duration", "1s", "--concurrency", "2", "--users", "300000",
 		"--rate", "200", "--ip", "198.51.100.1", "--quiet")
@@ -133,15 +134,13 @@ func TestBenchPacedAndEncodedPerRequest(t *testing.T) {
 	if r.Requests < 20 || r.Requests > 300 {
 		t.Errorf("%d requests in 1s at --rate 200", r.Requests)
 	}
-	auth.mu.Lock()
-	defer auth.mu.Unlock()
-	if len(auth.ips) != 1 || !auth.ips["198.51.100.1"] {
-		t.Errorf("client IPs = %v, want only --ip", auth.ips)
+	if ips := auth.IPs(); len(ips) != 1 || !ips["198.51.100.1"] {
+		t.Errorf("client IPs = %v, want only --ip", ips)
 	}
 }
 
 func TestBenchUnreachable(t *testing.T) {
-	_, _, err := runCmd(t, context.Background(), "bench", "--addr", "127.0.0.1:1", "--duration", "1s", "--timeout", "200ms")
+	_, _, err := runArgs("--addr", "127.0.0.1:1", "--duration", "1s", "--timeout", "200ms")
 	if err == nil || !strings.Contains(err.Error(), "cannot reach") {
 		t.Fatalf("err = %v, want cannot reach", err)
 	}
@@ -158,7 +157,7 @@ func TestRawCodecReadsStatus(t *testing.T) {
 			Status: &status.Status{Code: int32(codes.ResourceExhausted), Message: "over"},
 			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
 				Status:  &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
-				Headers: []*corev3.HeaderValueOption{header("retry-after", "1")},
+				Headers: []*corev3.HeaderValueOption{authtest.Header("retry-after", "1")},
 				Body:    "{}",
 			}},
 		}, int32(codes.ResourceExhausted)},

@@ -20,6 +20,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"google.golang.org/grpc"
@@ -58,16 +59,17 @@ type benchOptions struct {
 // reused buffer.
 const prebuildMax = 200_000
 
+// newBenchCmd returns the load generator's command (flashgate-bench's root).
 func newBenchCmd(e env) *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench --addr A --duration D --concurrency N --users N --hot F [--path P] [--api authz|rls [--domain D] [--descriptor-key K[,K...]]] [--json]",
+		Use:   "flashgate-bench --addr A --duration D --concurrency N --users N --hot F [--path P] [--api authz|rls [--domain D] [--descriptor-key K[,K...]]] [--json]",
 		Short: "Load-test a running ext_authz (or rate limit service) server",
-		Long: `bench sends ext_authz Check requests (or, with --api rls, the rate limit
-service's ShouldRateLimit requests) to a running server from --concurrency
-workers for --duration, and reports throughput, allowed/denied/errors and the
-latency distribution (p50/p90/p99/p99.9/max, measured in log buckets to
-within 1.6%).
+		Long: `flashgate-bench sends ext_authz Check requests (or, with --api rls, the rate
+limit service's ShouldRateLimit requests) to a running server from
+--concurrency workers for --duration, and reports throughput,
+allowed/denied/errors and the latency distribution (p50/p90/p99/p99.9/max,
+measured in log buckets to within 1.6%).
 
 Each request is one of --users distinct users', drawn uniformly, except that
 a fraction --hot of all requests comes from one abusive user (uid u0000000).
@@ -80,8 +82,11 @@ it should have been sent.
 
 Progress goes to stderr: a redrawn line on a terminal, a line per second
 otherwise (--quiet: none). The result goes to stdout: a table, or one JSON
-object with --json.`,
-		Example: `  flashgate bench --addr 127.0.0.1:9191 --duration 10s --concurrency 32 --users 100000 --hot 0.9 --json`,
+object with --json.
+
+flashgate-bench noop-server serves the reference it compares flashgate serve
+with: an ext_authz server on serve's gRPC settings that admits everything.`,
+		Example: `  flashgate-bench --addr 127.0.0.1:9191 --duration 10s --concurrency 32 --users 100000 --hot 0.9 --json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd.Context(), e, o)
@@ -233,21 +238,21 @@ func newUserRequests(o benchOptions) (*userRequests, error) {
 		return u, nil
 	}
 	if o.ip != "" {
-		ip, err := parseIP(o.ip)
+		ip, err := checkreq.ParseIP(o.ip)
 		if err != nil {
 			return nil, err
 		}
 		u.fixed = ip
 	}
-	spec := requestSpec{
-		method: strings.ToUpper(o.method), path: o.path, host: "localhost", scheme: "http",
-		headers: map[string]string{"x-uid": "", "x-device-fp": "", "user-agent": "flashgate-bench"},
-		ip:      netip.IPv4Unspecified(),
+	spec := checkreq.Spec{
+		Method: strings.ToUpper(o.method), Path: o.path, Host: "localhost", Scheme: "http",
+		Headers: map[string]string{"x-uid": "", "x-device-fp": "", "user-agent": "flashgate-bench"},
+		IP:      netip.IPv4Unspecified(),
 	}
 	if o.shape == "envoy" {
 		spec = envoyShaped(spec)
 	}
-	u.tmpl = buildCheckRequest(spec)
+	u.tmpl = checkreq.Build(spec)
 	return u, nil
 }
 
@@ -329,7 +334,7 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 
 	conns := make([]*grpc.ClientConn, o.connections)
 	for i := range conns {
-		c, err := dial(o.addr)
+		c, err := checkreq.Dial(o.addr)
 		if err != nil {
 			return err
 		}
@@ -657,3 +662,5 @@ func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,122 @@
+package authtest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"sync"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/flashgate/flashgate/extauthz"
+)
+
+// StartGRPC serves auth, with health SERVING, on a loopback port until the
+// test ends, on the gRPC server settings flashgate serves with
+// (extauthz.NewGRPCServer), and returns its address.
+func StartGRPC(t testing.TB, auth authv3.AuthorizationServer) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s := extauthz.NewGRPCServer(auth, hs)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return lis.Addr().String()
+}
+
+// LimitAuth is an ext_authz server that admits the first Limit requests of
+// each x-uid, for ever, and denies the rest with a 429 built as the README
+// describes; it records what it saw. It is safe for concurrent use.
+type LimitAuth struct {
+	authv3.UnimplementedAuthorizationServer
+	limit int
+
+	// mu guards the fields below.
+	mu    sync.Mutex
+	count map[string]int
+	ips   map[string]bool
+	last  *authv3.CheckRequest
+}
+
+var _ authv3.AuthorizationServer = (*LimitAuth)(nil)
+
+// NewLimitAuth returns a LimitAuth that admits limit requests per x-uid.
+func NewLimitAuth(limit int) *LimitAuth {
+	return &LimitAuth{limit: limit, count: map[string]int{}, ips: map[string]bool{}}
+}
+
+// Counts returns how many requests each x-uid sent (the header's value; ""
+// for none).
+func (a *LimitAuth) Counts() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.count)
+}
+
+// IPs returns the set of client addresses (source.address) seen.
+func (a *LimitAuth) IPs() map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.ips)
+}
+
+// Last returns the last request received, or nil.
+func (a *LimitAuth) Last() *authv3.CheckRequest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
+}
+
+// Header returns the HeaderValueOption k: v, as flashgate's responses carry
+// their headers.
+func Header(k, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, Value: v}}
+}
+
+// Check implements service Authorization.
+func (a *LimitAuth) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	uid := req.GetAttributes().GetRequest().GetHttp().GetHeaders()["x-uid"]
+	a.mu.Lock()
+	a.count[uid]++
+	n := a.count[uid]
+	a.ips[req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()] = true
+	a.last = req
+	a.mu.Unlock()
+	limit := fmt.Sprint(a.limit)
+	if n <= a.limit {
+		return &authv3.CheckResponse{
+			Status: &status.Status{Code: int32(codes.OK)},
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
+				ResponseHeadersToAdd: []*corev3.HeaderValueOption{
+					Header("x-ratelimit-limit", limit),
+					Header("x-ratelimit-remaining", fmt.Sprint(a.limit-n)),
+				},
+			}},
+		}, nil
+	}
+	return &authv3.CheckResponse{
+		Status: &status.Status{Code: int32(codes.ResourceExhausted)},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
+			Headers: []*corev3.HeaderValueOption{
+				Header("retry-after", "1"),
+				Header("x-ratelimit-limit", limit),
+				Header("x-ratelimit-remaining", "0"),
+				Header("content-type", "application/json"),
+			},
+			Body: `{"error":"too_many_requests","rule":"per_uid","retry_after_ms":1000}`,
+		}},
+	}, nil
+}
