@@ -2,6 +2,7 @@ package window
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync/atomic"
@@ -195,13 +196,20 @@ func (f *Fallback) Decide(ctx context.Context, hits []Hit) (Decision, error) {
 // admissions are written back (see [Fallback]).
 func (f *Fallback) DecideAfter(ctx context.Context, hits []Hit, cause error) (Decision, error) {
 	n := max(f.size(), 1)
+	timedOut := Classify(cause) == KindTimeout
 	d, err := f.mem.decide(ctx, hits, func(h *Hit, l *memLog, now int64) int {
 		// The key's seed, as of now, is its log's (for its retry-after).
 		hk := f.hash(h.Key)
 		l.seen, l.seenUntil, _ = f.seeds.load(hk, h.Limit.Requests, now)
 		return max(allowance(h, l, now, n)-f.pendingOf(hk), 0)
-	}, Classify(cause) == KindTimeout, f.admit)
+	}, timedOut, f.admit)
 	if f.wb != nil && err == nil && d.Allowed {
+		switch {
+		case errors.Is(cause, ErrRestoring):
+			f.wb.markHeld() // admitted while held off: written back before the key's calls go on
+		case !timedOut:
+			f.wb.markDown() // an outage's admission: it holds its key's calls off until written back
+		}
 		f.wb.poke()
 	}
 	return d, err

@@ -488,3 +488,24 @@ func TestRestoreCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteBackTimeoutHoldsNothingOff: a request admitted locally because
+// its call timed out (Redis slow, not down) is written back, but the key's
+// next calls still go to Redis: only an outage holds calls off, so a slow
+// Redis does not turn into local decisions.
+func TestWriteBackTimeoutHoldsNothingOff(t *testing.T) {
+	_, c := startRedis(t)
+	r := newTestRedis(t, c, RedisOptions{})
+	sc := newSidecar(t, r, r, FallbackOptions{Now: newStepClock().Now})
+	h := hit(testKeys(t).Key("uid", "slow"), 5, time.Minute)
+	if d, err := sc.f.DecideAfter(context.Background(), []Hit{h}, errTimeout); err != nil || !d.Allowed {
+		t.Fatalf("timed-out request: %+v, %v", d, err)
+	}
+	d, byRedis, err := sc.check(t, h)
+	if err != nil || !byRedis {
+		t.Fatalf("the key's next check after a timeout: by Redis %v, %v; want Redis to decide", byRedis, err)
+	}
+	if d.Count < 1 || d.Count > 2 {
+		t.Fatalf("Redis's count %d: want 1 (this check) or 2 (the timed-out admission written back first)", d.Count)
+	}
+}

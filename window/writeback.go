@@ -4,10 +4,13 @@ package window
 // (FallbackOptions.WriteBack) remembers every request it admits locally, by
 // key: the admission's time, cost and a member id of its own (0x01, a
 // random per-process prefix, then a sequence number; request ids never
-// begin with 0x01). While a key has admissions not yet written back, the
-// limiter [Fallback.Watch] returns does not send its calls on (it returns
-// ErrRestoring: the caller takes its failure mode, for a local rule the
-// Fallback again), and rounds write every remembered admission still
+// begin with 0x01). After an outage (a connection error or an open breaker
+// while admissions wait), while a key has admissions not yet written back,
+// the limiter [Fallback.Watch] returns does not send its calls on (it
+// returns ErrRestoring: the caller takes its failure mode, for a local rule
+// the Fallback again). Admissions made because calls timed out (Redis slow,
+// not down) are written back too, but hold no call off: the key's next
+// calls go to Redis as before. Rounds write every remembered admission still
 // inside its window back: one starts after a local admission, the next as
 // soon as the previous landed while admissions remain, and after a failed
 // round a retry follows on a timer (10 ms, doubling to 100 ms) or as soon as
@@ -20,8 +23,8 @@ package window
 // The rest of the fleet writes back too, each sidecar when it sees Redis
 // again. So that no sidecar's Redis decisions miss what the others admitted
 // and have not written back yet, a sidecar that met Redis down while it
-// held admissions to write back (a round failed on a connection error or a
-// timeout, or a call below Watch on a connection error or an open breaker)
+// held admissions to write back (a round, or a call below Watch, failed on a
+// connection error, or a call met an open breaker)
 // keeps every call on its failure mode for Settle after Redis first answers
 // again (a round landed, or a call succeeded), writing back what it admits
 // meanwhile.
@@ -87,6 +90,7 @@ type writeBack struct {
 	keys        atomic.Int64 // keys in shards
 	settleUntil atomic.Int64 // UnixNano: every call takes its failure mode until then; 0 for none
 	down        atomic.Bool  // Redis failed while admissions waited, and has not answered since
+	outage      atomic.Bool  // the admissions waiting include an outage's: they hold their keys' calls off
 	waiting     atomic.Bool  // a retry is scheduled (timer)
 	closed      atomic.Bool  // the restorer is closed: no more rounds
 
@@ -198,7 +202,9 @@ func (w *writeBack) gated() bool { return w.keys.Load() > 0 || w.settleUntil.Loa
 func (w *writeBack) gate(hits []Hit) error {
 	if w.keys.Load() > 0 && w.holds(hits) {
 		w.poke()
-		return ErrRestoring
+		if w.outage.Load() {
+			return ErrRestoring
+		}
 	}
 	if until := w.settleUntil.Load(); until != 0 {
 		if w.now().UnixNano() < until {
@@ -223,11 +229,11 @@ func (w *writeBack) poke() {
 // failed notes a call below Watch that failed with err: a connection error
 // or an open breaker while admissions wait marks Redis down.
 func (w *writeBack) failedCall(err error) {
-	if w.keys.Load() == 0 || w.down.Load() {
+	if w.keys.Load() == 0 || (w.down.Load() && w.outage.Load()) {
 		return
 	}
 	if k := Classify(err); k == KindConnection || k == KindBreakerOpen {
-		w.down.Store(true)
+		w.markDown()
 	}
 }
 
@@ -250,6 +256,21 @@ func (w *writeBack) answeredLocked() {
 		w.waiting.Store(false)
 	}
 	w.startLocked()
+}
+
+// markHeld makes the admissions waiting hold their keys' calls off.
+func (w *writeBack) markHeld() {
+	if !w.outage.Load() {
+		w.outage.Store(true)
+	}
+}
+
+// markDown notes an outage: Redis cannot be reached while admissions wait.
+func (w *writeBack) markDown() {
+	w.markHeld()
+	if !w.down.Load() {
+		w.down.Store(true)
+	}
 }
 
 // settleIfDown begins the settle if Redis was down: it answered again.
@@ -291,8 +312,8 @@ func (w *writeBack) round() {
 	case KindClosed:
 		w.closed.Store(true)
 		return
-	case KindConnection, KindTimeout:
-		w.down.Store(true)
+	case KindConnection:
+		w.markDown()
 	}
 	w.backoff = min(max(2*w.backoff, restoreRetryMin), restoreRetryMax)
 	w.waiting.Store(true)
@@ -330,7 +351,9 @@ func (w *writeBack) writeAll() error {
 			k.trim(now)
 			if len(k.adm) == 0 {
 				delete(s.keys, key)
-				w.keys.Add(-1)
+				if w.keys.Add(-1) == 0 {
+					w.outage.Store(false)
+				}
 				continue
 			}
 			chunk = append(chunk, wbSent{key: key, limit: k.limit, adm: slices.Clone(k.adm)})
@@ -381,7 +404,9 @@ func (w *writeBack) send(sent []wbSent) error {
 			k.adm = append(k.adm[:0], k.adm[i:]...)
 			if len(k.adm) == 0 {
 				delete(sh.keys, s.key)
-				w.keys.Add(-1)
+				if w.keys.Add(-1) == 0 {
+					w.outage.Store(false)
+				}
 			}
 		}
 		sh.mu.Unlock()
