@@ -28,36 +28,33 @@
 -- B changed) moves each counter to the new sub-window that holds its old one's last instant.
 -- An exact hit on a key that holds a width (the rule was bucketed before a reload, or another
 -- rule or override with the same key is) converts it back: each counter becomes entries at its
--- sub-window's end (at the latest now), the newest `limit` of them, its member ids among them. A key hit twice in one request is loaded (and converted) once,
--- by its first hit: it keeps that hit's kind, width and window for the request, and the other
--- hits compare their own limit and cost with its count.
+-- sub-window's end (at the latest now), the newest `limit` of them, its member ids among them.
+-- A key hit twice in one request is loaded (and converted) once, by its first hit: it keeps that
+-- hit's kind, width and window for the request, and the other hits compare their own limit and
+-- cost with its count.
 --
 -- Idempotent: a retried call never records a request twice. Where there is room, ZADD NX adds
 -- nothing that an earlier attempt added (bucketed: and then the counter is not incremented); a
 -- full key that already holds the member counts it as admitted. A denied request is recorded
 -- in no key (an earlier attempt's entries, or its counts, are removed).
 --
--- Cost: an exact key with no entries takes ZCARD, ZADD and PEXPIRE, and no arithmetic on now. A
--- key with entries whose count has room for the cost even untrimmed is checked for a width
--- (ZSCORE) and trimmed (ZREMRANGEBYSCORE, whose reply corrects the count): no score is read, as
--- Redis formats a score it replies with %.17g. A one-key request's key without that room is read
--- from its oldest entry (ZRANGE 0 0): trimmed only if that entry left the window; where the key is
--- full and one entry must leave for the cost to fit, the retry-after is that entry's. A
--- several-keys request's key with entries is checked for a width and trimmed; its fresh exact
--- keys of cost 1 take ZCARD, ZADD and PEXPIRE, as a lone one does. ZSCORE of the member runs
--- only where a key is full.
--- Numbers: what Redis 7.0 is given as a Lua number it formats with %.17g, and what Lua is given
--- as a string it parses with strtod; each costs a lone call more than a Redis command's own
--- work (callgrind: BENCHMARKS.md §13). So the spec is binary (struct.unpack reads it without
--- parsing text), Redis TIME's reply is joined into now's decimal string, an exact key's scores
--- and lifetime go to redis.call as the strings received, and now becomes a number only where a
--- key has entries (its trim bound then by string.format's %d). The bucketed paths pass numbers,
--- exact for µs timestamps with %.17g. Lua's own tostring (%.14g) would round them: never used.
+-- Why it is written as it is: Redis 7.0 formats a Lua number given to a command with %.17g and
+-- Lua parses a string with strtod, each dearer than a command's own work, so the spec is binary,
+-- Redis TIME's reply is joined into now's decimal string, an exact key's scores and lifetime go
+-- to Redis as the strings received, and now becomes a number only where a key has entries (its
+-- trim bound then by %d); Lua's tostring (%.14g) would round µs and is never used. An exact key
+-- whose count has room even untrimmed is trimmed without reading a score (Redis formats every
+-- score it replies); one that may be full is read from its oldest entry, which tells whether to
+-- trim, whether it holds counters (scores up to SPLIT) and, when one entry must leave, the
+-- retry-after. Every function and table the top level makes is made again on every call, so the
+-- functions live in helpers() and buckets(), made by the first request that needs them, and a
+-- one-key request is decided in place, with its fresh key's ZADD and PEXPIRE inline: folding it
+-- into the several-keys loop or its key into the helpers costs a lone call more than 5% of its
+-- instructions (BENCHMARKS.md §15).
 
--- helpers returns the functions of every path but a lone fresh exact key's (see the loop
--- below), made by a call's first request that needs one: a function defined at the top level is
--- a closure made on every call, and a lone call on a fresh key needs none. Its field B, the
--- bucketed keys' functions, is made by the call's first bucketed hit.
+-- helpers returns the functions of every path but a one-key request's fresh exact key, made by
+-- a call's first request that needs one. Its field B, the bucketed keys' functions, is made by
+-- the call's first bucketed hit.
 local function helpers()
   local h = {}
   local WIDTH = '\0w' -- a bucketed key's member holding its sub-window width
@@ -344,8 +341,7 @@ local function spec(s)
   return limit, window, cost, nb, string.sub(s, 22), shadow
 end
 
--- Globals read once: each read of a global is a table lookup, and the loop makes several per
--- request (callgrind: ~1.2k instructions a lone call, BENCHMARKS.md §14).
+-- Globals read once: each read of a global is a table lookup, several per request.
 local call, argv, keys = redis.call, ARGV, KEYS
 local H     -- helpers(), once a request needs them
 local clock -- Redis TIME: now in µs as a decimal string
@@ -357,10 +353,9 @@ local ls, llimit, lwindow, lcost, lnb, lttl
 local out, o = { false, false, false }, 0 -- sized for a lone one-key request
 local a, k = 1, 0
 local nargv = #argv
--- The several-keys path's scratch tables, made by its first request (most calls have none) with
--- room for four hits (a table grown one index at a time is rehashed at 1, 2 and 4), and per hit
--- position the spec last read there and its fields: a batch's requests mostly come from one rule
--- set, so hit i's spec is mostly the one before's hit i's.
+-- The several-keys path's scratch tables, made by its first request with room for four hits (a
+-- table grown one index at a time is rehashed at 1, 2 and 4), and per hit position the spec last
+-- read there and its fields: a batch's requests mostly come from one rule set.
 local cards, states, retries, bstates, windows, costs, ttls, specs, fields
 while a <= nargv do
   local member, nows, n = argv[a], argv[a + 1], argv[a + 2]
@@ -418,9 +413,8 @@ while a <= nargv do
           end
         end
       end
-      -- Cost 1 inline, here and in the several-keys path, rather than in a shared function: a
-      -- function defined at the top level is a closure made on every call (~1.8k instructions
-      -- a call, callgrind), and most calls need only ZADD and PEXPIRE.
+      -- Cost 1 inline, here and in the several-keys path: most calls need only ZADD and PEXPIRE,
+      -- and no helpers (see the top).
       if card + cost <= limit then
         if cost == 1 then
           card = card + call('ZADD', key, 'NX', nows, member)
