@@ -358,7 +358,9 @@ func TestFleetRedisRestarted(t *testing.T) {
 		dl := m.Value("flashgate_failure_mode_decisions_total", "mode", "local") - local[i]
 		dc := m.Value("flashgate_checks_total") - checks[i]
 		if dl > dc/10 {
-			t.Errorf("sidecar %d took failure mode local in %v of %v checks from 1.5 s after Redis returned: Redis should decide", i, dl, dc)
+			t.Errorf("sidecar %d took failure mode local in %v of %v checks from 1.5 s after Redis returned (errors so far: timeout %v, connection %v, breaker_open %v): Redis should decide",
+				i, dl, dc, m.Value("flashgate_backend_errors_total", "kind", "timeout"),
+				m.Value("flashgate_backend_errors_total", "kind", "connection"), m.Value("flashgate_backend_errors_total", "kind", "breaker_open"))
 		}
 	}
 }

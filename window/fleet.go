@@ -109,8 +109,11 @@ type Fleet struct {
 	ttl     time.Duration
 	timeout time.Duration
 	now     func() time.Time
-	// mu serialises beats, so that each merges the view of the one before.
+	// mu serialises beats, so that each merges the view of the one before;
+	// it guards failing.
 	mu sync.Mutex
+	// failing is set when a beat failed after the last one that answered.
+	failing bool
 	// last is the last beat that answered; nil before the first.
 	last atomic.Pointer[fleetView]
 }
@@ -121,6 +124,8 @@ type Fleet struct {
 type fleetView struct {
 	at      int64
 	members map[string]int64
+	// kept are the members counted though Redis no longer held them.
+	kept map[string]bool
 	// expiries are the members' expiries, sorted.
 	expiries []int64
 }
@@ -203,6 +208,7 @@ func (f *Fleet) call(ctx context.Context, leave string) error {
 	sent := f.now()
 	res, err := f.script.Run(ctx, f.client, []string{f.key}, f.id, f.ttl.Milliseconds(), leave).StringSlice()
 	if err != nil {
+		f.failing = true
 		return fmt.Errorf("fleet heartbeat on %s: %w", f.key, err)
 	}
 	if leave == "1" {
@@ -214,13 +220,17 @@ func (f *Fleet) call(ctx context.Context, leave string) error {
 		return fmt.Errorf("fleet heartbeat on %s: %w", f.key, err)
 	}
 	f.last.Store(v)
+	f.failing = false
 	return nil
 }
 
 // merge returns the view of a beat sent at sent that answered res at got:
 // the members res holds live, and those of the last view that res neither
-// holds nor says left, while their announcements, shifted by the time the
-// count stood frozen, have not expired.
+// holds nor says left while they would still be alive. After beats failed
+// (an outage), the time the count stood frozen is added to their expiries,
+// and a member Redis held at the last answer but holds no more (it lost the
+// set) is kept a whole TTL from now, once: time for it to announce itself
+// again. f.mu is held.
 func (f *Fleet) merge(res []string, sent, got time.Time) (*fleetView, error) {
 	if len(res) == 0 {
 		return nil, errors.New("an empty reply")
@@ -247,16 +257,27 @@ func (f *Fleet) merge(res []string, sent, got time.Time) (*fleetView, error) {
 		left[id] = true
 	}
 	if prev := f.last.Load(); prev != nil {
-		// The time the count stood frozen: from one beat after the last
-		// answer (see Size) to now.
-		frozen := max(v.at-(prev.at+int64(f.beat())), 0)
+		var frozen int64 // from one beat after the last answer (see Size) to now
+		if f.failing {
+			frozen = max(v.at-(prev.at+int64(f.beat())), 0)
+		}
 		for id, exp := range prev.members {
 			if _, ok := v.members[id]; ok || left[id] {
 				continue
 			}
-			if exp += frozen; exp > v.at {
-				v.members[id] = exp
+			// Half a beat of margin: a member that just expired may look
+			// alive by the clock offsets' jitter between two beats.
+			if exp += frozen; exp <= v.at+int64(f.beat())/2 {
+				continue
 			}
+			if !prev.kept[id] && f.failing {
+				exp = max(exp, v.at+int64(f.ttl))
+			}
+			v.members[id] = exp
+			if v.kept == nil {
+				v.kept = make(map[string]bool)
+			}
+			v.kept[id] = true
 		}
 	}
 	v.expiries = make([]int64, 0, len(v.members))
