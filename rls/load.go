@@ -15,7 +15,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -278,7 +278,7 @@ func parseFile(f File) (*Domain, error) {
 	if y.Domain == "" {
 		return nil, p.errAt("$", "config file cannot have an empty domain")
 	}
-	d := &Domain{Name: y.Domain, File: f.Name, keyRule: extauthz.ReservedRulePrefix + y.Domain, root: *newNode()}
+	d := &Domain{Name: y.Domain, File: f.Name, keyRule: enforce.ReservedRulePrefix + y.Domain, root: *newNode()}
 	if err := p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}); err != nil {
 		return nil, err
 	}
@@ -287,7 +287,7 @@ func parseFile(f File) (*Domain, error) {
 
 // inherited are flashgate's settings a descriptor passes to nested ones.
 type inherited struct {
-	failure    extauthz.FailureMode
+	failure    enforce.FailureMode
 	localShare int
 	ban        *window.Ban
 }
@@ -364,7 +364,7 @@ func (p fileParser) descriptors(d *Domain, n *node, at, parent string, ds []yaml
 // (failure_mode, local_share, ban) over the ones it inherits.
 func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (inherited, error) {
 	if y.FailureMode != nil {
-		m, err := extauthz.ParseFailureMode(*y.FailureMode)
+		m, err := enforce.ParseFailureMode(*y.FailureMode)
 		if err != nil {
 			return inh, p.errAt(here+".failure_mode", "failure_mode %q must be local, allow or deny", *y.FailureMode)
 		}

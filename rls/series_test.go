@@ -154,7 +154,7 @@ func TestStaleCallKeepsSeriesDropped(t *testing.T) {
 		return cfg
 	}
 	g := &gate{entered: make(chan struct{}), release: make(chan struct{})}
-	s, reg := newMemoryServer(t, parse(domainYAML("d", "old", "kept")), func(o *Options) { o.Limiter = g })
+	s, reg := newMemoryServer(t, parse(domainYAML("d", "old", "kept")), func(o *testOptions) { o.Limiter = g })
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.ShouldRateLimit(context.Background(), request("d", desc("k", "old")))

@@ -95,17 +95,11 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(b.collectors()...)
-	opts := extauthz.Options{
-		Limiter:     b.limiter,
-		Keys:        o.keys,
-		FailureMode: o.failureMode,
-		Shadow:      o.shadow,
-		Registerer:  reg,
-		Logger:      log,
+	core, err := newCore(o, b, reg, log)
+	if err != nil {
+		return err
 	}
-	if b.fallback != nil { // a nil *Fallback must not become a non-nil Limiter
-		opts.Fallback = b.fallback
-	}
+	opts := extauthz.Options{Core: core, Keys: o.keys}
 	if o.rlsConfig != "" {
 		opts.HealthServices = []string{rls.ServiceName}
 	}
@@ -113,7 +107,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	rlsSrv, err := newRLS(o, opts)
+	rlsSrv, err := newRLS(o, core)
 	if err != nil {
 		return err
 	}
