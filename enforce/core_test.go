@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -54,26 +55,6 @@ func hits(shadow ...bool) []window.Hit {
 		hs[i] = window.Hit{Key: fmt.Sprint("k", i), Rule: fmt.Sprint("r", i), Limit: window.Limit{Requests: 1, Window: time.Second}, Shadow: s}
 	}
 	return hs
-}
-
-// counter is the value of family's series whose one label is value.
-func counter(t *testing.T, reg *prometheus.Registry, family, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if ls := m.GetLabel(); len(ls) == 1 && ls[0].GetValue() == value {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 func newFront(t *testing.T, opts enforce.Options, fe enforce.FrontEnd) (*enforce.Front, *prometheus.Registry) {
@@ -167,17 +148,17 @@ func TestDecideFailureModes(t *testing.T) {
 					t.Errorf("Decided(%d) = %v, want %v", i, !want, want)
 				}
 			}
-			if got := counter(t, reg, "flashgate_failure_mode_decisions_total", tc.counted); got != 1 {
+			if got := enforcetest.Counter(t, reg, "flashgate_failure_mode_decisions_total", tc.counted); got != 1 {
 				t.Errorf("failure_mode_decisions{%s} = %v, want 1", tc.counted, got)
 			}
-			if got := counter(t, reg, "flashgate_backend_errors_total", "timeout"); got != 1 {
+			if got := enforcetest.Counter(t, reg, "flashgate_backend_errors_total", "timeout"); got != 1 {
 				t.Errorf("backend_errors{timeout} = %v, want 1", got)
 			}
 			wantFbErr := 0.0
 			if tc.fallbackErr != nil {
 				wantFbErr = 1
 			}
-			if got := counter(t, reg, "flashgate_backend_errors_total", "fallback"); got != wantFbErr {
+			if got := enforcetest.Counter(t, reg, "flashgate_backend_errors_total", "fallback"); got != wantFbErr {
 				t.Errorf("backend_errors{fallback} = %v, want %v", got, wantFbErr)
 			}
 		})
@@ -217,7 +198,7 @@ func TestDecideLimiter(t *testing.T) {
 				if r == tc.reason {
 					want = 1
 				}
-				if got := counter(t, reg, "flashgate_local_denials_total", r); got != want {
+				if got := enforcetest.Counter(t, reg, "flashgate_local_denials_total", r); got != want {
 					t.Errorf("local_denials{%s} = %v, want %v", r, got, want)
 				}
 			}
@@ -251,7 +232,7 @@ func TestFrontMetrics(t *testing.T) {
 		{"flashgate_failure_mode_decisions_total", "allow"}:     0,
 		{"flashgate_backend_errors_total", "timeout"}:           0,
 	} {
-		if got := counter(t, reg, series[0], series[1]); got != want {
+		if got := enforcetest.Counter(t, reg, series[0], series[1]); got != want {
 			t.Errorf("%s{%s} = %v, want %v", series[0], series[1], got, want)
 		}
 	}

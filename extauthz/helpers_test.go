@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/testclock"
 )
@@ -179,7 +180,7 @@ func (e *env) counter(name string, labels ...string) float64 {
 	case "reloads":
 		c = m.reloads.WithLabelValues(labels...)
 	case "backend_errors", "failure_mode", "local_denials":
-		return e.coreCounter(map[string]string{
+		return enforcetest.Counter(e.t, e.reg, map[string]string{
 			"backend_errors": "flashgate_backend_errors_total",
 			"failure_mode":   "flashgate_failure_mode_decisions_total",
 			"local_denials":  "flashgate_local_denials_total",
@@ -192,27 +193,6 @@ func (e *env) counter(name string, labels ...string) float64 {
 		e.t.Fatal(err)
 	}
 	return out.GetCounter().GetValue()
-}
-
-// coreCounter is the value of the series of counter family whose one label
-// is value, 0 when it has none.
-func (e *env) coreCounter(family, value string) float64 {
-	e.t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if ls := m.GetLabel(); len(ls) == 1 && ls[0].GetValue() == value {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 func uid(u string) map[string]string { return map[string]string{"x-uid": u} }

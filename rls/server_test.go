@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -354,7 +355,7 @@ func TestFailureModes(t *testing.T) {
 		t.Fatalf("local: %v, want 3 OK then OVER_LIMIT", codes)
 	}
 	for mode, reg := range regs {
-		if n := gathered(t, reg, "flashgate_rls_failure_mode_decisions_total", mode.String()); n < 1 {
+		if n := enforcetest.Counter(t, reg, "flashgate_rls_failure_mode_decisions_total", mode.String()); n < 1 {
 			t.Errorf("%s: flashgate_rls_failure_mode_decisions_total{mode=%q} = %v", mode, mode, n)
 		}
 	}
@@ -405,27 +406,6 @@ func TestReload(t *testing.T) {
 	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), `unknown field "bogus"`) {
 		t.Fatalf("Reload: %v, want the file's error", err)
 	}
-}
-
-// gathered is the value of the series of counter family whose one label
-// is value, as reg exports it; 0 when it has none.
-func gathered(t *testing.T, reg prometheus.Gatherer, family, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if ls := m.GetLabel(); len(ls) == 1 && ls[0].GetValue() == value {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 // counterValue reads a counter.
