@@ -140,6 +140,9 @@ func (f *Front) Mode(m FailureMode) FailureMode {
 	return m
 }
 
+// Metrics returns the metrics the front-end counts itself.
+func (f *Front) Metrics() FrontMetrics { return f.m.front }
+
 // HasFallback reports whether failure mode local has a fallback limiter;
 // without one it admits like allow.
 func (f *Front) HasFallback() bool { return f.c.opts.Fallback != nil }

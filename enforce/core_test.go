@@ -206,8 +206,9 @@ func TestDecideLimiter(t *testing.T) {
 	}
 }
 
-// TestFrontMetrics: each front-end counts under its own names, registered
-// once however often its Front is taken; the RLS has no backend latency.
+// TestFrontMetrics: each front-end counts under its own names, its own
+// metrics (FrontMetrics) and the core's, registered once however often its
+// Front is taken; the RLS has no backend latency.
 func TestFrontMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c, err := enforce.New(enforce.Options{Limiter: &limiter{err: errDown}, FailureMode: enforce.FailureAllow, Registerer: reg})
@@ -226,6 +227,9 @@ func TestFrontMetrics(t *testing.T) {
 		fronts[fe] = f
 	}
 	fronts[enforce.RLS].Decide(context.Background(), hits(false), modes{enforce.FailureDefault})
+	for _, f := range fronts { // a CounterVec is gathered once it has a child
+		f.Metrics().Requests.WithLabelValues("d", "r", enforce.DecisionAllowed).Inc()
+	}
 	for series, want := range map[[2]string]float64{
 		{"flashgate_rls_failure_mode_decisions_total", "allow"}: 1,
 		{"flashgate_rls_backend_errors_total", "timeout"}:       1,
@@ -245,8 +249,10 @@ func TestFrontMetrics(t *testing.T) {
 		names = append(names, mf.GetName())
 	}
 	want := []string{
-		"flashgate_backend_errors_total", "flashgate_failure_mode_decisions_total", "flashgate_local_denials_total",
-		"flashgate_redis_duration_seconds", "flashgate_rls_backend_errors_total", "flashgate_rls_failure_mode_decisions_total", "flashgate_rls_local_denials_total",
+		"flashgate_backend_errors_total", "flashgate_check_duration_seconds", "flashgate_checks_total",
+		"flashgate_config_reloads_total", "flashgate_failure_mode_decisions_total", "flashgate_local_denials_total",
+		"flashgate_redis_duration_seconds", "flashgate_rls_backend_errors_total", "flashgate_rls_config_reloads_total", "flashgate_rls_failure_mode_decisions_total", "flashgate_rls_local_denials_total",
+		"flashgate_rls_request_duration_seconds", "flashgate_rls_requests_total",
 	}
 	if !slices.Equal(names, want) {
 		t.Errorf("families %v, want %v", names, want)

@@ -15,10 +15,13 @@
 //
 // It counts what it decided in the metrics that belong to the policy, not
 // to a protocol: backend errors by kind, failure-mode decisions, local
-// denials and the backend's latency. Each front-end has its own named set
-// of them (the names are a user contract that predates this package), see
-// [FrontEnd]; the per-rule decision counters stay with the front-ends,
-// whose names and labels they carry.
+// denials and the backend's latency. Every metric of a front-end is named
+// in one table here, registered once by the core: each front-end has a set
+// of its own, under the names it has always exported (a user contract),
+// see [FrontEnd]. The front-ends count their requests by rule and
+// decision, their latency and their reloads themselves, in
+// [FrontMetrics]: which rule a request counts under is the protocol's
+// business.
 //
 // The rule fields both front-ends share are checked here too:
 // [ValidHeaderName] and [ReservedRulePrefix].

@@ -41,11 +41,26 @@ func (f FrontEnd) String() string {
 // metricOpts name one front-end's metrics; a zero backendDur exports no
 // backend latency.
 type metricOpts struct {
+	// The front-end's own, counted by it (FrontMetrics).
+	requests, duration, reloads prometheus.Opts
+	// The core's, counted by Decide.
 	backendErrs, failureModes, localDenials, backendDur prometheus.Opts
 }
 
 var frontMetrics = [numFrontEnds]metricOpts{
 	ExtAuthz: {
+		requests: prometheus.Opts{
+			Name: "flashgate_checks_total",
+			Help: "ext_authz checks by domain, binding rule (empty when no rule matched) and decision.",
+		},
+		duration: prometheus.Opts{
+			Name: "flashgate_check_duration_seconds",
+			Help: "Time to answer one ext_authz check, mapping and response included.",
+		},
+		reloads: prometheus.Opts{
+			Name: "flashgate_config_reloads_total",
+			Help: "Descriptors file reloads by result: success or error.",
+		},
 		backendErrs: prometheus.Opts{
 			Name: "flashgate_backend_errors_total",
 			Help: "Checks the backend could not decide, by kind: timeout, canceled, connection, breaker_open, invalid_hit, fallback, other.",
@@ -64,6 +79,18 @@ var frontMetrics = [numFrontEnds]metricOpts{
 		},
 	},
 	RLS: {
+		requests: prometheus.Opts{
+			Name: "flashgate_rls_requests_total",
+			Help: "ShouldRateLimit calls by domain, binding rule (rate_limit.name, else its descriptor path; empty when none matched) and decision.",
+		},
+		duration: prometheus.Opts{
+			Name: "flashgate_rls_request_duration_seconds",
+			Help: "Time to answer one ShouldRateLimit call.",
+		},
+		reloads: prometheus.Opts{
+			Name: "flashgate_rls_config_reloads_total",
+			Help: "ratelimit config directory reloads by result: success or error.",
+		},
 		backendErrs: prometheus.Opts{
 			Name: "flashgate_rls_backend_errors_total",
 			Help: "ShouldRateLimit calls the backend could not decide, by kind (window.ErrKind, or fallback).",
@@ -79,9 +106,38 @@ var frontMetrics = [numFrontEnds]metricOpts{
 	},
 }
 
-// DurationBuckets are the buckets of flashgate's latency histograms, in
-// seconds.
-var DurationBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}
+// durationBuckets are the buckets of the latency histograms, in seconds.
+var durationBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}
+
+// Decision labels of a front-end's requests counter (FrontMetrics.Requests).
+const (
+	DecisionAllowed      = "allowed"
+	DecisionDenied       = "denied"
+	DecisionShadowDenied = "shadow_denied"
+	// DecisionError: the backend failed and failure mode allow or deny
+	// answered without a decision.
+	DecisionError = "error"
+)
+
+// Decisions are the four decision labels.
+var Decisions = [...]string{DecisionAllowed, DecisionDenied, DecisionShadowDenied, DecisionError}
+
+// FrontMetrics are the metrics a front-end counts itself, registered by
+// the core with its own under the front-end's names (see [FrontEnd]):
+// ext_authz's flashgate_checks_total, flashgate_check_duration_seconds and
+// flashgate_config_reloads_total; the RLS's flashgate_rls_requests_total,
+// flashgate_rls_request_duration_seconds and
+// flashgate_rls_config_reloads_total.
+type FrontMetrics struct {
+	// Requests counts requests by domain, binding rule and decision (one
+	// of Decisions); labels come from the config, never from requests.
+	Requests *prometheus.CounterVec
+	// Duration observes the time to answer one request, in seconds.
+	Duration prometheus.Histogram
+	// Reloads counts config reloads by result, success or error (both
+	// exported from the start).
+	Reloads *prometheus.CounterVec
+}
 
 // kindFallback labels the backend errors counter for a failed local
 // fallback; the other kinds are window.ErrKind's.
@@ -92,6 +148,7 @@ const kindFallback = "fallback"
 // answer under attack, failure-mode decisions and backend errors every
 // answer during an outage. Labels never carry request values.
 type metrics struct {
+	front                          FrontMetrics
 	backendDur                     prometheus.Histogram // nil: not exported
 	errsByKind                     [window.KindOther + 1]prometheus.Counter
 	fallbackErr                    prometheus.Counter
@@ -103,10 +160,14 @@ func newMetrics(reg prometheus.Registerer, o metricOpts) (*metrics, error) {
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts(o.backendErrs), []string{"kind"})
 	modes := prometheus.NewCounterVec(prometheus.CounterOpts(o.failureModes), []string{"mode"})
 	local := prometheus.NewCounterVec(prometheus.CounterOpts(o.localDenials), []string{"reason"})
-	cs := []prometheus.Collector{errs, local, modes}
-	m := &metrics{}
+	m := &metrics{front: FrontMetrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts(o.requests), []string{"domain", "rule", "decision"}),
+		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: o.duration.Name, Help: o.duration.Help, Buckets: durationBuckets}),
+		Reloads:  prometheus.NewCounterVec(prometheus.CounterOpts(o.reloads), []string{"result"}),
+	}}
+	cs := []prometheus.Collector{m.front.Requests, m.front.Duration, m.front.Reloads, errs, local, modes}
 	if o.backendDur.Name != "" {
-		m.backendDur = prometheus.NewHistogram(prometheus.HistogramOpts{Name: o.backendDur.Name, Help: o.backendDur.Help, Buckets: DurationBuckets})
+		m.backendDur = prometheus.NewHistogram(prometheus.HistogramOpts{Name: o.backendDur.Name, Help: o.backendDur.Help, Buckets: durationBuckets})
 		cs = append(cs, m.backendDur)
 	}
 	for _, c := range cs {
@@ -120,6 +181,9 @@ func newMetrics(reg prometheus.Registerer, o metricOpts) (*metrics, error) {
 	m.fallbackErr = errs.WithLabelValues(kindFallback)
 	m.localFull, m.localBanned = local.WithLabelValues("full"), local.WithLabelValues("banned")
 	m.failLocal, m.failAllow, m.failDeny = modes.WithLabelValues("local"), modes.WithLabelValues("allow"), modes.WithLabelValues("deny")
+	for _, r := range []string{"success", "error"} {
+		m.front.Reloads.WithLabelValues(r)
+	}
 	return m, nil
 }
 

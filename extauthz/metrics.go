@@ -1,56 +1,24 @@
 package extauthz
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate/enforce"
 )
 
-// Decision labels of flashgate_checks_total.
-const (
-	decisionAllowed      = "allowed"
-	decisionDenied       = "denied"
-	decisionShadowDenied = "shadow_denied"
-	decisionError        = "error"
-)
-
-// metrics are ext_authz's own Prometheus metrics, listed in the README;
-// the core (package enforce) counts backend errors, failure-mode
-// decisions, local denials and the backend's latency. Labels never carry
-// request values: rule and domain come from the descriptors file.
+// metrics are ext_authz's own Prometheus metrics, listed in the README:
+// flashgate_checks_total, flashgate_check_duration_seconds and
+// flashgate_config_reloads_total, registered by the core with its own
+// (enforce.FrontMetrics). Labels never carry request values: rule and
+// domain come from the descriptors file.
 type metrics struct {
 	checks   *prometheus.CounterVec
 	checkDur prometheus.Histogram
 	reloads  *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
-		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flashgate_checks_total",
-			Help: "ext_authz checks by domain, binding rule (empty when no rule matched) and decision.",
-		}, []string{"domain", "rule", "decision"}),
-		checkDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "flashgate_check_duration_seconds",
-			Help:    "Time to answer one ext_authz check, mapping and response included.",
-			Buckets: enforce.DurationBuckets,
-		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flashgate_config_reloads_total",
-			Help: "Descriptors file reloads by result: success or error.",
-		}, []string{"result"}),
-	}
-	for _, c := range []prometheus.Collector{m.checks, m.checkDur, m.reloads} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
-	}
-	for _, r := range []string{"success", "error"} {
-		m.reloads.WithLabelValues(r)
-	}
-	return m, nil
+func newMetrics(fm enforce.FrontMetrics) *metrics {
+	return &metrics{checks: fm.Requests, checkDur: fm.Duration, reloads: fm.Reloads}
 }
 
 // ruleCounters are the flashgate_checks_total children of one rule,
@@ -61,10 +29,10 @@ type ruleCounters struct {
 
 func (m *metrics) forRule(domain, rule string) ruleCounters {
 	return ruleCounters{
-		allowed:      m.checks.WithLabelValues(domain, rule, decisionAllowed),
-		denied:       m.checks.WithLabelValues(domain, rule, decisionDenied),
-		shadowDenied: m.checks.WithLabelValues(domain, rule, decisionShadowDenied),
-		errored:      m.checks.WithLabelValues(domain, rule, decisionError),
+		allowed:      m.checks.WithLabelValues(domain, rule, enforce.DecisionAllowed),
+		denied:       m.checks.WithLabelValues(domain, rule, enforce.DecisionDenied),
+		shadowDenied: m.checks.WithLabelValues(domain, rule, enforce.DecisionShadowDenied),
+		errored:      m.checks.WithLabelValues(domain, rule, enforce.DecisionError),
 	}
 }
 
@@ -86,7 +54,7 @@ func (m *metrics) dropRules(old, cur *Config) {
 		if _, ok := keep[rule]; ok {
 			return
 		}
-		for _, d := range []string{decisionAllowed, decisionDenied, decisionShadowDenied, decisionError} {
+		for _, d := range enforce.Decisions {
 			m.checks.DeleteLabelValues(old.Domain, rule, d)
 		}
 	}

@@ -100,7 +100,7 @@ func TestReloadDropsRuleSeries(t *testing.T) {
 	if want := []string{"d/", "d/r0"}; !slices.Equal(pairs, want) || n != 8 {
 		t.Fatalf("after the reload to one rule: %d series of %q, want 8 of %q", n, pairs, want)
 	}
-	if got := e.counter("checks", "d", "r0", decisionAllowed); got != 1 {
+	if got := e.counter("checks", "d", "r0", enforce.DecisionAllowed); got != 1 {
 		t.Errorf("the kept rule's count is %v after the reload, want 1", got)
 	}
 

@@ -96,16 +96,12 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extauthz: %w", err)
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, fmt.Errorf("extauthz: %w", err)
-	}
 	s := &Server{
 		opts:     opts,
 		core:     front,
 		log:      opts.Core.Logger(),
 		now:      opts.Core.Now,
-		metrics:  m,
+		metrics:  newMetrics(front.Metrics()),
 		health:   health.NewServer(),
 		gatherer: opts.Gatherer,
 		resp:     newRespConsts(),

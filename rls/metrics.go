@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"fmt"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,19 +8,12 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
-// Decision labels of flashgate_rls_requests_total (ext_authz's words).
-const (
-	decisionAllowed      = "allowed"
-	decisionDenied       = "denied"
-	decisionShadowDenied = "shadow_denied"
-	decisionError        = "error"
-)
-
-// metrics are the RLS server's own Prometheus metrics; the core (package
-// enforce) counts backend errors, failure-mode decisions and local
-// denials, under flashgate_rls_* names. Labels never carry request values:
-// domain and rule come from the config files (an unknown domain counts
-// under domain=""; request overrides under rule="override").
+// metrics are the RLS server's own Prometheus metrics:
+// flashgate_rls_requests_total, flashgate_rls_request_duration_seconds and
+// flashgate_rls_config_reloads_total, registered by the core with its own
+// (enforce.FrontMetrics). Labels never carry request values: domain and
+// rule come from the config files (an unknown domain counts under
+// domain=""; request overrides under rule="override").
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration prometheus.Histogram
@@ -31,31 +23,8 @@ type metrics struct {
 	live atomic.Pointer[liveRules]
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flashgate_rls_requests_total",
-			Help: "ShouldRateLimit calls by domain, binding rule (rate_limit.name, else its descriptor path; empty when none matched) and decision.",
-		}, []string{"domain", "rule", "decision"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "flashgate_rls_request_duration_seconds",
-			Help:    "Time to answer one ShouldRateLimit call.",
-			Buckets: enforce.DurationBuckets,
-		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flashgate_rls_config_reloads_total",
-			Help: "ratelimit config directory reloads by result: success or error.",
-		}, []string{"result"}),
-	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.reloads} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("rls: register metrics: %w", err)
-		}
-	}
-	for _, r := range []string{"success", "error"} {
-		m.reloads.WithLabelValues(r)
-	}
-	return m, nil
+func newMetrics(fm enforce.FrontMetrics) *metrics {
+	return &metrics{requests: fm.Requests, duration: fm.Duration, reloads: fm.Reloads}
 }
 
 // ruleLabel is a (domain, rule) label pair of flashgate_rls_requests_total.
@@ -92,7 +61,7 @@ func (m *metrics) setRules(cfg *Config) {
 	}
 	for l := range old.labels {
 		if _, ok := cur.labels[l]; !ok {
-			for _, d := range []string{decisionAllowed, decisionDenied, decisionShadowDenied, decisionError} {
+			for _, d := range enforce.Decisions {
 				m.requests.DeleteLabelValues(l.domain, l.rule, d)
 			}
 		}

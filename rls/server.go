@@ -137,11 +137,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
 	}
-	m, err := newMetrics(opts.Core.Registerer())
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{opts: opts, core: front, log: opts.Core.Logger(), now: opts.Core.Now, metrics: m}
+	s := &Server{opts: opts, core: front, log: opts.Core.Logger(), now: opts.Core.Now, metrics: newMetrics(front.Metrics())}
 	s.install(cfg)
 	return s, nil
 }
@@ -202,7 +198,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	cfg := s.cfg.Load()
 	dom := cfg.domains[req.GetDomain()]
 	if dom == nil {
-		s.metrics.requests.WithLabelValues("", "", decisionAllowed).Inc()
+		s.metrics.requests.WithLabelValues("", "", enforce.DecisionAllowed).Inc()
 		return okForAll(len(req.GetDescriptors())), nil
 	}
 	c := s.newCall(dom, req)
@@ -450,7 +446,7 @@ func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
 // rule.
 func (c *call) count() {
 	s := c.s
-	rule, decision := "", decisionAllowed
+	rule, decision := "", enforce.DecisionAllowed
 	ruleOfHit := func(k int) string {
 		if j := c.o.Hit(k); j >= 0 && j < len(c.hits) {
 			return c.hits[j].Rule
@@ -459,15 +455,15 @@ func (c *call) count() {
 	}
 	switch {
 	case c.out == blocked:
-		rule, decision = c.ms[c.blockedAt].limit().Label(), decisionDenied
+		rule, decision = c.ms[c.blockedAt].limit().Label(), enforce.DecisionDenied
 	case c.out == failedAllow || c.out == failedDeny:
-		rule, decision = c.hits[0].Rule, decisionError
+		rule, decision = c.hits[0].Rule, enforce.DecisionError
 	case !c.d.Allowed:
-		rule, decision = ruleOfHit(c.d.Index), decisionDenied
+		rule, decision = ruleOfHit(c.d.Index), enforce.DecisionDenied
 	case c.d.Shadowed:
-		rule, decision = ruleOfHit(c.d.ShadowIndex), decisionShadowDenied
+		rule, decision = ruleOfHit(c.d.ShadowIndex), enforce.DecisionShadowDenied
 	case c.shadowZero >= 0:
-		rule, decision = c.ms[c.shadowZero].limit().Label(), decisionShadowDenied
+		rule, decision = c.ms[c.shadowZero].limit().Label(), enforce.DecisionShadowDenied
 	default:
 		rule = ruleOfHit(c.d.Index)
 	}

@@ -263,7 +263,7 @@ func TestGlobalShadow(t *testing.T) {
 			}
 		}
 	}
-	if n := counterValue(t, s.metrics.requests.WithLabelValues("basic", "remote_address_50.0.0.5", decisionShadowDenied)); n < 1 {
+	if n := counterValue(t, s.metrics.requests.WithLabelValues("basic", "remote_address_50.0.0.5", enforce.DecisionShadowDenied)); n < 1 {
 		t.Fatalf("shadow_denied %v, want ≥ 1", n)
 	}
 	_ = reg
