@@ -97,8 +97,9 @@ func (c *Core) Registerer() prometheus.Registerer { return c.opts.Registerer }
 // Logger returns the core's logger.
 func (c *Core) Logger() *slog.Logger { return c.opts.Logger }
 
-// Now returns the core's clock.
-func (c *Core) Now() time.Time { return c.opts.Now() }
+// Clock returns the core's clock (Options.Now), for the front-ends'
+// durations.
+func (c *Core) Clock() func() time.Time { return c.opts.Now }
 
 // Front returns the core as front-end fe uses it: its decisions count into
 // fe's metrics, registered on the first call (later calls return the same

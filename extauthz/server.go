@@ -100,7 +100,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 		opts:     opts,
 		core:     front,
 		log:      opts.Core.Logger(),
-		now:      opts.Core.Now,
+		now:      opts.Core.Clock(),
 		metrics:  newMetrics(front.Metrics()),
 		health:   health.NewServer(),
 		gatherer: opts.Gatherer,

@@ -137,7 +137,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
 	}
-	s := &Server{opts: opts, core: front, log: opts.Core.Logger(), now: opts.Core.Now, metrics: newMetrics(front.Metrics())}
+	s := &Server{opts: opts, core: front, log: opts.Core.Logger(), now: opts.Core.Clock(), metrics: newMetrics(front.Metrics())}
 	s.install(cfg)
 	return s, nil
 }
