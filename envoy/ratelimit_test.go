@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
 )
@@ -74,7 +75,11 @@ func TestRateLimitExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(cfg, rls.Options{Limiter: mem, Registerer: prometheus.NewRegistry()})
+	core, err := enforce.New(enforce.Options{Limiter: mem, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := rls.NewServer(cfg, rls.Options{Core: core})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -18,7 +19,11 @@ func benchServer(b *testing.B, lim window.Limiter) *Server {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := NewServer(cfg, Options{Limiter: lim, Registerer: prometheus.NewRegistry()})
+	core, err := enforce.New(enforce.Options{Limiter: lim, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := NewServer(cfg, Options{Core: core})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goccy/go-yaml/ast"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -186,7 +187,7 @@ func (p *cfgParser) source(key string, n ast.Node) (Source, error) {
 		if err != nil {
 			return Source{}, err
 		}
-		if !headerName(name) {
+		if !enforce.ValidHeaderName(name) {
 			return Source{}, p.errf(at, "header_name %q is not a valid HTTP header name", name)
 		}
 		src.Name = strings.ToLower(name)
@@ -225,31 +226,10 @@ func (p *cfgParser) onlyOption(f field, opt string) (string, ast.Node, error) {
 	return v, opts[0].value, err
 }
 
-// headerName reports whether s is an HTTP/2 header name (token characters,
-// optionally with a leading ':' for pseudo-headers).
-// ValidHeaderName reports whether s is an HTTP header name (RFC 9110
-// token, at most 256 bytes), or an HTTP/2 pseudo-header such as :authority.
-func ValidHeaderName(s string) bool { return headerName(s) }
-
-func headerName(s string) bool {
-	s = strings.TrimPrefix(s, ":")
-	if s == "" || len(s) > 256 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
-}
-
 // inherited are the settings a descriptor passes to nested ones.
 type inherited struct {
 	shadow    bool
-	failure   FailureMode
+	failure   enforce.FailureMode
 	onMissing OnMissing
 	ban       *window.Ban
 	// localShare is the local_share in force (0: none), written at
@@ -369,7 +349,7 @@ func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 	if f := get("failure_mode"); f != nil {
 		s, err := p.str(f.value, "failure_mode")
 		if !p.note(err) {
-			if m, err := ParseFailureMode(s); err != nil {
+			if m, err := enforce.ParseFailureMode(s); err != nil {
 				p.note(p.errf(f.value, "failure_mode %q must be local, allow or deny", s))
 			} else {
 				inh.failure = m
@@ -433,9 +413,9 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inheri
 			return p.errf(n, "the derived rule name %q is longer than %d characters: set name", r.Name, MaxRuleName)
 		}
 	}
-	if strings.HasPrefix(r.Name, ReservedRulePrefix) {
+	if strings.HasPrefix(r.Name, enforce.ReservedRulePrefix) {
 		// serve's ratelimit service keys its domains' windows rls.<domain>.
-		return p.errf(at, "rule name %q begins with %q, which is reserved for the ratelimit service's domains: set another name", r.Name, ReservedRulePrefix)
+		return p.errf(at, "rule name %q begins with %q, which is reserved for the ratelimit service's domains: set another name", r.Name, enforce.ReservedRulePrefix)
 	}
 	if prev, dup := p.names[r.Name]; dup {
 		return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)

@@ -8,12 +8,12 @@
 //
 //	cfg, err := extauthz.LoadFile(path)            // or ParseConfig(name, data), ExampleConfig()
 //	cfg.WriteTable(os.Stdout)                      // `flashgate validate`
-//	srv, err := extauthz.NewServer(cfg, extauthz.Options{
+//	core, err := enforce.New(enforce.Options{
 //	        Limiter:  stack,                       // e.g. Guard(fallback.Watch(Breaker(Budget(Redis)))), built once
 //	        Fallback: fallback,                    // failure mode "local": a window.Fallback
-//	        Keys: keys, FailureMode: mode, Shadow: shadow,
-//	        Registerer: reg, Logger: log,
+//	        FailureMode: mode, Shadow: shadow, Registerer: reg, Logger: log,
 //	})
+//	srv, err := extauthz.NewServer(cfg, extauthz.Options{Core: core, Keys: keys})
 //	gs := srv.NewGRPCServer()                      // GRPCServerOptions; Check + grpc.health.v1 + reflection
 //	http.Serve(httpLis, srv.HTTPHandler())         // /metrics /healthz /readyz
 //	srv.SetServing(true)                           // once the backend is warm (the caller's job)
@@ -43,7 +43,7 @@
 //	        name: coupon_per_uid       # optional, unique, [A-Za-z0-9._-], ≤ 64; default derived ("path_api_coupon.uid")
 //	        rate_limit: {requests: 5, window: 1s}   # or {unit: second|minute|hour|day, requests_per_unit: N}
 //	        shadow_mode: false
-//	        failure_mode: local        # local | allow | deny; default: Options.FailureMode
+//	        failure_mode: local        # local | allow | deny; default: the core's (enforce.Options.FailureMode)
 //	        on_missing: skip           # skip | deny
 //	        local_share: 2             # per-sidecar admissions while Redis is down; default ceil(requests / fleet size)
 //	        ban: {threshold: 5, window: 10s, duration: 5m}   # duration 0 disables
@@ -64,17 +64,20 @@
 //
 // # Decisions
 //
-// A check's hits go to Options.Limiter in one call, all or nothing. The
-// limiter is the whole stack: its deadline, circuit breaker and local cache
-// are the wiring's choice (package window), not the server's. If it fails
-// (an error, a timeout, window.ErrBreakerOpen) the failure modes decide,
-// each rule's resolved when the rules are loaded: deny if any enforcing
-// hit's mode is deny; else the hits in mode local go to Options.Fallback,
-// told the cause; else allow. Check never returns a gRPC error.
+// A check's hits go to the enforcement core (package enforce), which asks
+// the limiter in one call, all or nothing. The limiter is the whole stack:
+// its deadline, circuit breaker and local cache are the wiring's choice
+// (package window), not the server's. If it fails (an error, a timeout,
+// window.ErrBreakerOpen) the core applies the failure modes: deny if any
+// enforcing hit's mode is deny; else the hits in mode local go to the
+// fallback, told the cause; else allow. Check turns the core's Outcome
+// into a response; it never returns a gRPC error.
 //
 // Metrics: flashgate_checks_total{domain,rule,decision} counts
 // each check once, under the binding rule ("" when none matched); decision
 // "error" means the backend failed and failure mode allow or deny answered
 // without a decision (a local fallback decision counts as allowed/denied).
-// flashgate_local_denials_total is counted here from Decision.Source.
+// The core counts flashgate_backend_errors_total,
+// flashgate_failure_mode_decisions_total, flashgate_local_denials_total and
+// flashgate_redis_duration_seconds (enforce.ExtAuthz).
 package extauthz

@@ -12,6 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 
+	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/testclock"
 )
@@ -38,7 +40,9 @@ func parse(t testing.TB, yaml string) *Config {
 	return c
 }
 
-func newEnv(t *testing.T, cfg *Config, mod func(*Options)) *env {
+// newEnv builds a Server on cfg (nil: the example); mod may change its
+// core's options.
+func newEnv(t *testing.T, cfg *Config, mod func(*enforce.Options)) *env {
 	t.Helper()
 	clk := newClock()
 	mem, err := window.NewMemory(window.MemoryOptions{Now: clk.Now})
@@ -55,11 +59,15 @@ func newEnv(t *testing.T, cfg *Config, mod func(*Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Limiter: mem, Fallback: fb, Registerer: reg, Now: clk.Now}
+	opts := enforce.Options{Limiter: mem, Fallback: fb, Registerer: reg, Now: clk.Now}
 	if mod != nil {
 		mod(&opts)
 	}
-	s, err := NewServer(cfg, opts)
+	core, err := enforce.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(cfg, Options{Core: core})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +167,9 @@ func (e *env) run(r req, n int) int {
 	return ok
 }
 
+// counter reads a counter: ext_authz's own (checks, reloads) by its
+// labels, the core's (backend_errors, failure_mode, local_denials) by
+// their one label, from the registry as /metrics shows it.
 func (e *env) counter(name string, labels ...string) float64 {
 	e.t.Helper()
 	var c prometheus.Collector
@@ -166,14 +177,14 @@ func (e *env) counter(name string, labels ...string) float64 {
 	switch name {
 	case "checks":
 		c = m.checks.WithLabelValues(labels...)
-	case "backend_errors":
-		c = m.backendErrs.WithLabelValues(labels...)
-	case "failure_mode":
-		c = m.failureModes.WithLabelValues(labels...)
-	case "local_denials":
-		c = m.localDenials.WithLabelValues(labels...)
 	case "reloads":
 		c = m.reloads.WithLabelValues(labels...)
+	case "backend_errors", "failure_mode", "local_denials":
+		return enforcetest.Counter(e.t, e.reg, map[string]string{
+			"backend_errors": "flashgate_backend_errors_total",
+			"failure_mode":   "flashgate_failure_mode_decisions_total",
+			"local_denials":  "flashgate_local_denials_total",
+		}[name], labels[0])
 	default:
 		e.t.Fatalf("unknown counter %s", name)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/redistest"
 )
@@ -35,8 +36,8 @@ func TestRedisFailureModes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	modes := []FailureMode{FailureLocal, FailureAllow, FailureDeny}
-	envs := map[FailureMode]*env{}
+	modes := []enforce.FailureMode{enforce.FailureLocal, enforce.FailureAllow, enforce.FailureDeny}
+	envs := map[enforce.FailureMode]*env{}
 	for _, mode := range modes {
 		mem, err := window.NewFallback(window.FallbackOptions{})
 		if err != nil {
@@ -55,9 +56,11 @@ func TestRedisFailureModes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := NewServer(cfg, Options{
-			Limiter: br, Fallback: mem, Keys: keys, FailureMode: mode, Registerer: reg,
-		})
+		core, err := enforce.New(enforce.Options{Limiter: br, Fallback: mem, FailureMode: mode, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewServer(cfg, Options{Core: core, Keys: keys})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +81,7 @@ func TestRedisFailureModes(t *testing.T) {
 	}
 
 	rs.Kill()
-	want := map[FailureMode]int{FailureLocal: 5, FailureAllow: 7, FailureDeny: 0}
+	want := map[enforce.FailureMode]int{enforce.FailureLocal: 5, enforce.FailureAllow: 7, enforce.FailureDeny: 0}
 	for _, mode := range modes {
 		t.Run("down/"+mode.String(), func(t *testing.T) {
 			e := envs[mode]

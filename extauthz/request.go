@@ -6,6 +6,7 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -21,6 +22,10 @@ type Mapping struct {
 	// request lacks (an enforcing one if any, else a shadow one); nil if none.
 	Missing *Rule
 }
+
+// FailureMode returns the failure mode of Hits[i]'s rule (its own, or
+// enforce.FailureDefault): m is the enforce.Policies of its hits.
+func (m *Mapping) FailureMode(i int) enforce.FailureMode { return m.Rules[i].FailureMode }
 
 // Reset empties m, keeping its storage.
 func (m *Mapping) Reset() {

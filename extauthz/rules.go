@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -32,48 +33,6 @@ const (
 	// value.
 	MaxValueLen = 1024
 )
-
-// FailureMode says what to do with a hit when the backend cannot decide.
-type FailureMode uint8
-
-const (
-	// FailureDefault: use the server's default (Options.FailureMode).
-	FailureDefault FailureMode = iota
-	// FailureLocal: decide the hit with the in-process fallback limiter.
-	FailureLocal
-	// FailureAllow: admit as far as this hit is concerned.
-	FailureAllow
-	// FailureDeny: refuse the request.
-	FailureDeny
-)
-
-// String returns "local", "allow", "deny" or "default".
-func (m FailureMode) String() string {
-	switch m {
-	case FailureLocal:
-		return "local"
-	case FailureAllow:
-		return "allow"
-	case FailureDeny:
-		return "deny"
-	default:
-		return "default"
-	}
-}
-
-// ParseFailureMode parses "local", "allow" or "deny" (the --failure-mode
-// flag and the per-rule failure_mode).
-func ParseFailureMode(s string) (FailureMode, error) {
-	switch s {
-	case "local":
-		return FailureLocal, nil
-	case "allow":
-		return FailureAllow, nil
-	case "deny":
-		return FailureDeny, nil
-	}
-	return FailureDefault, fmt.Errorf("failure mode %q is not one of local, allow, deny", s)
-}
 
 // OnMissing says what a rule does with a request lacking one of its values.
 type OnMissing uint8
@@ -104,11 +63,6 @@ func parseOnMissing(s string) (OnMissing, bool) {
 	}
 	return MissingSkip, false
 }
-
-// ReservedRulePrefix begins no rule name: the ratelimit service that serve
-// runs beside ext_authz (--rls-config) keys a domain's windows under the
-// rule rls.<domain>, and a rule of the same name would share them.
-const ReservedRulePrefix = "rls."
 
 // SourceKind is where a descriptor key's value comes from.
 type SourceKind uint8
@@ -230,7 +184,7 @@ type Rule struct {
 	// Shadow: decide and count, but never deny (shadow_mode).
 	Shadow bool
 	// FailureMode overrides the server's default when not FailureDefault.
-	FailureMode FailureMode
+	FailureMode enforce.FailureMode
 	// LocalShare (local_share) is how many admissions per window one
 	// sidecar may make on its own for this rule while the shared backend is
 	// unavailable and the rule's failure mode is local: 1 to Limit.Requests.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -99,7 +100,7 @@ func TestReloadDropsRuleSeries(t *testing.T) {
 	if want := []string{"d/", "d/r0"}; !slices.Equal(pairs, want) || n != 8 {
 		t.Fatalf("after the reload to one rule: %d series of %q, want 8 of %q", n, pairs, want)
 	}
-	if got := e.counter("checks", "d", "r0", decisionAllowed); got != 1 {
+	if got := e.counter("checks", "d", "r0", enforce.DecisionAllowed); got != 1 {
 		t.Errorf("the kept rule's count is %v after the reload, want 1", got)
 	}
 
@@ -129,7 +130,7 @@ func (g *gate) Decide(ctx context.Context, hits []window.Hit) (window.Decision, 
 // rule's series back.
 func TestStaleCheckKeepsSeriesDropped(t *testing.T) {
 	g := &gate{entered: make(chan struct{}), release: make(chan struct{})}
-	e := newEnv(t, parse(t, rulesYAML("d", "old", "kept")), func(o *Options) { o.Limiter = g })
+	e := newEnv(t, parse(t, rulesYAML("d", "old", "kept")), func(o *enforce.Options) { o.Limiter = g })
 	done := make(chan answer, 1)
 	go func() {
 		resp, err := e.srv.Check(context.Background(), req{path: "/old"}.proto())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -24,58 +23,34 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
 var _ authv3.AuthorizationServer = (*Server)(nil)
 
-// Options configure a [Server]. Only Limiter is required.
+// Options configure a [Server]. Only Core is required.
 type Options struct {
-	// Limiter decides hits: the whole stack the wiring built, e.g.
-	// window.Guard(fallback.Watch(Breaker(Budget(Redis)))) or
-	// window.Guard(Memory). Whether a
-	// call has a deadline, a breaker or a local cache in front is the
-	// stack's business; the Server calls Decide and, on an error, applies
-	// the failure modes.
-	Limiter window.Limiter
-	// Fallback decides the hits of failure mode "local" when Limiter fails:
-	// an in-process limiter that never waits (window.Fallback), told why
-	// the backend failed. Nil makes "local" behave as "allow".
-	Fallback Fallback
+	// Core decides the hits of a check: the limiter, the failure modes,
+	// shadow (--shadow), and the registry, logger and clock the Server uses
+	// too.
+	Core *enforce.Core
 	// Keys builds limit keys; the zero Keys uses the prefix "fg".
 	Keys window.Keys
-	// FailureMode applies to rules that set none; FailureDefault means
-	// FailureLocal.
-	FailureMode FailureMode
-	// Shadow makes every hit a shadow hit (--shadow): decide and count, but
-	// admit everything.
-	Shadow bool
-	// Registerer receives the metrics; nil means a new private registry
-	// (served by HTTPHandler). The global registry is never used implicitly.
-	Registerer prometheus.Registerer
-	// Gatherer serves /metrics; nil means Registerer if it is a Gatherer.
+	// Gatherer serves /metrics; nil means the core's Registerer if it is a
+	// Gatherer.
 	Gatherer prometheus.Gatherer
-	// Logger receives structured logs; nil discards them. Request values
-	// (headers, IPs) are never logged above debug level.
-	Logger *slog.Logger
-	// Now is the clock for durations and log sampling; nil means time.Now.
-	Now func() time.Time
 	// HealthServices are more gRPC health service names that follow
 	// SetServing with "" and HealthService: the other services the same
 	// gRPC server hosts (serve's RLS).
 	HealthServices []string
 }
 
-// Fallback is what failure mode "local" needs: window.Fallback. It decides
-// hits in process after the backend failed with cause; it must not wait.
-type Fallback interface {
-	DecideAfter(ctx context.Context, hits []window.Hit, cause error) (window.Decision, error)
-}
-
 // Server is the ext_authz Check server. Build it with [NewServer]. All its
 // methods are safe for concurrent use.
 type Server struct {
 	opts     Options
+	core     *enforce.Front
 	log      *slog.Logger
 	now      func() time.Time
 	metrics  *metrics
@@ -89,7 +64,6 @@ type Server struct {
 	serving atomic.Bool
 	closed  atomic.Bool
 	pool    sync.Pool // *Mapping
-	lastLog atomic.Int64
 
 	// reloadMu is held for a whole reload (read, parse, swap), so that a
 	// SIGHUP and the file watcher cannot install their files out of order;
@@ -100,44 +74,34 @@ type Server struct {
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
-// metrics on opts.Registerer, so call it once per registry. Health starts
-// NOT_SERVING; call [Server.SetServing] once the backend is up (serve does
-// when it is warm).
+// metrics on the core's Registerer, so call it once per core. Health
+// starts NOT_SERVING; call [Server.SetServing] once the backend is up
+// (serve does when it is warm).
 func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("extauthz: no descriptors config given")
 	}
-	if opts.Limiter == nil {
-		return nil, errors.New("extauthz: no limiter given")
+	if opts.Core == nil {
+		return nil, errors.New("extauthz: no enforcement core given")
 	}
-	if opts.FailureMode == FailureDefault {
-		opts.FailureMode = FailureLocal
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if opts.Registerer == nil {
-		opts.Registerer = prometheus.NewRegistry()
-	}
+	reg := opts.Core.Registerer()
 	if opts.Gatherer == nil {
-		g, ok := opts.Registerer.(prometheus.Gatherer)
+		g, ok := reg.(prometheus.Gatherer)
 		if !ok {
 			return nil, errors.New("extauthz: the Registerer is not a Gatherer: set Options.Gatherer")
 		}
 		opts.Gatherer = g
 	}
-	m, err := newMetrics(opts.Registerer)
+	front, err := opts.Core.Front(enforce.ExtAuthz)
 	if err != nil {
 		return nil, fmt.Errorf("extauthz: %w", err)
 	}
 	s := &Server{
 		opts:     opts,
-		log:      opts.Logger,
-		now:      opts.Now,
-		metrics:  m,
+		core:     front,
+		log:      opts.Core.Logger(),
+		now:      opts.Core.Clock(),
+		metrics:  newMetrics(front.Metrics()),
 		health:   health.NewServer(),
 		gatherer: opts.Gatherer,
 		resp:     newRespConsts(),
@@ -166,7 +130,7 @@ func (s *Server) SetConfig(cfg *Config) error {
 // of the rules it no longer has; reloadMu is held.
 func (s *Server) installLocked(cfg *Config) {
 	rs := s.newRuleSet(cfg)
-	if s.opts.Fallback == nil && slices.ContainsFunc(rs.rules, func(r ruleResp) bool { return r.mode == FailureLocal }) {
+	if !s.core.HasFallback() && slices.ContainsFunc(cfg.Rules, func(r *Rule) bool { return s.core.Mode(r.FailureMode) == enforce.FailureLocal }) {
 		s.log.Warn("failure mode local has no fallback limiter here: it admits like allow")
 	}
 	s.encoded.Store(rs.encoded)
@@ -195,7 +159,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		}
 	}
 	m := s.pool.Get().(*Mapping)
-	rs.cfg.mapWith(req, s.opts.Keys, rs.constKeys, s.opts.Shadow, m)
+	rs.cfg.mapWith(req, s.opts.Keys, rs.constKeys, s.core.Shadow(), m)
 	resp := s.decide(ctx, rs, m)
 	m.Reset()
 	s.pool.Put(m)
@@ -207,7 +171,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) *authv3.CheckResponse {
 	shadowMissing := false
 	if r := m.Missing; r != nil {
-		if !r.Shadow && !s.opts.Shadow {
+		if !r.Shadow && !s.core.Shadow() {
 			rr := &rs.rules[r.idx]
 			rr.counters.denied.Inc()
 			return rr.denied(time.Second)
@@ -222,106 +186,53 @@ func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) *authv3.Ch
 		rs.none.allowed.Inc()
 		return rs.okPlain
 	}
-	t0 := s.now()
-	d, err := s.opts.Limiter.Decide(ctx, m.Hits)
-	if err != nil || d.Source == window.SourceBackend {
-		s.metrics.backendDur.Observe(s.now().Sub(t0).Seconds())
-	}
-	if err != nil {
-		return s.failure(ctx, rs, m, err)
-	}
-	return s.respond(rs, m.Rules, d, shadowMissing, m.Missing)
-}
-
-// failure decides a request whose backend call failed, by failure mode: deny
-// if any enforcing hit's mode is deny; else the local hits by the fallback;
-// else allow.
-func (s *Server) failure(ctx context.Context, rs *ruleSet, m *Mapping, err error) *authv3.CheckResponse {
-	kind := window.Classify(err)
-	s.metrics.backendErr(kind).Inc()
-	if kind != window.KindBreakerOpen { // serve logs the breaker's opening, not each check it holds off
-		s.logSampled("backend failed; deciding by failure mode", "kind", kind.String(), "error", err)
-	}
-
-	var denyRule *Rule
-	shadowDeny := false
-	nlocal := 0
-	for i, r := range m.Rules {
-		switch rs.rules[r.idx].mode {
-		case FailureDeny:
-			if m.Hits[i].Shadow {
-				shadowDeny = true
-			} else if denyRule == nil {
-				denyRule = r
-			}
-		case FailureLocal:
-			nlocal++
-		}
-	}
-	if denyRule != nil {
-		s.metrics.failDeny.Inc()
-		rr := &rs.rules[denyRule.idx]
+	o := s.core.Decide(ctx, m.Hits, m)
+	switch o.Via {
+	case enforce.ViaLimiter:
+		return s.respond(rs, m, &o, shadowMissing)
+	case enforce.ViaFallback:
+		return s.respond(rs, m, &o, o.ShadowDeny || shadowMissing)
+	case enforce.ViaDeny:
+		rr := &rs.rules[m.Rules[o.Denier].idx]
 		rr.counters.errored.Inc()
 		return rr.denied(time.Second)
 	}
-	if nlocal > 0 && s.opts.Fallback != nil {
-		hits, rules := m.Hits, m.Rules // all local: the usual case
-		if nlocal < len(m.Rules) {
-			hits, rules = make([]window.Hit, 0, nlocal), make([]*Rule, 0, nlocal)
-			for i, r := range m.Rules {
-				if rs.rules[r.idx].mode == FailureLocal {
-					hits = append(hits, m.Hits[i])
-					rules = append(rules, r)
-				}
-			}
-		}
-		// The fallback is in process and never waits; it decides even if
-		// Envoy has given up on this check, so that its log stays whole.
-		d, ferr := s.opts.Fallback.DecideAfter(context.WithoutCancel(ctx), hits, err)
-		if ferr == nil {
-			s.metrics.failLocal.Inc()
-			return s.respond(rs, rules, d, shadowDeny || m.Missing != nil, m.Missing)
-		}
-		s.metrics.fallbackErr.Inc()
-		s.logSampled("fallback limiter failed; admitting", "error", ferr)
-	}
-	s.metrics.failAllow.Inc()
 	rs.rules[m.Rules[0].idx].counters.errored.Inc()
-	if shadowDeny || m.Missing != nil {
+	if o.ShadowDeny || shadowMissing {
 		return rs.okShadow(nil, 0)
 	}
 	return rs.okPlain
 }
 
-// respond turns a Decision on hits produced by rules into a response, and
-// counts it.
-func (s *Server) respond(rs *ruleSet, rules []*Rule, d window.Decision, shadow bool, missing *Rule) *authv3.CheckResponse {
+// respond turns o's Decision on m's hits into a response, and counts it.
+func (s *Server) respond(rs *ruleSet, m *Mapping, o *enforce.Outcome, shadow bool) *authv3.CheckResponse {
+	d := &o.Decision
+	rule := func(k int) *ruleResp {
+		if j := o.Hit(k); j >= 0 && j < len(m.Rules) {
+			return &rs.rules[m.Rules[j].idx]
+		}
+		return nil
+	}
+	binding := rule(d.Index)
 	if !d.Allowed {
-		if d.Index < 0 || d.Index >= len(rules) {
+		if binding == nil {
 			// A limiter broke its contract; admit rather than guess.
 			rs.none.errored.Inc()
 			return rs.okPlain
 		}
-		rr := &rs.rules[rules[d.Index].idx]
-		rr.counters.denied.Inc()
-		switch d.Source {
-		case window.SourceLocalFull:
-			s.metrics.localFull.Inc()
-		case window.SourceLocalBanned:
-			s.metrics.localBanned.Inc()
-		}
-		return rr.denied(d.RetryAfter)
-	}
-	var binding *ruleResp
-	if d.Index >= 0 && d.Index < len(rules) {
-		binding = &rs.rules[rules[d.Index].idx]
+		binding.counters.denied.Inc()
+		return binding.denied(d.RetryAfter)
 	}
 	if d.Shadowed || shadow {
+		var sr *ruleResp
+		if d.Shadowed {
+			sr = rule(d.ShadowIndex)
+		}
 		switch {
-		case d.Shadowed && d.ShadowIndex >= 0 && d.ShadowIndex < len(rules):
-			rs.rules[rules[d.ShadowIndex].idx].counters.shadowDenied.Inc()
-		case missing != nil:
-			rs.rules[missing.idx].counters.shadowDenied.Inc()
+		case sr != nil:
+			sr.counters.shadowDenied.Inc()
+		case m.Missing != nil:
+			rs.rules[m.Missing.idx].counters.shadowDenied.Inc()
 		default:
 			rs.none.shadowDenied.Inc()
 		}
@@ -333,16 +244,6 @@ func (s *Server) respond(rs *ruleSet, rules []*Rule, d window.Decision, shadow b
 	}
 	binding.counters.allowed.Inc()
 	return binding.ok(d.Remaining)
-}
-
-// logSampled logs a warning at most once a second.
-func (s *Server) logSampled(msg string, args ...any) {
-	now := s.now().UnixNano()
-	last := s.lastLog.Load()
-	if now-last < int64(time.Second) || !s.lastLog.CompareAndSwap(last, now) {
-		return
-	}
-	s.log.Warn(msg, args...)
 }
 
 // Response building: constant parts are built once per rule set.
@@ -431,7 +332,6 @@ type ruleResp struct {
 	encoded  *sync.Map // the rule set's
 	bodyHead string
 	counters ruleCounters
-	mode     FailureMode // resolved: the rule's, else the server's default
 }
 
 func (s *Server) newRuleSet(cfg *Config) *ruleSet {
@@ -461,10 +361,6 @@ func (s *Server) newRuleSet(cfg *Config) *ruleSet {
 		rr.okResps = make([]atomic.Pointer[authv3.CheckResponse], len(rr.remaining))
 		rr.bodyHead = `{"error":"too_many_requests","rule":"` + r.Name + `","retry_after_ms":`
 		rr.counters = s.metrics.forRule(cfg.Domain, r.Name)
-		rr.mode = r.FailureMode
-		if rr.mode == FailureDefault {
-			rr.mode = s.opts.FailureMode
-		}
 	}
 	return rs
 }

@@ -15,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -205,7 +206,7 @@ func TestShadow(t *testing.T) {
 		wantDenied(t, e.check(r), "hard", 3)
 	})
 	t.Run("global", func(t *testing.T) {
-		e := newEnv(t, parse(t, shadowYAML), func(o *Options) { o.Shadow = true })
+		e := newEnv(t, parse(t, shadowYAML), func(o *enforce.Options) { o.Shadow = true })
 		r := req{path: "/", headers: uid("u")}
 		for i := range 10 {
 			a := e.check(r)
@@ -414,7 +415,7 @@ func TestFailureModes(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, parse(t, modesYAML), func(o *Options) {
+			e := newEnv(t, parse(t, modesYAML), func(o *enforce.Options) {
 				o.Limiter = &failing{err: boom}
 			})
 			if got := e.run(req{path: "/", headers: tc.headers}, 5); got != tc.allowed {
@@ -435,7 +436,7 @@ func TestFailureModes(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	// Redis refusing connections: dead, not slow.
 	f := &failing{err: fmt.Errorf("redis decide: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})}
-	e := newEnv(t, nil, func(o *Options) {
+	e := newEnv(t, nil, func(o *enforce.Options) {
 		// The stack's breaker in front of a failing backend: the server
 		// takes the failure mode for its ErrBreakerOpen like any error.
 		br, err := window.NewBreaker(f, window.BreakerOptions{ConnFailures: 3, Cooldown: time.Second, Now: o.Now})

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/flashgate/flashgate/enforce"
 )
 
 // WriteTable prints c's rules for people (`flashgate validate`):
@@ -52,7 +54,7 @@ func (c *Config) WriteTable(w io.Writer) error {
 		if r.Shadow {
 			opts = append(opts, "shadow")
 		}
-		if r.FailureMode != FailureDefault {
+		if r.FailureMode != enforce.FailureDefault {
 			opts = append(opts, "failure_mode="+r.FailureMode.String())
 		}
 		if r.LocalShare > 0 {

@@ -8,7 +8,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -92,7 +92,7 @@ type Rule struct {
 	// FailureDefault means the server's failure mode; LocalShare 0 means
 	// ceil(limit / fleet size) (window.Hit.LocalShare); a nil Ban means the
 	// server's penalty box.
-	FailureMode extauthz.FailureMode
+	FailureMode enforce.FailureMode
 	LocalShare  int
 	Ban         *window.Ban
 	// DetailedMetric and ValueToMetric are accepted for compatibility;

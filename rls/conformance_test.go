@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/redistest"
 )
@@ -269,7 +270,11 @@ func TestConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Run(name, func(t *testing.T) {
-					s, err := NewServer(cfg, Options{Limiter: b.new(t), Keys: keys, Registerer: prometheus.NewRegistry()})
+					core, err := enforce.New(enforce.Options{Limiter: b.new(t), Registerer: prometheus.NewRegistry()})
+					if err != nil {
+						t.Fatal(err)
+					}
+					s, err := NewServer(cfg, Options{Core: core, Keys: keys})
 					if err != nil {
 						t.Fatal(err)
 					}

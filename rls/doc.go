@@ -6,12 +6,8 @@
 // # API
 //
 //	cfg, err := rls.LoadDir(dir)                 // ratelimit's config directory; errors are *ConfigError
-//	srv, err := rls.NewServer(cfg, rls.Options{
-//	        Limiter:  stack,                     // the same window.Limiter stack ext_authz uses
-//	        Fallback: fallback,                  // failure mode "local"
-//	        Keys: keys, FailureMode: mode, Shadow: shadow, ResponseHeaders: true,
-//	        Registerer: reg, Logger: log,
-//	})
+//	core, err := enforce.New(enforce.Options{...}) // the one ext_authz uses too: limiter stack, failure modes
+//	srv, err := rls.NewServer(cfg, rls.Options{Core: core, Keys: keys, ResponseHeaders: true})
 //	srv.Register(gs)                             // on the ext_authz gRPC server
 //	go srv.WatchDir(ctx, dir, 0)                 // reload on change; a bad directory keeps the old config
 //	srv.Reload()                                 // on SIGHUP
@@ -63,19 +59,20 @@
 // window, or the backend failed), only the refusing descriptor's numbers
 // are exact; the others report OK with 0 remaining.
 //
-// Under Options.Shadow (--shadow, ratelimit's global SHADOW_MODE) the
-// overall code is OK while an over-limit descriptor's status still says
-// OVER_LIMIT; under its own shadow_mode a descriptor's status says OK.
+// Under the core's shadow (enforce.Options.Shadow: --shadow, ratelimit's
+// global SHADOW_MODE) the overall code is OK while an over-limit
+// descriptor's status still says OVER_LIMIT; under its own shadow_mode a
+// descriptor's status says OK.
 //
 // A request may carry at most MaxDescriptors descriptors of at most
 // MaxEntries entries (else InvalidArgument). Request values reach no log
 // line, metric label or error message, and reach Redis keys only through
 // window.Keys (bounded, hashed when long or outside a safe alphabet).
 //
-// When the limiter fails, each rule's failure mode (its failure_mode, else
-// Options.FailureMode) decides as in extauthz: OVER_LIMIT if an enforcing
-// rule's mode is deny; else the rules of mode local by the in-process
-// fallback; else OK.
+// The hits go to the enforcement core (package enforce), which asks the
+// limiter once; when it fails, each rule's failure mode (its failure_mode,
+// else the core's) decides: OVER_LIMIT if an enforcing rule's mode is
+// deny; else the rules of mode local by the in-process fallback; else OK.
 //
 // Response headers (Options.ResponseHeaders) are named as ratelimit's
 // defaults, RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset, unless
@@ -83,8 +80,8 @@
 //
 // Metrics (labels from the config only): flashgate_rls_requests_total
 // {domain,rule,decision}, flashgate_rls_request_duration_seconds,
+// flashgate_rls_config_reloads_total{result}; the core counts
 // flashgate_rls_backend_errors_total{kind},
-// flashgate_rls_failure_mode_decisions_total{mode},
-// flashgate_rls_local_denials_total{reason},
-// flashgate_rls_config_reloads_total{result}.
+// flashgate_rls_failure_mode_decisions_total{mode} and
+// flashgate_rls_local_denials_total{reason} (enforce.RLS).
 package rls

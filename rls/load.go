@@ -16,7 +16,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/internal/yamlguard"
 	"github.com/flashgate/flashgate/window"
 )
@@ -361,7 +361,7 @@ func parseFile(f File) (*Domain, []*ConfigError) {
 	if y.Domain == "" && !topRefused { // else likely the refused key
 		p.note(p.errAt("$", "config file cannot have an empty domain"))
 	}
-	d := &Domain{Name: y.Domain, File: f.Name, keyRule: extauthz.ReservedRulePrefix + y.Domain, root: *newNode()}
+	d := &Domain{Name: y.Domain, File: f.Name, keyRule: enforce.ReservedRulePrefix + y.Domain, root: *newNode()}
 	p.note(p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}))
 	if len(errs) > 0 {
 		return nil, sorted(errs)
@@ -475,7 +475,7 @@ func sorted(errs []*ConfigError) []*ConfigError {
 
 // inherited are flashgate's settings a descriptor passes to nested ones.
 type inherited struct {
-	failure    extauthz.FailureMode
+	failure    enforce.FailureMode
 	localShare int
 	ban        *window.Ban
 }
@@ -555,7 +555,7 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 // (failure_mode, local_share, ban) over the ones it inherits.
 func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (inherited, error) {
 	if y.FailureMode != nil {
-		m, err := extauthz.ParseFailureMode(*y.FailureMode)
+		m, err := enforce.ParseFailureMode(*y.FailureMode)
 		if err != nil {
 			return inh, p.errAt(here+".failure_mode", "failure_mode %q must be local, allow or deny", *y.FailureMode)
 		}

@@ -13,6 +13,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -114,7 +115,7 @@ func TestReloadDropsRuleSeries(t *testing.T) {
 	if want := []string{"/", "d/", "d/override", "d/v0", "e/w0"}; !slices.Equal(pairs, want) {
 		t.Fatalf("after the reload to one rule: series of %q, want %q", pairs, want)
 	}
-	if got := counterValue(t, s.metrics.requests.WithLabelValues("d", "v0", decisionAllowed)); got != 1 {
+	if got := counterValue(t, s.metrics.requests.WithLabelValues("d", "v0", enforce.DecisionAllowed)); got != 1 {
 		t.Errorf("the kept rule's count is %v after the reload, want 1", got)
 	}
 
@@ -154,7 +155,7 @@ func TestStaleCallKeepsSeriesDropped(t *testing.T) {
 		return cfg
 	}
 	g := &gate{entered: make(chan struct{}), release: make(chan struct{})}
-	s, reg := newMemoryServer(t, parse(domainYAML("d", "old", "kept")), func(o *Options) { o.Limiter = g })
+	s, reg := newMemoryServer(t, parse(domainYAML("d", "old", "kept")), func(o *testOptions) { o.Limiter = g })
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.ShouldRateLimit(context.Background(), request("d", desc("k", "old")))

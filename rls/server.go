@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,13 +15,12 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -32,22 +29,15 @@ var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
 // ServiceName is the gRPC service Server implements.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
-// Options configure a [Server]. Only Limiter is required.
+// Options configure a [Server]. Only Core is required.
 type Options struct {
-	// Limiter decides the hits of a request, all or nothing: the stack the
-	// wiring built (the same one ext_authz uses).
-	Limiter window.Limiter
-	// Fallback decides failure mode "local" (window.Fallback); nil makes
-	// "local" behave as "allow".
-	Fallback extauthz.Fallback
+	// Core decides the hits of a request: the limiter (the stack ext_authz
+	// uses too), the failure modes, shadow (--shadow: every limit a shadow
+	// limit, the overall code always OK), and the registry, logger and
+	// clock the Server uses.
+	Core *enforce.Core
 	// Keys builds limit keys; the zero Keys uses the prefix "fg".
 	Keys window.Keys
-	// FailureMode says what to answer when Limiter fails; FailureDefault
-	// means FailureLocal.
-	FailureMode extauthz.FailureMode
-	// Shadow makes every limit a shadow limit (--shadow): the overall code
-	// is always OK.
-	Shadow bool
 	// ResponseHeaders adds the limit, the remaining count and the seconds
 	// until reset of the descriptor with the fewest requests remaining to
 	// response_headers_to_add, as ratelimit does with
@@ -57,13 +47,6 @@ type Options struct {
 	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); a zero field takes
 	// ratelimit's default, in DefaultHeaderNames.
 	HeaderNames HeaderNames
-	// Registerer receives the metrics; nil means a new private registry.
-	Registerer prometheus.Registerer
-	// Logger receives structured logs; nil discards them. Request values
-	// are never logged.
-	Logger *slog.Logger
-	// Now is the clock of durations; nil means time.Now.
-	Now func() time.Time
 }
 
 // HeaderNames are the names of the response headers of
@@ -91,7 +74,7 @@ func ParseHeaderNames(s string) (HeaderNames, error) {
 	}
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
-		if strings.HasPrefix(p, ":") || !extauthz.ValidHeaderName(p) {
+		if strings.HasPrefix(p, ":") || !enforce.ValidHeaderName(p) {
 			return HeaderNames{}, fmt.Errorf("header names %q: %q is not a valid HTTP header name", s, p)
 		}
 		parts[i] = p
@@ -118,6 +101,7 @@ const (
 // with [NewServer]. All its methods are safe for concurrent use.
 type Server struct {
 	opts    Options
+	core    *enforce.Front
 	log     *slog.Logger
 	now     func() time.Time
 	metrics *metrics
@@ -131,25 +115,13 @@ type Server struct {
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
-// metrics on opts.Registerer, so call it once per registry.
+// metrics on the core's Registerer, so call it once per core.
 func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("rls: no ratelimit config given")
 	}
-	if opts.Limiter == nil {
-		return nil, errors.New("rls: no limiter given")
-	}
-	if opts.FailureMode == extauthz.FailureDefault {
-		opts.FailureMode = extauthz.FailureLocal
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if opts.Registerer == nil {
-		opts.Registerer = prometheus.NewRegistry()
+	if opts.Core == nil {
+		return nil, errors.New("rls: no enforcement core given")
 	}
 	def := DefaultHeaderNames()
 	for _, f := range []struct{ name, def *string }{
@@ -161,11 +133,11 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 			*f.name = *f.def
 		}
 	}
-	m, err := newMetrics(opts.Registerer)
+	front, err := opts.Core.Front(enforce.RLS)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rls: %w", err)
 	}
-	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, metrics: m}
+	s := &Server{opts: opts, core: front, log: opts.Core.Logger(), now: opts.Core.Clock(), metrics: newMetrics(front.Metrics())}
 	s.install(cfg)
 	return s, nil
 }
@@ -226,7 +198,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	cfg := s.cfg.Load()
 	dom := cfg.domains[req.GetDomain()]
 	if dom == nil {
-		s.metrics.requests.WithLabelValues("", "", decisionAllowed).Inc()
+		s.metrics.requests.WithLabelValues("", "", enforce.DecisionAllowed).Inc()
 		return okForAll(len(req.GetDescriptors())), nil
 	}
 	c := s.newCall(dom, req)
@@ -255,6 +227,17 @@ const (
 	failedDeny                 // the backend failed; refused without a decision
 )
 
+// outcomeOf is how the core's o decided a call.
+func outcomeOf(o *enforce.Outcome) outcome {
+	switch o.Via {
+	case enforce.ViaDeny:
+		return failedDeny
+	case enforce.ViaAllow:
+		return failedAllow
+	}
+	return decided
+}
+
 // call is one ShouldRateLimit in progress.
 type call struct {
 	s     *Server
@@ -273,10 +256,9 @@ type call struct {
 	never                 []bool
 	blockedAt, shadowZero int
 	out                   outcome
-	d                     window.Decision
-	// decidedHits maps the hits of d back to hits when the fallback
-	// decided a subset of them (per-rule failure modes); nil: the same.
-	decidedHits []int
+	// o is the core's outcome (not asked when blocked); d is its Decision.
+	o enforce.Outcome
+	d window.Decision
 	// reports[j] is what the decision learnt of hits[j]'s own window
 	// (hits[j].Report points here); Known false where it learnt nothing.
 	reports []window.HitReport
@@ -340,15 +322,11 @@ func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor)
 	return max(n, 1)
 }
 
-func (c *call) shadow(r *Rule) bool { return r.Shadow || c.s.opts.Shadow }
+func (c *call) shadow(r *Rule) bool { return r.Shadow || c.s.core.Shadow() }
 
-// mode is the failure mode of r: its own, else the server's.
-func (c *call) mode(r *Rule) extauthz.FailureMode {
-	if r.FailureMode != extauthz.FailureDefault {
-		return r.FailureMode
-	}
-	return c.s.opts.FailureMode
-}
+// FailureMode is the failure mode of hits[j]'s rule: c is the
+// enforce.Policies of its hits.
+func (c *call) FailureMode(j int) enforce.FailureMode { return c.rules[j].FailureMode }
 
 // applyReplaces drops the rules that another matched rule replaces, as
 // ratelimit does: a rule named in some match's replaces applies to none of
@@ -373,84 +351,16 @@ func applyReplaces(ms []match) {
 	}
 }
 
-// decide asks the limiter once for all hits, unless a descriptor that can
+// decide asks the core once for all hits, unless a descriptor that can
 // never fit already refused the request (then nothing is recorded
 // anywhere, as for any denial).
 func (c *call) decide(ctx context.Context) {
-	s := c.s
-	switch {
-	case c.blockedAt >= 0:
+	if c.blockedAt >= 0 {
 		c.out = blocked
 		return
-	case len(c.hits) == 0:
-		c.d = window.Decision{Allowed: true, Index: -1, ShadowIndex: -1}
-		return
 	}
-	d, err := s.opts.Limiter.Decide(ctx, c.hits)
-	if err == nil {
-		c.d = d
-		switch d.Source {
-		case window.SourceLocalFull:
-			s.metrics.localFull.Inc()
-		case window.SourceLocalBanned:
-			s.metrics.localBanned.Inc()
-		}
-		return
-	}
-	c.failure(ctx, err)
-}
-
-// failure decides a call whose backend failed, by each rule's failure
-// mode, as extauthz does: OVER_LIMIT if an enforcing hit's mode is deny;
-// else the hits of mode local by the fallback; else OK.
-func (c *call) failure(ctx context.Context, err error) {
-	s := c.s
-	s.metrics.backendErrs.WithLabelValues(window.Classify(err).String()).Inc()
-	var local []int
-	for j := range c.hits {
-		switch c.mode(c.rules[j]) {
-		case extauthz.FailureDeny:
-			if !c.hits[j].Shadow {
-				s.metrics.failureModes.WithLabelValues("deny").Inc()
-				c.out = failedDeny
-				return
-			}
-		case extauthz.FailureLocal:
-			local = append(local, j)
-		}
-	}
-	if len(local) > 0 && s.opts.Fallback != nil {
-		hits := c.hits
-		if len(local) < len(c.hits) {
-			hits = make([]window.Hit, len(local))
-			for k, j := range local {
-				hits[k] = c.hits[j]
-			}
-			c.decidedHits = local
-		}
-		// In process and never waiting: it decides even if Envoy gave up.
-		d, ferr := s.opts.Fallback.DecideAfter(context.WithoutCancel(ctx), hits, err)
-		if ferr == nil {
-			s.metrics.failureModes.WithLabelValues("local").Inc()
-			c.d = d
-			return
-		}
-		c.decidedHits = nil
-		s.metrics.backendErrs.WithLabelValues("fallback").Inc()
-	}
-	s.metrics.failureModes.WithLabelValues("allow").Inc()
-	c.out = failedAllow
-}
-
-// hitIndex maps an index of c.d's hits to one of c.hits (-1 stays -1).
-func (c *call) hitIndex(k int) int {
-	if c.decidedHits == nil || k < 0 {
-		return k
-	}
-	if k >= len(c.decidedHits) {
-		return -1
-	}
-	return c.decidedHits[k]
+	c.o = c.s.core.Decide(ctx, c.hits, c)
+	c.out, c.d = outcomeOf(&c.o), c.o.Decision
 }
 
 // respond builds the response and counts it.
@@ -472,7 +382,7 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 
 // status is descriptor i's status: its own window's numbers where the
 // decision counted it (see the package doc).
-// Under Options.Shadow (ratelimit's global SHADOW_MODE) a descriptor over
+// Under the core's shadow (ratelimit's global SHADOW_MODE) a descriptor over
 // its limit says OVER_LIMIT while the overall code stays OK, as in
 // ratelimit; under its own shadow_mode it says OK.
 func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
@@ -499,12 +409,12 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 	j := c.hitOf[i]
 	switch {
 	case c.out == failedDeny:
-		if !c.hits[j].Shadow && c.mode(r) == extauthz.FailureDeny {
+		if !c.hits[j].Shadow && c.s.core.Mode(r.FailureMode) == enforce.FailureDeny {
 			st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(time.Second)
 		}
 	case c.out != decided:
 		// blocked or admitted without a decision: nothing was counted.
-	case c.decidedHits != nil && !slices.Contains(c.decidedHits, j):
+	case !c.o.Decided(j):
 		// the backend failed and this rule's failure mode is allow
 	case c.reports[j].Known:
 		// The backend (or the fallback) counted this descriptor's own
@@ -514,9 +424,9 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 		} else {
 			st.LimitRemaining = uint32(max(min(rep.Remaining, int(r.RequestsPerUnit)), 0))
 		}
-	case !c.d.Allowed && j == c.hitIndex(c.d.Index):
+	case !c.d.Allowed && j == c.o.Hit(c.d.Index):
 		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(c.d.RetryAfter)
-	case c.d.Shadowed && j == c.hitIndex(c.d.ShadowIndex):
+	case c.d.Shadowed && j == c.o.Hit(c.d.ShadowIndex):
 		// over its limit, but in shadow mode: nothing remaining
 		st.Code = overCode
 	case c.d.Allowed:
@@ -536,24 +446,24 @@ func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
 // rule.
 func (c *call) count() {
 	s := c.s
-	rule, decision := "", decisionAllowed
+	rule, decision := "", enforce.DecisionAllowed
 	ruleOfHit := func(k int) string {
-		if j := c.hitIndex(k); j >= 0 && j < len(c.hits) {
+		if j := c.o.Hit(k); j >= 0 && j < len(c.hits) {
 			return c.hits[j].Rule
 		}
 		return ""
 	}
 	switch {
 	case c.out == blocked:
-		rule, decision = c.ms[c.blockedAt].limit().Label(), decisionDenied
+		rule, decision = c.ms[c.blockedAt].limit().Label(), enforce.DecisionDenied
 	case c.out == failedAllow || c.out == failedDeny:
-		rule, decision = c.hits[0].Rule, decisionError
+		rule, decision = c.hits[0].Rule, enforce.DecisionError
 	case !c.d.Allowed:
-		rule, decision = ruleOfHit(c.d.Index), decisionDenied
+		rule, decision = ruleOfHit(c.d.Index), enforce.DecisionDenied
 	case c.d.Shadowed:
-		rule, decision = ruleOfHit(c.d.ShadowIndex), decisionShadowDenied
+		rule, decision = ruleOfHit(c.d.ShadowIndex), enforce.DecisionShadowDenied
 	case c.shadowZero >= 0:
-		rule, decision = c.ms[c.shadowZero].limit().Label(), decisionShadowDenied
+		rule, decision = c.ms[c.shadowZero].limit().Label(), enforce.DecisionShadowDenied
 	default:
 		rule = ruleOfHit(c.d.Index)
 	}
@@ -566,7 +476,7 @@ func (c *call) binding() int {
 	if c.out == blocked {
 		return c.blockedAt
 	}
-	if j := c.hitIndex(c.d.Index); c.out == decided && j >= 0 {
+	if j := c.o.Hit(c.d.Index); c.out == decided && j >= 0 {
 		for i, h := range c.hitOf {
 			if h == j {
 				return i

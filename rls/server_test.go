@@ -19,7 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -32,22 +33,42 @@ func loadGood(t *testing.T) *Config {
 	return cfg
 }
 
-func newMemoryServer(t *testing.T, cfg *Config, mod func(*Options)) (*Server, *prometheus.Registry) {
+// coreOptions are enforce.Options, named for embedding in testOptions.
+type coreOptions = enforce.Options
+
+// testOptions are a test Server's options and its core's.
+type testOptions struct {
+	Options
+	coreOptions
+}
+
+// newServer builds a Server on cfg with o's options and a core of its own.
+func newServer(t *testing.T, cfg *Config, o testOptions) *Server {
+	t.Helper()
+	core, err := enforce.New(o.coreOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Core = core
+	s, err := NewServer(cfg, o.Options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newMemoryServer(t *testing.T, cfg *Config, mod func(*testOptions)) (*Server, *prometheus.Registry) {
 	t.Helper()
 	mem, err := window.NewMemory(window.MemoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	o := Options{Limiter: mem, Registerer: reg}
+	o := testOptions{coreOptions: coreOptions{Limiter: mem, Registerer: reg}}
 	if mod != nil {
 		mod(&o)
 	}
-	s, err := NewServer(cfg, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, reg
+	return newServer(t, cfg, o), reg
 }
 
 // TestInvalidRequests: as ratelimit, an empty domain or descriptor list is
@@ -76,7 +97,7 @@ func TestResponseHeaders(t *testing.T) {
 	custom := HeaderNames{Limit: "X-RateLimit-Limit", Remaining: "X-RateLimit-Remaining", Reset: "X-RateLimit-Reset"}
 	for name, names := range map[string]*HeaderNames{"ratelimit's": nil, "custom": &custom} {
 		t.Run(name, func(t *testing.T) {
-			s, _ := newMemoryServer(t, cfg, func(o *Options) {
+			s, _ := newMemoryServer(t, cfg, func(o *testOptions) {
 				o.ResponseHeaders = true
 				if names != nil {
 					o.HeaderNames = *names
@@ -146,7 +167,7 @@ func (r *recorder) Decide(_ context.Context, hits []window.Hit) (window.Decision
 func TestHostileRequests(t *testing.T) {
 	var logs strings.Builder
 	rec := &recorder{}
-	s, reg := newMemoryServer(t, loadGood(t), func(o *Options) {
+	s, reg := newMemoryServer(t, loadGood(t), func(o *testOptions) {
 		o.Limiter = rec
 		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
@@ -217,11 +238,11 @@ func TestHostileRequests(t *testing.T) {
 	}
 }
 
-// TestGlobalShadow: Options.Shadow (--shadow) admits everything, counts it
+// TestGlobalShadow: the core's Shadow (--shadow) admits everything, counts it
 // as shadow_denied; as under ratelimit's global SHADOW_MODE, a descriptor
 // over its limit still says OVER_LIMIT in its status.
 func TestGlobalShadow(t *testing.T) {
-	s, reg := newMemoryServer(t, loadGood(t), func(o *Options) { o.Shadow = true })
+	s, reg := newMemoryServer(t, loadGood(t), func(o *testOptions) { o.Shadow = true })
 	req := request("basic", desc("remote_address", "50.0.0.5"), desc("remote_address", "1.1.1.1"))
 	for i := range 5 {
 		resp, err := s.ShouldRateLimit(context.Background(), req)
@@ -242,7 +263,7 @@ func TestGlobalShadow(t *testing.T) {
 			}
 		}
 	}
-	if n := counterValue(t, s.metrics.requests.WithLabelValues("basic", "remote_address_50.0.0.5", decisionShadowDenied)); n < 1 {
+	if n := counterValue(t, s.metrics.requests.WithLabelValues("basic", "remote_address_50.0.0.5", enforce.DecisionShadowDenied)); n < 1 {
 		t.Fatalf("shadow_denied %v, want ≥ 1", n)
 	}
 	_ = reg
@@ -294,38 +315,37 @@ func TestMetricLabels(t *testing.T) {
 func TestFailureModes(t *testing.T) {
 	rs, red := startRedis(t, 500*time.Millisecond)
 	cfg := loadGood(t)
-	servers := map[extauthz.FailureMode]*Server{}
-	for _, mode := range []extauthz.FailureMode{extauthz.FailureDeny, extauthz.FailureAllow, extauthz.FailureLocal} {
+	servers := map[enforce.FailureMode]*Server{}
+	regs := map[enforce.FailureMode]*prometheus.Registry{}
+	for _, mode := range []enforce.FailureMode{enforce.FailureDeny, enforce.FailureAllow, enforce.FailureLocal} {
 		fb, err := window.NewFallback(window.FallbackOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := NewServer(cfg, Options{Limiter: red, Fallback: fb, FailureMode: mode, Registerer: prometheus.NewRegistry()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		servers[mode] = s
+		reg := prometheus.NewRegistry()
+		servers[mode] = newServer(t, cfg, testOptions{coreOptions: coreOptions{Limiter: red, Fallback: fb, FailureMode: mode, Registerer: reg}})
+		regs[mode] = reg
 	}
 	ctx := context.Background()
 	req := request("basic", desc("remote_address", "9.9.9.9"))
-	if resp, err := servers[extauthz.FailureDeny].ShouldRateLimit(ctx, req); err != nil || resp.GetOverallCode() != ok {
+	if resp, err := servers[enforce.FailureDeny].ShouldRateLimit(ctx, req); err != nil || resp.GetOverallCode() != ok {
 		t.Fatalf("redis up: %v %v", resp, err)
 	}
 	rs.Stop()
 
-	resp, err := servers[extauthz.FailureDeny].ShouldRateLimit(ctx, req)
+	resp, err := servers[enforce.FailureDeny].ShouldRateLimit(ctx, req)
 	if err != nil || resp.GetOverallCode() != over {
 		t.Fatalf("deny: %v %v, want OVER_LIMIT", resp, err)
 	}
 	for range 5 {
-		resp, err = servers[extauthz.FailureAllow].ShouldRateLimit(ctx, req)
+		resp, err = servers[enforce.FailureAllow].ShouldRateLimit(ctx, req)
 		if err != nil || resp.GetOverallCode() != ok {
 			t.Fatalf("allow: %v %v, want OK", resp, err)
 		}
 	}
 	var codes []string
 	for range 4 { // the local share of 3 a minute in a fleet of one
-		resp, err = servers[extauthz.FailureLocal].ShouldRateLimit(ctx, req)
+		resp, err = servers[enforce.FailureLocal].ShouldRateLimit(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,8 +354,8 @@ func TestFailureModes(t *testing.T) {
 	if strings.Join(codes, ",") != "OK,OK,OK,OVER_LIMIT" {
 		t.Fatalf("local: %v, want 3 OK then OVER_LIMIT", codes)
 	}
-	for mode, s := range servers {
-		if n := counterValue(t, s.metrics.failureModes.WithLabelValues(mode.String())); n < 1 {
+	for mode, reg := range regs {
+		if n := enforcetest.Counter(t, reg, "flashgate_rls_failure_mode_decisions_total", mode.String()); n < 1 {
 			t.Errorf("%s: flashgate_rls_failure_mode_decisions_total{mode=%q} = %v", mode, mode, n)
 		}
 	}
@@ -446,8 +466,8 @@ func TestRuleFailureModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := newMemoryServer(t, loadGood(t), func(o *Options) {
-		o.Limiter, o.Fallback, o.FailureMode = failing{}, fb, extauthz.FailureLocal
+	s, _ := newMemoryServer(t, loadGood(t), func(o *testOptions) {
+		o.Limiter, o.Fallback, o.FailureMode = failing{}, fb, enforce.FailureLocal
 	})
 	ctx := context.Background()
 	call := func(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
@@ -485,7 +505,7 @@ func TestRuleFailureModes(t *testing.T) {
 // rule without them leaves the server's.
 func TestHitSettings(t *testing.T) {
 	rec := &recorder{}
-	s, _ := newMemoryServer(t, loadGood(t), func(o *Options) { o.Limiter = rec })
+	s, _ := newMemoryServer(t, loadGood(t), func(o *testOptions) { o.Limiter = rec })
 	req := request("flashgate", desc("tenant", "t", "user", "u"), desc("quiet", "q"), desc("api_key", "k"))
 	if _, err := s.ShouldRateLimit(context.Background(), req); err != nil {
 		t.Fatal(err)
@@ -509,7 +529,7 @@ func TestHitSettings(t *testing.T) {
 // hits' window.Limit.Buckets.
 func TestHitBuckets(t *testing.T) {
 	rec := &recorder{}
-	s, _ := newMemoryServer(t, loadGood(t), func(o *Options) { o.Limiter = rec })
+	s, _ := newMemoryServer(t, loadGood(t), func(o *testOptions) { o.Limiter = rec })
 	req := request("buckets", desc("small", "s"), desc("large", "l"), desc("chosen", "c"), desc("exact", "e"))
 	if _, err := s.ShouldRateLimit(context.Background(), req); err != nil {
 		t.Fatal(err)

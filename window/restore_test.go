@@ -450,6 +450,14 @@ func TestWriteBackOnlyAdmissions(t *testing.T) {
 			t.Fatalf("timed-out request %d: %+v, %v", i, d, err)
 		}
 	}
+	// A timeout holds no call off: wait for the write-back to land.
+	deadline := time.Now().Add(10 * time.Second)
+	for st := sc.f.WriteBack(); st.Landed == 0 || st.Pending > 0; st = sc.f.WriteBack() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the write-back never landed: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	d, local := sc.untilRedis(t, h)
 	if local != 0 || !d.Allowed || d.Count != 3 {
 		t.Fatalf("first decision by Redis: %+v (%d local); want count 3 (2 admitted locally, this one)", d, local)

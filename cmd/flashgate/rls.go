@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/rls"
 )
 
@@ -25,12 +25,12 @@ type rlsService struct {
 	dir string
 }
 
-// newRLS loads --rls-config and builds its server on what ext_authz's
-// server got (ax: the limiter stack, fallback, keys, failure mode, shadow,
-// registry and logger); it returns nil, nil when the flag is unset. Errors
-// in the files are *rls.ConfigError, unwrapped, so that they print as
-// FILE:LINE:COL: message.
-func newRLS(o *serveConfig, ax extauthz.Options) (*rlsService, error) {
+// newRLS loads --rls-config and builds its server on the enforcement core
+// ext_authz's server has too (the limiter stack, fallback, failure mode,
+// shadow, registry and logger); it returns nil, nil when the flag is unset.
+// Errors in the files are *rls.ConfigError, unwrapped, so that they print
+// as FILE:LINE:COL: message.
+func newRLS(o *serveConfig, core *enforce.Core) (*rlsService, error) {
 	if o.rlsConfig == "" {
 		return nil, nil
 	}
@@ -42,14 +42,11 @@ func newRLS(o *serveConfig, ax extauthz.Options) (*rlsService, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--rls-header-names: %w", err)
 	}
-	srv, err := rls.NewServer(cfg, rls.Options{
-		Limiter: ax.Limiter, Fallback: ax.Fallback, Keys: ax.Keys, FailureMode: ax.FailureMode, Shadow: ax.Shadow,
-		ResponseHeaders: o.rlsHeaders, HeaderNames: names, Registerer: ax.Registerer, Logger: ax.Logger,
-	})
+	srv, err := rls.NewServer(cfg, rls.Options{Core: core, Keys: o.keys, ResponseHeaders: o.rlsHeaders, HeaderNames: names})
 	if err != nil {
 		return nil, err
 	}
-	ax.Logger.Info("ratelimit service (RLS) on the gRPC address", "service", rls.ServiceName,
+	core.Logger().Info("ratelimit service (RLS) on the gRPC address", "service", rls.ServiceName,
 		"dir", rls.ConfigDir(o.rlsConfig), "domains", len(cfg.Domains()))
 	return &rlsService{srv: srv, dir: o.rlsConfig}, nil
 }
@@ -100,7 +97,7 @@ func writeRLSTable(w io.Writer, cfg *rls.Config) error {
 			for _, rep := range r.Replaces {
 				opts = append(opts, "replaces="+rep)
 			}
-			if r.FailureMode != extauthz.FailureDefault {
+			if r.FailureMode != enforce.FailureDefault {
 				opts = append(opts, "failure_mode="+r.FailureMode.String())
 			}
 			if r.LocalShare > 0 {

@@ -105,17 +105,11 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	reg.MustRegister(logs.collector())
 	wu := &warmup{timeout: o.warmupTimeout}
 	reg.MustRegister(wu.collectors()...)
-	opts := extauthz.Options{
-		Limiter:     b.limiter,
-		Keys:        o.keys,
-		FailureMode: o.failureMode,
-		Shadow:      o.shadow,
-		Registerer:  reg,
-		Logger:      log,
+	core, err := newCore(o, b, reg, log)
+	if err != nil {
+		return err
 	}
-	if b.fallback != nil { // a nil *Fallback must not become a non-nil Limiter
-		opts.Fallback = b.fallback
-	}
+	opts := extauthz.Options{Core: core, Keys: o.keys}
 	if o.rlsConfig != "" {
 		opts.HealthServices = []string{rls.ServiceName}
 	}
@@ -123,7 +117,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	rlsSrv, err := newRLS(o, opts)
+	rlsSrv, err := newRLS(o, core)
 	if err != nil {
 		return err
 	}

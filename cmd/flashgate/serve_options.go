@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
 	"github.com/spf13/pflag"
@@ -129,7 +129,7 @@ const minLocalCacheSize = 64 << 10
 type serveConfig struct {
 	serveOptions
 	clock         window.Clock
-	failureMode   extauthz.FailureMode
+	failureMode   enforce.FailureMode
 	redisModeName string
 	ban           window.Ban
 	keys          window.Keys
@@ -183,7 +183,7 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 		c.deadlineRaised = true
 	}
 	c.budgetMax = max(c.checkDeadline*9/10, o.redisTimeout)
-	fm, err := extauthz.ParseFailureMode(o.failureMode)
+	fm, err := enforce.ParseFailureMode(o.failureMode)
 	if err != nil {
 		return nil, fmt.Errorf("--failure-mode: %w", err)
 	}

@@ -1,0 +1,305 @@
+package enforce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// Options configure a [Core]. Only Limiter is required.
+type Options struct {
+	// Limiter decides hits: the whole stack the wiring built, e.g.
+	// window.Guard(fallback.Watch(Breaker(Budget(Redis)))) or
+	// window.Guard(Memory). Whether a call has a deadline, a breaker or a
+	// local cache in front is the stack's business; the core calls Decide
+	// and, on an error, applies the failure modes.
+	Limiter window.Limiter
+	// Fallback decides the hits of failure mode "local" when Limiter fails
+	// (window.Fallback). Nil makes "local" behave as "allow".
+	Fallback Fallback
+	// FailureMode applies to rules that set none; FailureDefault means
+	// FailureLocal.
+	FailureMode FailureMode
+	// Shadow makes every rule a shadow rule (--shadow): decide and count,
+	// but admit everything. The front-ends read it through [Front.Shadow]
+	// when they make hits.
+	Shadow bool
+	// Registerer receives the core's metrics and the front-ends'; nil means
+	// a new private registry. The global registry is never used implicitly.
+	Registerer prometheus.Registerer
+	// Logger receives structured logs; nil discards them. Request values
+	// are never logged above debug level.
+	Logger *slog.Logger
+	// Now is the clock for durations and log sampling; nil means time.Now.
+	Now func() time.Time
+}
+
+// Fallback is what failure mode "local" needs: window.Fallback. It decides
+// hits in process after the backend failed with cause; it must not wait.
+type Fallback interface {
+	DecideAfter(ctx context.Context, hits []window.Hit, cause error) (window.Decision, error)
+}
+
+// Policies tell Decide the failure mode of each hit's rule: FailureMode(i)
+// is hits[i]'s, FailureDefault for the core's default. Decide reads them
+// only when the limiter fails.
+type Policies interface {
+	FailureMode(i int) FailureMode
+}
+
+// Core is the enforcement policy with what it enforces with: the limiter,
+// the fallback, the defaults, the metrics registry. Build it once with
+// [New] and give it to every front-end, which takes its [Front]. Its
+// methods are safe for concurrent use.
+type Core struct {
+	opts    Options
+	lastLog atomic.Int64 // UnixNano of the last sampled warning
+
+	// mu guards fronts.
+	mu     sync.Mutex
+	fronts [numFrontEnds]*Front
+}
+
+// New returns a Core with opts, defaulted.
+func New(opts Options) (*Core, error) {
+	if opts.Limiter == nil {
+		return nil, errors.New("enforce: no limiter given")
+	}
+	if opts.FailureMode == FailureDefault {
+		opts.FailureMode = FailureLocal
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	return &Core{opts: opts}, nil
+}
+
+// Registerer returns the registry the core and its front-ends register
+// their metrics on.
+func (c *Core) Registerer() prometheus.Registerer { return c.opts.Registerer }
+
+// Logger returns the core's logger.
+func (c *Core) Logger() *slog.Logger { return c.opts.Logger }
+
+// Clock returns the core's clock (Options.Now), for the front-ends'
+// durations.
+func (c *Core) Clock() func() time.Time { return c.opts.Now }
+
+// Front returns the core as front-end fe uses it: its decisions count into
+// fe's metrics, registered on the first call (later calls return the same
+// Front). It fails only if the registry refuses them.
+func (c *Core) Front(fe FrontEnd) (*Front, error) {
+	if fe >= numFrontEnds {
+		return nil, errors.New("enforce: unknown front-end")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.fronts[fe]; f != nil {
+		return f, nil
+	}
+	m, err := newMetrics(c.opts.Registerer, frontMetrics[fe])
+	if err != nil {
+		return nil, fmt.Errorf("enforce: %s: %w", fe, err)
+	}
+	f := &Front{c: c, m: m}
+	c.fronts[fe] = f
+	return f, nil
+}
+
+// Front is a [Core] as one front-end uses it. Its methods are safe for
+// concurrent use.
+type Front struct {
+	c *Core
+	m *metrics
+}
+
+// Shadow reports whether every rule is in shadow mode (Options.Shadow).
+func (f *Front) Shadow() bool { return f.c.opts.Shadow }
+
+// Mode resolves a rule's failure mode: m, or the core's default for
+// FailureDefault.
+func (f *Front) Mode(m FailureMode) FailureMode {
+	if m == FailureDefault {
+		return f.c.opts.FailureMode
+	}
+	return m
+}
+
+// Metrics returns the metrics the front-end counts itself.
+func (f *Front) Metrics() FrontMetrics { return f.m.front }
+
+// HasFallback reports whether failure mode local has a fallback limiter;
+// without one it admits like allow.
+func (f *Front) HasFallback() bool { return f.c.opts.Fallback != nil }
+
+// Via says how Decide decided.
+type Via uint8
+
+const (
+	// ViaLimiter: the limiter decided every hit (Outcome.Decision).
+	ViaLimiter Via = iota
+	// ViaFallback: the limiter failed; the fallback decided the hits of
+	// mode local (Outcome.Decision, indices mapped by Outcome.Hit).
+	ViaFallback
+	// ViaDeny: the limiter failed and the enforcing hit Outcome.Denier's
+	// mode is deny: refuse, without a decision.
+	ViaDeny
+	// ViaAllow: the limiter failed and no hit's mode refused or could be
+	// decided locally: admit, without a decision.
+	ViaAllow
+)
+
+// Outcome is how Decide decided one request's hits. It is a small value:
+// deciding allocates nothing for it.
+type Outcome struct {
+	// Decision is the limiter's (ViaLimiter) or the fallback's
+	// (ViaFallback); meaningless otherwise. Map its Index and ShadowIndex
+	// to the hits given to Decide with Hit.
+	Decision window.Decision
+	Via      Via
+	// Denier is, for ViaDeny, the first enforcing hit whose mode is deny.
+	Denier int
+	// ShadowDeny: the limiter failed and a shadow hit's mode is deny: a
+	// would-be denial.
+	ShadowDeny bool
+	// decided are the hits the fallback decided when they are not all of
+	// them, Decision's indices into the hits; nil: the same indices.
+	decided []int
+}
+
+// Failed reports whether the limiter failed and the failure modes decided.
+func (o *Outcome) Failed() bool { return o.Via != ViaLimiter }
+
+// Hit maps an index of Decision (Index, ShadowIndex) to one of the hits
+// given to Decide. -1 stays -1; an index beyond the hits the fallback
+// decided is -1; the caller checks the others against its hits.
+func (o *Outcome) Hit(k int) int {
+	if o.decided == nil || k < 0 {
+		return k
+	}
+	if k >= len(o.decided) {
+		return -1
+	}
+	return o.decided[k]
+}
+
+// Decided reports whether Decision counted hit j: every hit for
+// ViaLimiter, the hits of mode local for ViaFallback, none otherwise.
+func (o *Outcome) Decided(j int) bool {
+	switch o.Via {
+	case ViaLimiter:
+		return true
+	case ViaFallback:
+		return o.decided == nil || slices.Contains(o.decided, j)
+	}
+	return false
+}
+
+// Decide decides a request's hits, all or nothing, by one call of the
+// limiter; when it fails, by the failure modes p gives (see the package
+// doc). It counts what it did in the front-end's metrics. With no hits it
+// admits, asking nothing.
+func (f *Front) Decide(ctx context.Context, hits []window.Hit, p Policies) Outcome {
+	if len(hits) == 0 {
+		return Outcome{Decision: window.Decision{Allowed: true, Index: -1, ShadowIndex: -1}}
+	}
+	c := f.c
+	var t0 time.Time
+	if f.m.backendDur != nil {
+		t0 = c.opts.Now()
+	}
+	d, err := c.opts.Limiter.Decide(ctx, hits)
+	if f.m.backendDur != nil && (err != nil || d.Source == window.SourceBackend) {
+		f.m.backendDur.Observe(c.opts.Now().Sub(t0).Seconds())
+	}
+	if err != nil {
+		return f.failure(ctx, hits, p, err)
+	}
+	switch d.Source {
+	case window.SourceLocalFull:
+		f.m.localFull.Inc()
+	case window.SourceLocalBanned:
+		f.m.localBanned.Inc()
+	}
+	return Outcome{Decision: d}
+}
+
+// failure decides hits whose backend call failed with err.
+func (f *Front) failure(ctx context.Context, hits []window.Hit, p Policies, err error) Outcome {
+	c := f.c
+	kind := window.Classify(err)
+	f.m.backendErr(kind).Inc()
+	if kind != window.KindBreakerOpen { // serve logs the breaker's opening, not each call it holds off
+		c.logSampled("backend failed; deciding by failure mode", "kind", kind.String(), "error", err)
+	}
+	o := Outcome{Via: ViaAllow, Denier: -1}
+	nlocal := 0
+	for i := range hits {
+		switch f.Mode(p.FailureMode(i)) {
+		case FailureDeny:
+			if hits[i].Shadow {
+				o.ShadowDeny = true
+			} else if o.Denier < 0 {
+				o.Denier = i
+			}
+		case FailureLocal:
+			nlocal++
+		}
+	}
+	if o.Denier >= 0 {
+		f.m.failDeny.Inc()
+		o.Via = ViaDeny
+		return o
+	}
+	if nlocal > 0 && c.opts.Fallback != nil {
+		local := hits // all local: the usual case
+		if nlocal < len(hits) {
+			local, o.decided = make([]window.Hit, 0, nlocal), make([]int, 0, nlocal)
+			for i := range hits {
+				if f.Mode(p.FailureMode(i)) == FailureLocal {
+					local = append(local, hits[i])
+					o.decided = append(o.decided, i)
+				}
+			}
+		}
+		// The fallback is in process and never waits; it decides even if
+		// the caller has given up, so that its log stays whole.
+		d, ferr := c.opts.Fallback.DecideAfter(context.WithoutCancel(ctx), local, err)
+		if ferr == nil {
+			f.m.failLocal.Inc()
+			o.Via, o.Decision = ViaFallback, d
+			return o
+		}
+		o.decided = nil
+		f.m.fallbackErr.Inc()
+		c.logSampled("fallback limiter failed; admitting", "error", ferr)
+	}
+	f.m.failAllow.Inc()
+	return o
+}
+
+// logSampled logs a warning at most once a second.
+func (c *Core) logSampled(msg string, args ...any) {
+	now := c.opts.Now().UnixNano()
+	last := c.lastLog.Load()
+	if now-last < int64(time.Second) || !c.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	c.opts.Logger.Warn(msg, args...)
+}
