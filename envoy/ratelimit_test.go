@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate/rls"
-	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/memory"
 )
 
 const rateLimitFilter = "envoy.filters.http.ratelimit"
@@ -70,7 +70,7 @@ func TestRateLimitExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ratelimit/config: %v", err)
 	}
-	mem, err := window.NewMemory(window.MemoryOptions{})
+	mem, err := memory.New(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 
-	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/memory"
 	"github.com/flashgate/flashgate/window/testclock"
 )
 
@@ -41,7 +42,7 @@ func parse(t testing.TB, yaml string) *Config {
 func newEnv(t *testing.T, cfg *Config, mod func(*Options)) *env {
 	t.Helper()
 	clk := newClock()
-	mem, err := window.NewMemory(window.MemoryOptions{Now: clk.Now})
+	mem, err := memory.New(memory.Options{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func newEnv(t *testing.T, cfg *Config, mod func(*Options)) *env {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	fb, err := window.NewFallback(window.FallbackOptions{Now: clk.Now})
+	fb, err := fallback.New(fallback.Options{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/guard"
 )
 
 func TestExampleRules(t *testing.T) {
@@ -438,7 +439,7 @@ func TestBreaker(t *testing.T) {
 	e := newEnv(t, nil, func(o *Options) {
 		// The stack's breaker in front of a failing backend: the server
 		// takes the failure mode for its ErrBreakerOpen like any error.
-		br, err := window.NewBreaker(f, window.BreakerOptions{ConnFailures: 3, Cooldown: time.Second, Now: o.Now})
+		br, err := guard.NewBreaker(f, guard.BreakerOptions{ConnFailures: 3, Cooldown: time.Second, Now: o.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

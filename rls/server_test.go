@@ -21,6 +21,8 @@ import (
 
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/memory"
 )
 
 func loadGood(t *testing.T) *Config {
@@ -34,7 +36,7 @@ func loadGood(t *testing.T) *Config {
 
 func newMemoryServer(t *testing.T, cfg *Config, mod func(*Options)) (*Server, *prometheus.Registry) {
 	t.Helper()
-	mem, err := window.NewMemory(window.MemoryOptions{})
+	mem, err := memory.New(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +298,7 @@ func TestFailureModes(t *testing.T) {
 	cfg := loadGood(t)
 	servers := map[extauthz.FailureMode]*Server{}
 	for _, mode := range []extauthz.FailureMode{extauthz.FailureDeny, extauthz.FailureAllow, extauthz.FailureLocal} {
-		fb, err := window.NewFallback(window.FallbackOptions{})
+		fb, err := fallback.New(fallback.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +444,7 @@ func (failing) Decide(context.Context, []window.Hit) (window.Decision, error) {
 // as in flashgate's descriptors file: deny refuses, allow admits, local
 // decides in process (only the local rules).
 func TestRuleFailureModes(t *testing.T) {
-	fb, err := window.NewFallback(window.FallbackOptions{})
+	fb, err := fallback.New(fallback.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
