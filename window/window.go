@@ -51,7 +51,7 @@ const AutoBucketsAbove = 10_000
 // would (its retry-after says exactly when). Under a saturating load it
 // admits at least Requests·B/(B+1) per Window. Memory per key is bounded by
 // B+1 counters (and, in Redis, the member ids of the last few seconds, see
-// [Redis]).
+// redisstore).
 type Limit struct {
 	Requests int
 	Window   time.Duration
@@ -129,10 +129,10 @@ var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.
 // verbatim as a Redis key. Rule is the operator-given rule name, used for
 // reporting only. A Shadow hit is counted and reported but never denies: when
 // it is over its limit the request is still admitted (and not recorded in
-// that full window). Ban, when non-nil, overrides the [Guard]'s default
+// that full window). Ban, when non-nil, overrides the Guard's default
 // penalty box for this hit. LocalShare, when positive, is how many
 // admissions per window this process may make on its own for the hit while
-// the shared backend is unavailable (see [Fallback]); 0 means ceil(Requests
+// the shared backend is unavailable (the failure mode's fallback); 0 means ceil(Requests
 // / fleet size). Cost is how many requests the hit counts as (Envoy's
 // hits_addend): the request is admitted only if the window has room for all
 // of them, and then records them all; 0 means 1. Report, when non-nil,

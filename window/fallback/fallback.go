@@ -49,65 +49,9 @@ type Restorer interface {
 const DefaultMaxKeys = 1 << 18
 
 // Fallback is the in-process limiter of failure mode "local": what one
-// sidecar enforces on its own while the shared Redis cannot decide. It is
-// fleet-aware, so that N sidecars enforcing at once stay near the limit
-// rather than at N times it:
-//
-//   - Share: each hit is enforced at its share, Hit.LocalShare, or
-//     ceil(Limit.Requests / N) by default, with N the live fleet size.
-//   - Seed: while it could still be live, what Redis last reported for the
-//     key counts too. [Fallback.Observe] (or a limiter wrapped by
-//     [Fallback.Watch]) records, for the binding hit of every decision Redis
-//     made, the count it reported; until one window after that reply, the
-//     hit may admit at most min(share, ceil((limit - count) / N)) locally:
-//     the unclaimed rest of the window, split N ways. A key Redis reported
-//     full admits nothing locally until the window after the reply.
-//   - In flight: calls to Redis this sidecar still has in flight for a key
-//     may yet be admitted there, so each takes one from the allowance (they
-//     are counted by the limiter [Fallback.Watch] wraps, in a fixed table of
-//     counters by key hash: a collision can only make the count larger).
-//   - Timed out: a call that timed out may have been admitted by Redis all
-//     the same, so [Fallback.DecideAfter] records its request in the local
-//     window even when it denies it. Together these keep a burst whose
-//     first calls all time out (a cold start on a busy machine) from
-//     admitting locally what Redis admits too: the key's own concurrent
-//     calls use up its allowance.
-//
-// Bound: each sidecar admits locally at most min(share, ceil((limit -
-// count) / N)) per window, count being the last count it saw. When every
-// sidecar saw the count Redis held as the outage began (a hot key they all
-// keep hitting), no span of the window's length admits more than
-// count + N × ceil((limit - count) / N) ≤ limit + N - 1 across the fleet;
-// when their last counts differ (older ones lower), or some never saw the
-// key, up to limit + N × share at the outage's start; then N × share. With
-// a per-rule share S, N × S.
-//
-// Write-back (FallbackOptions.WriteBack): every local admission is
-// remembered, with its time, until it is written back into its key's
-// shared window as a member of its own, idempotently; a key's calls through
-// Watch keep their failure mode until its admissions landed, and after an
-// outage every call keeps it for Settle once Redis answers, so that the
-// fleet's write-backs land before Redis decides again. The bound of the
-// outage then holds across the return too (up to what a sidecar admits
-// locally within one write-back round trip before another decides by
-// Redis, and provided the sidecars see Redis again within Settle of each
-// other). A timed-out request admitted here is written back too: if Redis
-// admitted it as well, it counts twice (stricter). Past MaxKeys keys
-// waiting, a new key's admissions are not remembered (counted as
-// WriteBackStats.Unremembered) and may add to the limit after the return
-// as before. The mechanism is described at the top of writeback.go.
-//
-// Only the binding hit of a decision is seeded (the tightest admission, or
-// the denying hit); other hits of a multi-rule request are enforced at their
-// share. Seeds live in a fixed table by key hash (no allocation per seed),
-// each the used share of its key's limit, in buckets of four keys: a key that
-// finds its bucket full of other keys' live seeds is merged into the
-// bucket's shared entry (the larger share), which the bucket's keys without
-// an entry of their own then read at their own limit. A collision only makes
-// the fallback stricter. A key's local state in an outage is an exact log,
-// bounded like [Memory]'s.
-//
-// Fallback is safe for concurrent use.
+// sidecar enforces on its own while the shared store cannot decide, at a
+// fleet-aware share seeded by what the store last said (see the package
+// doc for the bound). It is safe for concurrent use.
 type Fallback struct {
 	mem     *memory.Memory // the local logs
 	seeds   *seedTable     // what Redis last reported, by key hash
@@ -115,7 +59,7 @@ type Fallback struct {
 	now     func() time.Time
 	pending [pendingSlots]atomic.Int32 // calls in flight by key hash (Watch)
 	seed    maphash.Seed               // of that hash: random, so no request can aim at a key's slot
-	wb      *writeBack                 // nil without FallbackOptions.WriteBack
+	wb      *writeBack                 // nil without Options.WriteBack
 	admit   memory.Admitted            // wb.record, or nil
 }
 
@@ -172,7 +116,7 @@ func New(o Options) (*Fallback, error) {
 }
 
 // WriteBack returns the write-back's counts; zero without
-// FallbackOptions.WriteBack.
+// Options.WriteBack.
 func (f *Fallback) WriteBack() WriteBackStats {
 	if f.wb == nil {
 		return WriteBackStats{}
@@ -188,7 +132,7 @@ func (f *Fallback) Len() int { return f.mem.Len() }
 func (f *Fallback) Evictions() uint64 { return f.mem.Evictions() }
 
 // Decide implements [window.Limiter]: hits decided together, all or nothing, each
-// at its local allowance (see [Fallback]). The Decision's Limit is the
+// at its local allowance (see the package doc). The Decision's Limit is the
 // hit's own; Remaining counts against the allowance. It is DecideAfter with
 // no cause.
 func (f *Fallback) Decide(ctx context.Context, hits []window.Hit) (window.Decision, error) {
@@ -200,7 +144,7 @@ func (f *Fallback) Decide(ctx context.Context, hits []window.Hit) (window.Decisi
 // admitted the request anyway, so it is recorded in every local window
 // under its hit's limit even if denied here; after any other failure Redis
 // did not decide it, and only a local admission is recorded. Only
-// admissions are written back (see [Fallback]).
+// admissions are written back (see the package doc).
 func (f *Fallback) DecideAfter(ctx context.Context, hits []window.Hit, cause error) (window.Decision, error) {
 	n := max(f.size(), 1)
 	d, err := f.mem.DecideWith(ctx, hits, memory.DecideOptions{
@@ -219,7 +163,7 @@ func (f *Fallback) DecideAfter(ctx context.Context, hits []window.Hit, cause err
 	return d, err
 }
 
-// allowance is a hit's local allowance in a fleet of n (see [Fallback]).
+// allowance is a hit's local allowance in a fleet of n (see the package doc).
 // seen is the count Redis last reported for its key, live until until.
 func allowance(h *window.Hit, seen int, until, now int64, n int) int {
 	share := shareOf(h, n)
@@ -240,12 +184,13 @@ func shareOf(h *window.Hit, n int) int {
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // teaches reports whether d is a backend's decision with a binding hit of
-// hits, the decisions Observe learns from.
+// hits, the decisions Watch learns from.
 func teaches(hits []window.Hit, d window.Decision) bool {
 	return d.Source == window.SourceBackend && d.Index >= 0 && d.Index < len(hits)
 }
 
-// observe is Observe of d's binding hit h, whose key hashes to hk.
+// observe seeds h, the binding hit of the store's decision d, whose key
+// hashes to hk: its count, live until one window from now.
 func (f *Fallback) observe(h *window.Hit, d window.Decision, hk uint64) {
 	now := f.now().UnixNano()
 	n := max(f.size(), 1)
@@ -260,9 +205,9 @@ func (f *Fallback) observe(h *window.Hit, d window.Decision, hk uint64) {
 
 // Watch returns next with every successful decision observed by f: the
 // layer of the stack that seeds the fallback (Guard(f.Watch(Breaker(…)))).
-// With FallbackOptions.WriteBack it also holds calls off next (returning
+// With Options.WriteBack it also holds calls off next (returning
 // [ErrRestoring]) while any of their keys has local admissions not yet
-// written back, and for Settle after an outage (see [Fallback]).
+// written back, and for Settle after an outage (see the package doc).
 func (f *Fallback) Watch(next window.Limiter) window.Limiter { return watched{f: f, next: next} }
 
 type watched struct {

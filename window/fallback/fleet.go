@@ -85,22 +85,9 @@ type FleetOptions struct {
 	Timeout time.Duration
 }
 
-// Fleet tells how many sidecars share a Redis: each announces itself with a
-// heartbeat (a member of one small sorted set per domain, scored by its
-// expiry) and counts the live ones. The count is what the local failure
-// mode divides a limit by ([Fallback]).
-//
-// The count never shrinks for a reason other than a member's departure or
-// its silence for a whole TTL. While Redis cannot be reached the last count
-// is kept: sidecars that die during an outage make the estimate too large,
-// which makes the fallback stricter, never looser. When Redis comes back
-// without the set (restarted, flushed, failed over with data lost), the
-// members this sidecar knew are kept until their announcements would have
-// expired, the outage's length added (as if time stood still while the count
-// was frozen): by then every live member has announced itself again, so a
-// Redis that fails again at once finds the count whole.
-//
-// Fleet is safe for concurrent use.
+// Fleet tells how many sidecars share a Redis, by heartbeat (see the
+// package doc); its count is what the Fallback divides a limit by. It is
+// safe for concurrent use.
 type Fleet struct {
 	client  redis.Scripter
 	script  *redis.Script

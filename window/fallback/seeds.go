@@ -6,23 +6,10 @@ import (
 	"sync"
 )
 
-// seedTable holds a [Fallback]'s seeds (see [Fallback.Observe]): for each
-// key, how much of its limit Redis last reported used and until when that
-// may still be live. It is a fixed array of buckets of seedWays entries (a
-// cache line each) indexed by the key's hash, so recording a seed, which a
-// sidecar alone in its fleet does on every decision Redis makes, costs a
-// hash and a short striped lock: no map, no allocation, no sweep.
-//
-// An entry is one key's, told apart by a tag (other bits of the hash), and
-// holds the used share of the key's limit in 32-bit fixed point, rounded up,
-// from which the count is recovered exactly (limits are below 2^32). When a
-// bucket has no free entry for a key (seedWays live seeds of other keys) the
-// key's seed is merged into the bucket's shared entry, which holds the
-// larger share and the later expiry; a key without an entry of its own in a
-// bucket with a live shared entry reads the shared one, at its own limit.
-// Either way a collision can only make a key's local allowance smaller,
-// never larger. With the table sized to the live keys (MaxKeys), a bucket
-// overflows rarely (about 2% of buckets at 40% load).
+// seedTable holds a [Fallback]'s seeds (see the package doc): for each key,
+// how much of its limit the store last reported used and until when that
+// may still be live, in buckets of seedWays entries (a cache line each)
+// indexed by the key's hash, each bucket under a striped lock.
 type seedTable struct {
 	buckets []seedBucket
 	mask    uint64

@@ -1,31 +1,5 @@
 package fallback
 
-// The write-back of failure mode local. A [Fallback] given a restorer
-// (FallbackOptions.WriteBack) remembers every request it admits locally, by
-// key: the admission's time, cost and a member id of its own (0x01, a
-// random per-process prefix, then a sequence number; request ids never
-// begin with 0x01). While a key has admissions not yet written back, the
-// limiter [Fallback.Watch] returns does not send its calls on (it returns
-// ErrRestoring: the caller takes its failure mode, for a local rule the
-// Fallback again), and rounds write every remembered admission still
-// inside its window back: one starts after a local admission, the next as
-// soon as the previous landed while admissions remain, and after a failed
-// round a retry follows on a timer (10 ms, doubling to 100 ms) or as soon as
-// a call through Watch succeeds. A landed admission is forgotten; a failed
-// one is sent again with the same member id, so a retried write-back never
-// counts it twice. So a key's first decision by Redis after an outage counts
-// what this process admitted on it locally in the window before. One round
-// is in flight at a time; no check waits for one.
-//
-// The rest of the fleet writes back too, each sidecar when it sees Redis
-// again. So that no sidecar's Redis decisions miss what the others admitted
-// and have not written back yet, a sidecar that met Redis down while it
-// held admissions to write back (a round failed on a connection error or a
-// timeout, or a call below Watch on a connection error or an open breaker)
-// keeps every call on its failure mode for Settle after Redis first answers
-// again (a round landed, or a call succeeded), writing back what it admits
-// meanwhile.
-
 import (
 	"context"
 	"crypto/rand"
@@ -50,7 +24,7 @@ import (
 // [window.Classify] counts it as such.
 var ErrRestoring = fmt.Errorf("window: local admissions not yet written back: %w", window.ErrBreakerOpen)
 
-// Defaults of the write-back's [FallbackOptions].
+// Defaults of the write-back's [Options].
 const (
 	DefaultRestoreTimeout = time.Second
 	DefaultRestoreSettle  = 500 * time.Millisecond

@@ -56,25 +56,9 @@ type BreakerOptions struct {
 	OnChange func(open bool, cause error)
 }
 
-// Breaker is a circuit breaker [window.Limiter] decorator. It is driven by the
-// failure rate over a short window and by connection errors, not by a run of
-// consecutive failures: a reply that arrives late for a healthy Redis fails
-// that one call (its caller takes its failure mode) but does not open the
-// breaker, so one slow moment does not switch every check of the sidecar to
-// its failure mode. It opens when, within Window, at least MinCalls calls
-// were made and FailureRate of them failed (timeouts included), or when
-// ConnFailures connection errors came in a row. The rate must also hold
-// across the window: of its tenths that saw calls (at least 8 of them),
-// FailureRate must have failed mostly, so that one late batch of pipelined
-// calls, which fails together, does not open it. Open, it answers
-// ErrBreakerOpen at once for Cooldown, then lets one call through as a
-// probe: success closes it (and forgets the window), failure opens it again.
-//
-// A failure is a timeout, a connection error or any other error of the
-// backend; an invalid hit and a caller that gave up (its ctx canceled, as
-// Envoy does at its own timeout) are neither successes nor failures.
-//
-// Breaker is safe for concurrent use; its closed path touches only atomics.
+// Breaker is a circuit breaker in front of a [window.Limiter], opened by a
+// sustained failure rate or by connection errors in a row (see the package
+// doc). It is safe for concurrent use; its closed path touches only atomics.
 type Breaker struct {
 	next      window.Limiter
 	now       func() time.Time

@@ -18,24 +18,15 @@ type BudgetOptions struct {
 	// leave room, within Envoy's ext_authz timeout, for the failure mode and
 	// the reply (--check-deadline less a reserve). Required, ≥ Min.
 	Max time.Duration
-	// Now is the clock that times the calls; nil means time.Now. A [Redis]
-	// behind the Budget keeps the budget itself and times its calls on the
-	// clock that sets their deadline.
+	// Now is the clock that times the calls; nil means time.Now. A
+	// [DeadlineLimiter] behind the Budget keeps the deadline itself, and
+	// its calls are timed on the wall clock that sets it.
 	Now func() time.Time
 }
 
-// Budget is a [window.Limiter] decorator that gives each call a deadline that
-// follows the backend's observed latency, as TCP's retransmission timeout
-// follows the round-trip time (RFC 6298): smoothed latency plus four times
-// its smoothed deviation, never below Min nor above Max. When Redis slows
-// down, checks wait longer for it (up to Max) instead of timing out and
-// taking their failure mode; when it is fast again the budget shrinks back
-// to Min. A call that runs out of budget counts as having taken the whole
-// budget, so a run of timeouts raises it. Before the first sample (a cold
-// start) a call gets Max: with nothing known, the first burst is not cut
-// short.
-//
-// A deadline already in ctx that is sooner is kept. Budget is safe for
+// Budget is a [window.Limiter] decorator that gives each call a deadline
+// following the limiter's observed latency, within [Min, Max] (see the
+// package doc). A sooner deadline already in ctx is kept. It is safe for
 // concurrent use; its estimate is updated with atomics (a racing update may
 // be lost: it is a sample).
 type Budget struct {

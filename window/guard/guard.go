@@ -31,25 +31,9 @@ type GuardOptions struct {
 }
 
 // Guard is the local over-limit cache and penalty box in front of a
-// [window.Limiter], the outermost layer of the stack (Guard(fallback.Watch(Breaker(Budget(Redis))))
-// or Guard(Memory)). Requests it can refuse from memory never reach the
-// layers behind it: no deadline is armed and the breaker is not consulted,
-// so a known-full key is refused even while the breaker holds Redis off.
-//
-//  1. Full until: when the backend denies a key with retry-after R, the key
-//     is refused locally until send time + R. That is exact, not a guess: a
-//     full window reopens only when its oldest entry ages out, and the
-//     backend measured R from a clock no earlier than the send time.
-//  2. Penalty box: a key denied more than Ban.Threshold times within
-//     Ban.Window (local refusals included) is refused for Ban.Duration.
-//
-// Only enforcing hits are refused locally; shadow hits always go to the
-// backend. A changed limit (a reload) invalidates a key's "full until".
-// The cache is a hint, never the source of truth: it lives in a fixed
-// budget (ristretto, which may drop or reject entries), and a key it forgot
-// is simply decided by the backend again.
-//
-// Guard is safe for concurrent use; Close releases the cache's goroutines.
+// [window.Limiter] (see the package doc): it refuses known-full keys and
+// repeat offenders without asking the limiter behind it. Guard is safe for
+// concurrent use; Close releases the cache's goroutines.
 type Guard struct {
 	next  window.Limiter
 	now   func() time.Time

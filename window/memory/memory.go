@@ -25,27 +25,9 @@ type Options struct {
 	MaxKeys int
 }
 
-// Memory is an exact sliding-window log per key, in process. It is the
-// embedded backend of `flashgate serve`, the fallback of failure mode
-// "local", and the reference the Redis implementation is tested against.
-//
-// Every key holds the admission times still inside its window (at most
-// Limit.Requests of them), so a decision is exact; or, for a bucketed limit
-// (Limit.Buckets > 0), at most Buckets+1 sub-window counters, with the
-// semantics of the Redis script (see [Limit]). The hits of one request
-// are decided under the locks of all their shards, taken in shard order, so
-// a request is admitted and recorded in all its windows, or in none.
-//
-// Memory is bounded: a key whose newest admission has left its window holds
-// no state and is dropped by a sweep amortised over inserts. When MaxKeys
-// keys are still live, a new key evicts, of a few random live keys of its
-// shard, the one that would go idle soonest (counted by [Memory.Evictions]);
-// that key forgets its history and may admit up to its limit again early.
-// Keys with long windows and recent admissions survive a flood of new ones. Size MaxKeys above the number of keys live in
-// your longest window (about 100–250 bytes each, plus 8 bytes per entry).
-//
-// Memory is safe for concurrent use. Its zero value is not usable; call
-// [NewMemory].
+// Memory is an exact sliding-window log per key, in process, bounded by
+// Options.MaxKeys (see the package doc for how it evicts). It is safe for
+// concurrent use; its zero value is not usable: call [New].
 type Memory struct {
 	now       func() time.Time
 	shardKeys int // per-shard key bound

@@ -97,12 +97,11 @@ type autoPipeline struct {
 }
 
 // pipelineCall is one queued request and, once done has received, its
-// reply. Its caller waits on done alone: the reply, the end of its deadline
-// (its tick), the pipeline's close and the dispatcher's drop of a call
-// abandoned unsent each finish it there, and the first to finish wins (a
-// select over the caller's context, its tick and the pipeline's stop cost
-// more than a tenth of a Redis-backed check's CPU, most of it locking the
-// channels all queued callers share).
+// reply. Its caller waits on done alone (cheaper than a select over its
+// context, its tick and the pipeline's stop, which every queued caller
+// would lock): the reply, the end of its deadline, the pipeline's close and
+// the dispatcher's drop of an abandoned call each finish it there, and the
+// first to finish wins.
 type pipelineCall struct {
 	keys     []string
 	args     []any
@@ -192,7 +191,7 @@ func newAutoPipeline(client Client, script *script, tune pipelineTuning) *autoPi
 // gave up; it returns at its reply, the drop or by, whichever is first).
 //
 // by is a deadline the pipeline keeps without a context or a timer of the
-// caller's own (a [Budget]'s, one per check, would cost a timer, a context
+// caller's own (a Budget's, one per check, would cost a timer, a context
 // and a registration with the caller's context on every check): the calls
 // whose by falls within the same tick (tickRes) are expired together at its
 // end, so a caller returns one tick after by at most, plus the timer's own
