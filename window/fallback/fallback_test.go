@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/testclock"
 )
 
 var (
@@ -19,7 +20,7 @@ var (
 // TestFallbackShare: alone, a fleet member enforces ceil(limit / N), or the
 // rule's own share.
 func TestFallbackShare(t *testing.T) {
-	clock := newStepClock()
+	clock := testclock.New()
 	n := 3
 	f, err := New(Options{Now: clock.Now, Size: func() int { return n }})
 	if err != nil {
@@ -63,7 +64,7 @@ func (a answer) Decide(context.Context, []window.Hit) (window.Decision, error) {
 // window: a full key admits nothing locally until then, a partly used one
 // shares out only the rest.
 func TestFallbackSeed(t *testing.T) {
-	clock := newStepClock()
+	clock := testclock.New()
 	f, err := New(Options{Now: clock.Now, Size: func() int { return 3 }})
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +125,7 @@ func (g *gate) Decide(ctx context.Context, _ []window.Hit) (window.Decision, err
 // the fallback denies it. A burst whose calls all time out at once admits
 // nothing locally beyond what its calls could not have taken.
 func TestFallbackInFlight(t *testing.T) {
-	clock := newStepClock()
+	clock := testclock.New()
 	f, err := New(Options{Now: clock.Now, Size: func() int { return 1 }})
 	if err != nil {
 		t.Fatal(err)

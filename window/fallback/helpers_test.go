@@ -8,14 +8,8 @@ import (
 
 	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/flashgate/flashgate/window/redistest"
-	"github.com/flashgate/flashgate/window/testclock"
 	"github.com/flashgate/flashgate/window/windowtest"
 )
-
-// stepClock is the injected clock of the tests.
-type stepClock = testclock.Clock
-
-func newStepClock() *stepClock { return testclock.New() }
 
 var (
 	hit        = windowtest.Hit

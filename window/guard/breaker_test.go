@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/memory"
+	"github.com/flashgate/flashgate/window/testclock"
 )
 
 // scripted is a Limiter whose outcomes the test sets: each call advances
@@ -18,7 +19,7 @@ import (
 // a backend that is slow or failing in a way a real Redis cannot be made to
 // be on cue; the Redis tests below use a real one.
 type scripted struct {
-	clock *stepClock
+	clock *testclock.Clock
 	mem   *memory.Memory
 	took  time.Duration
 	err   error
@@ -37,9 +38,9 @@ var (
 	errRefused = fmt.Errorf("redis decide: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
 )
 
-func newTestBreaker(t *testing.T) (*Breaker, *scripted, *stepClock) {
+func newTestBreaker(t *testing.T) (*Breaker, *scripted, *testclock.Clock) {
 	t.Helper()
-	clock := newStepClock()
+	clock := testclock.New()
 	s := &scripted{clock: clock, mem: newTestMemory(t, clock, 0)}
 	b, err := NewBreaker(s, BreakerOptions{Now: clock.Now})
 	if err != nil {
@@ -168,7 +169,7 @@ func TestBreakerCallerGaveUp(t *testing.T) {
 // TestBudgetFollowsLatency: the budget starts at Min, grows with a slower
 // backend (never above Max), and shrinks back when it is fast again.
 func TestBudgetFollowsLatency(t *testing.T) {
-	clock := newStepClock()
+	clock := testclock.New()
 	s := &scripted{clock: clock, mem: newTestMemory(t, clock, 0)}
 	b, err := NewBudget(s, BudgetOptions{Min: 25 * time.Millisecond, Max: 40 * time.Millisecond, Now: clock.Now})
 	if err != nil {

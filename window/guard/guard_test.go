@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/testclock"
 )
 
 // countingLimiter passes decisions to a real limiter and counts them, so a
@@ -26,9 +27,9 @@ func (c *countingLimiter) Decide(ctx context.Context, hits []window.Hit) (window
 	return c.next.Decide(ctx, hits)
 }
 
-func newTestGuard(t *testing.T, ban window.Ban) (*Guard, *countingLimiter, *stepClock) {
+func newTestGuard(t *testing.T, ban window.Ban) (*Guard, *countingLimiter, *testclock.Clock) {
 	t.Helper()
-	clock := newStepClock()
+	clock := testclock.New()
 	backend := &countingLimiter{next: newTestMemory(t, clock, 0)}
 	g, err := NewGuard(backend, GuardOptions{Now: clock.Now, Ban: ban})
 	if err != nil {

@@ -8,12 +8,7 @@ import (
 	"github.com/flashgate/flashgate/window/windowtest"
 )
 
-// stepClock is the injected clock of the tests.
-type stepClock = testclock.Clock
-
-func newStepClock() *stepClock { return testclock.New() }
-
-func newTestMemory(t testing.TB, clock *stepClock, maxKeys int) *memory.Memory {
+func newTestMemory(t testing.TB, clock *testclock.Clock, maxKeys int) *memory.Memory {
 	t.Helper()
 	m, err := memory.New(memory.Options{Now: clock.Now, MaxKeys: maxKeys})
 	if err != nil {

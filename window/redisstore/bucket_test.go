@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/testclock"
 )
 
 // TestBucketedRedisMatchesMemory replays one random sequence of requests,
@@ -21,7 +22,7 @@ import (
 func TestBucketedRedisMatchesMemory(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	clock := newStepClock()
+	clock := testclock.New()
 	m := newTestMemory(t, clock, 0)
 	r := newTestRedis(t, c, Options{Clock: ClockLocal, Now: clock.Now})
 	k := testKeys(t)
@@ -96,7 +97,7 @@ func describe(hits []window.Hit) string {
 func TestBucketedForgetsIds(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	clock := newStepClock() // on a whole minute: one sub-window of 10s
+	clock := testclock.New() // on a whole minute: one sub-window of 10s
 	r := newTestRedis(t, c, Options{Clock: ClockLocal, Now: clock.Now})
 	key := testKeys(t).Key("uid", "u1")
 	h := bucketed(key, 100, time.Minute, 6)
@@ -137,7 +138,7 @@ func TestMeasureBucketBytes(t *testing.T) {
 		n int
 	}{{24 * time.Hour, 1000}, {24 * time.Hour, 10_000}, {24 * time.Hour, 100_000}, {time.Minute, 10_000}} {
 		for _, b := range []int{0, 60, 96} {
-			clock := newStepClock()
+			clock := testclock.New()
 			r := newTestRedis(t, c, Options{Clock: ClockLocal, Now: clock.Now})
 			key := k.Key("m", fmt.Sprintf("%s-%d-%d", tc.w, tc.n, b))
 			h := bucketed(key, tc.n, tc.w, b)

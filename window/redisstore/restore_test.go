@@ -13,6 +13,7 @@ import (
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
 	"github.com/flashgate/flashgate/window/redistest"
+	"github.com/flashgate/flashgate/window/testclock"
 )
 
 // sidecar is one process's stack for the write-back tests:
@@ -85,7 +86,7 @@ func zcard(t *testing.T, c redis.UniversalClient, key string) int64 {
 func TestWriteBackBeforeRedisDecides(t *testing.T) {
 	s, c := startRedis(t)
 	r := newTestRedis(t, c, Options{})
-	clock := newStepClock()
+	clock := testclock.New()
 	sc := newSidecar(t, r, r, fallback.Options{Now: clock.Now, Settle: -1})
 	k := testKeys(t)
 	h := hit(k.Key("uid", "hot"), 100, 10*time.Second)
@@ -174,7 +175,7 @@ func TestWriteBackRetriedOnce(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			to := &flaky{r: r, err: fmt.Errorf("lost reply: %w", context.DeadlineExceeded), ran: true}
 			to.fail.Store(2)
-			clock := newStepClock()
+			clock := testclock.New()
 			sc := newSidecar(t, to, r, fallback.Options{Now: clock.Now, Settle: -1})
 			h := window.Hit{Key: k.Key(name, "x"), Rule: name, Limit: lim, Cost: 3}
 			for range 2 { // cost 3 each: 6 entries
@@ -304,7 +305,7 @@ func TestWriteBackFailureKeepsLocal(t *testing.T) {
 	r := newTestRedis(t, c, Options{})
 	to := &flaky{r: r, err: errRefused}
 	to.fail.Store(1 << 30)
-	clock := newStepClock()
+	clock := testclock.New()
 	sc := newSidecar(t, to, r, fallback.Options{Now: clock.Now, Settle: -1})
 	k := testKeys(t)
 	h := hit(k.Key("uid", "a"), 3, time.Minute)
@@ -347,7 +348,7 @@ func TestWriteBackUnremembered(t *testing.T) {
 	r := newTestRedis(t, c, Options{})
 	to := &flaky{r: r, err: errRefused}
 	to.fail.Store(1 << 30)
-	sc := newSidecar(t, to, r, fallback.Options{Now: newStepClock().Now, MaxKeys: 2, Settle: -1})
+	sc := newSidecar(t, to, r, fallback.Options{Now: testclock.New().Now, MaxKeys: 2, Settle: -1})
 	k := testKeys(t)
 	for i := range 3 {
 		h := hit(k.Key("uid", fmt.Sprint(i)), 3, time.Minute)
@@ -369,7 +370,7 @@ func TestWriteBackFleetSettles(t *testing.T) {
 	s, c := startRedis(t)
 	k := testKeys(t)
 	h := hit(k.Key("uid", "hot"), 5, time.Minute) // N = 3: share 2
-	clock := newStepClock()
+	clock := testclock.New()
 	const settle = time.Second
 	var fleet []*sidecar
 	for range 3 {
@@ -444,7 +445,7 @@ func TestWriteBackFleetSettles(t *testing.T) {
 func TestWriteBackOnlyAdmissions(t *testing.T) {
 	_, c := startRedis(t)
 	r := newTestRedis(t, c, Options{})
-	sc := newSidecar(t, r, r, fallback.Options{Now: newStepClock().Now, Size: func() int { return 2 }, Settle: -1})
+	sc := newSidecar(t, r, r, fallback.Options{Now: testclock.New().Now, Size: func() int { return 2 }, Settle: -1})
 	h := hit(testKeys(t).Key("uid", "t"), 4, time.Minute) // share 2
 	for i := range 4 {
 		d, err := sc.f.DecideAfter(context.Background(), []window.Hit{h}, errTimeout)
