@@ -53,7 +53,7 @@ fuzz:
 
 ## bench: the micro-benchmarks of BENCHMARKS.md.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./window/ ./extauthz/
+	$(GO) test -run '^$$' -bench . -benchmem ./window/... ./extauthz/
 
 ## build: the sidecar (bin/flashgate) and the load generator with its reference server (bin/flashgate-bench).
 build:

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -289,7 +289,7 @@ func testRedisKilled(t *testing.T, mode string, autoPipeline bool) {
 	if err != nil {
 		t.Fatalf("CLIENT LIST: %v", err)
 	}
-	clients := strings.Count(list, " name="+window.ClientName+" ")
+	clients := strings.Count(list, " name="+redisstore.ClientName+" ")
 	t.Logf("flashgate's Redis connections after recovery: %d (pool size %d)", clients, poolSize)
 	if clients == 0 || clients > poolSize {
 		t.Errorf("flashgate holds %d Redis connections after recovery, want 1..--redis-pool-size %d\nCLIENT LIST:\n%s", clients, poolSize, list)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/rls"
-	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/memory"
 )
 
 const rateLimitFilter = "envoy.filters.http.ratelimit"
@@ -71,7 +71,7 @@ func TestRateLimitExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ratelimit/config: %v", err)
 	}
-	mem, err := window.NewMemory(window.MemoryOptions{})
+	mem, err := memory.New(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

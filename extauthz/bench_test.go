@@ -11,6 +11,8 @@ import (
 
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/guard"
+	"github.com/flashgate/flashgate/window/memory"
 )
 
 func benchServer(b *testing.B, lim window.Limiter) *Server {
@@ -33,7 +35,7 @@ func benchServer(b *testing.B, lim window.Limiter) *Server {
 // BenchmarkCheckMemory: the example's three rules (uid, device, IP) on the
 // Memory backend, admitted (many users, so windows never fill).
 func BenchmarkCheckMemory(b *testing.B) {
-	mem, err := window.NewMemory(window.MemoryOptions{})
+	mem, err := memory.New(memory.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,11 +62,11 @@ func BenchmarkCheckMemory(b *testing.B) {
 // BenchmarkCheckGuardDeny: a user over its limit, refused by the Guard's
 // local over-limit cache without reaching the backend.
 func BenchmarkCheckGuardDeny(b *testing.B) {
-	mem, err := window.NewMemory(window.MemoryOptions{})
+	mem, err := memory.New(memory.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := window.NewGuard(mem, window.GuardOptions{})
+	g, err := guard.NewGuard(mem, guard.GuardOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func BenchmarkMapping(b *testing.B) {
 // BenchmarkDecisionOnly is the Memory backend's own cost for the same three
 // hits, to subtract from BenchmarkCheckMemory.
 func BenchmarkDecisionOnly(b *testing.B) {
-	mem, err := window.NewMemory(window.MemoryOptions{})
+	mem, err := memory.New(memory.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,7 +14,8 @@ import (
 
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
-	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/memory"
 	"github.com/flashgate/flashgate/window/testclock"
 )
 
@@ -45,7 +46,7 @@ func parse(t testing.TB, yaml string) *Config {
 func newEnv(t *testing.T, cfg *Config, mod func(*enforce.Options)) *env {
 	t.Helper()
 	clk := newClock()
-	mem, err := window.NewMemory(window.MemoryOptions{Now: clk.Now})
+	mem, err := memory.New(memory.Options{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func newEnv(t *testing.T, cfg *Config, mod func(*enforce.Options)) *env {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	fb, err := window.NewFallback(window.FallbackOptions{Now: clk.Now})
+	fb, err := fallback.New(fallback.Options{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

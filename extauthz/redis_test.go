@@ -10,6 +10,9 @@ import (
 
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/guard"
+	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -22,12 +25,12 @@ func TestRedisFailureModes(t *testing.T) {
 	// failure-mode decision while Redis is up. The outage is a refused
 	// connection, answered at once whatever the budget.
 	const timeout = 500 * time.Millisecond
-	client, err := window.NewClient(window.ClientConfig{Addrs: []string{rs.Addr()}, Timeout: timeout})
+	client, err := redisstore.NewClient(redisstore.ClientConfig{Addrs: []string{rs.Addr()}, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	red, err := window.NewRedis(client, window.RedisOptions{})
+	red, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +42,7 @@ func TestRedisFailureModes(t *testing.T) {
 	modes := []enforce.FailureMode{enforce.FailureLocal, enforce.FailureAllow, enforce.FailureDeny}
 	envs := map[enforce.FailureMode]*env{}
 	for _, mode := range modes {
-		mem, err := window.NewFallback(window.FallbackOptions{})
+		mem, err := fallback.New(fallback.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,11 +51,11 @@ func TestRedisFailureModes(t *testing.T) {
 			t.Fatal(err)
 		}
 		reg := prometheus.NewRegistry()
-		bud, err := window.NewBudget(red, window.BudgetOptions{Min: timeout, Max: timeout})
+		bud, err := guard.NewBudget(red, guard.BudgetOptions{Min: timeout, Max: timeout})
 		if err != nil {
 			t.Fatal(err)
 		}
-		br, err := window.NewBreaker(bud, window.BreakerOptions{Cooldown: 100 * time.Millisecond})
+		br, err := guard.NewBreaker(bud, guard.BreakerOptions{Cooldown: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/guard"
 )
 
 func TestExampleRules(t *testing.T) {
@@ -439,7 +440,7 @@ func TestBreaker(t *testing.T) {
 	e := newEnv(t, nil, func(o *enforce.Options) {
 		// The stack's breaker in front of a failing backend: the server
 		// takes the failure mode for its ErrBreakerOpen like any error.
-		br, err := window.NewBreaker(f, window.BreakerOptions{ConnFailures: 3, Cooldown: time.Second, Now: o.Now})
+		br, err := guard.NewBreaker(f, guard.BreakerOptions{ConnFailures: 3, Cooldown: time.Second, Now: o.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

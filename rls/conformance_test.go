@@ -15,6 +15,8 @@ import (
 
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/memory"
+	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -227,7 +229,7 @@ func backends(t *testing.T) []backend {
 	_, red := startRedis(t, 2*time.Second)
 	return []backend{
 		{"memory", func(t *testing.T) window.Limiter {
-			m, err := window.NewMemory(window.MemoryOptions{})
+			m, err := memory.New(memory.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,15 +241,15 @@ func backends(t *testing.T) []backend {
 
 // startRedis starts a redis-server and a Redis limiter on it with the
 // client timeout given; both end with the test.
-func startRedis(t *testing.T, timeout time.Duration) (*redistest.Server, *window.Redis) {
+func startRedis(t *testing.T, timeout time.Duration) (*redistest.Server, *redisstore.Redis) {
 	t.Helper()
 	rs := redistest.Start(t)
-	client, err := window.NewClient(window.ClientConfig{Addrs: []string{rs.Addr()}, Timeout: timeout})
+	client, err := redisstore.NewClient(redisstore.ClientConfig{Addrs: []string{rs.Addr()}, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	red, err := window.NewRedis(client, window.RedisOptions{})
+	red, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

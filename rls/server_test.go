@@ -22,6 +22,8 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/memory"
 )
 
 func loadGood(t *testing.T) *Config {
@@ -59,7 +61,7 @@ func newServer(t *testing.T, cfg *Config, o testOptions) *Server {
 
 func newMemoryServer(t *testing.T, cfg *Config, mod func(*testOptions)) (*Server, *prometheus.Registry) {
 	t.Helper()
-	mem, err := window.NewMemory(window.MemoryOptions{})
+	mem, err := memory.New(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +320,7 @@ func TestFailureModes(t *testing.T) {
 	servers := map[enforce.FailureMode]*Server{}
 	regs := map[enforce.FailureMode]*prometheus.Registry{}
 	for _, mode := range []enforce.FailureMode{enforce.FailureDeny, enforce.FailureAllow, enforce.FailureLocal} {
-		fb, err := window.NewFallback(window.FallbackOptions{})
+		fb, err := fallback.New(fallback.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -462,7 +464,7 @@ func (failing) Decide(context.Context, []window.Hit) (window.Decision, error) {
 // as in flashgate's descriptors file: deny refuses, allow admits, local
 // decides in process (only the local rules).
 func TestRuleFailureModes(t *testing.T) {
-	fb, err := window.NewFallback(window.FallbackOptions{})
+	fb, err := fallback.New(fallback.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

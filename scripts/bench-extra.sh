@@ -29,8 +29,8 @@ for spec in "100000 5" "200 1000"; do set -- $spec
   echo "limit=$2 keys=$1 used_memory_before=$m0 after=$m1 bytes_per_key=$(( (m1-m0)/$1 )) encoding=$(redis-cli -p $RP OBJECT ENCODING 'fg:{000001}:coupon_per_uid:user-1')" >> $OUT/bytes_per_key.txt
 done
 redis-cli -p $RP FLUSHALL >/dev/null
-# 4. redis-benchmark EVALSHA of window/redis.lua, 1 key, limit 5, window 1 s
-SHA=$(redis-cli -p $RP SCRIPT LOAD "$(cat window/redis.lua)")
+# 4. redis-benchmark EVALSHA of window/redisstore/redis.lua, 1 key, limit 5, window 1 s
+SHA=$(redis-cli -p $RP SCRIPT LOAD "$(cat window/redisstore/redis.lua)")
 redis-cli -p $RP CONFIG RESETSTAT >/dev/null
 redis-benchmark -p $RP -n 200000 -c 64 -r 100000 -q EVALSHA $SHA 1 'fg:{__rand_int__}:u' m__rand_int__ '' 5 1000000 0 2>&1 | tr '\r' '\n' | tail -1 > $OUT/redis_benchmark.txt
 redis-cli -p $RP INFO commandstats | grep evalsha >> $OUT/redis_benchmark.txt

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Redis's instructions per request of flashgate's script against the textbook one (issue 11; BENCHMARKS.md
 # §12, §13), counted by valgrind's callgrind: unlike CPU time, the count does not move with the machine's load,
-# so a change to window/redis.lua can be compared on a shared box in one run.
+# so a change to window/redisstore/redis.lua can be compared on a shared box in one run.
 # usage: scripts/redis-instructions.sh [PORT]         (needs valgrind: Debian's valgrind package)
 # Starts its own redis-server under callgrind on PORT (default 63950), and for each case runs
 # scripts/evalbench (built here; one connection, one call in flight, fresh keys rl:<i>, as
@@ -9,7 +9,7 @@
 # Redis executed per request:
 #   empty        EVALSHA of "return 1" with flashgate's arguments (the floor: networking and EVALSHA itself)
 #   textbook     ../shared/reference/sliding_window.lua, one call per request, then 16 calls in flight
-#   flashgate-B  window/redis.lua with B requests per call (B = 1, 8, 16)
+#   flashgate-B  window/redisstore/redis.lua with B requests per call (B = 1, 8, 16)
 #   *-warm       one call per request on 1,000 keys, a limit of 1,000,000 per 1,000 s: each key holds entries
 #                and has room (the trim, then the admission)
 #   *-hot        one call per request on 100 keys, 5 per 1,000 s: all but the first 500 requests meet a full
@@ -60,7 +60,7 @@ done
 WARM="-range 1000 -limit 1000000 -window 1000000"
 HOT="-range 100 -window 1000000"
 for k in textbook flashgate; do
-  s=$([ "$k" = textbook ] && echo "$TEXTBOOK" || echo window/redis.lua)
+  s=$([ "$k" = textbook ] && echo "$TEXTBOOK" || echo window/redisstore/redis.lua)
   # shellcheck disable=SC2086 # WARM and HOT are lists of flags
   ir "$k-warm" 6000 -kind "$k" -script "$s" $WARM
   # shellcheck disable=SC2086

@@ -10,6 +10,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// ErrBreakerOpen is returned by a limiter that holds its backend off (a
+// circuit breaker, or a fallback still writing back); Classify counts it as
+// KindBreakerOpen.
+var ErrBreakerOpen = errors.New("window: circuit breaker open")
+
+// ErrClosed is returned by a limiter after it was closed (shutdown).
+var ErrClosed = errors.New("window: the limiter is closed")
+
 // ErrKind classifies why a decision failed, for the breaker and for metrics
 // (flashgate_backend_errors_total{kind}). Its String is a bounded label.
 type ErrKind uint8
@@ -22,7 +30,7 @@ const (
 	// KindConnection: the connection was refused, reset or closed: Redis
 	// is down or unreachable.
 	KindConnection
-	// KindBreakerOpen: the [Breaker] held the backend off.
+	// KindBreakerOpen: a circuit breaker held the backend off (ErrBreakerOpen).
 	KindBreakerOpen
 	// KindInvalidHit: the caller passed a hit that cannot be enforced.
 	KindInvalidHit

@@ -140,3 +140,18 @@ func fnv32[S ~string | ~[]byte](rule string, value S) uint32 {
 	}
 	return h
 }
+
+// Fleet returns the heartbeat key of domain's fleet: "<prefix>:fleet:" and
+// the domain, hashed like a value when it is long or unsafe. It cannot
+// collide with a limit key, whose second segment is a "{tag}".
+func (k Keys) Fleet(domain string) string {
+	var b strings.Builder
+	b.WriteString(k.Prefix())
+	b.WriteString(":fleet:")
+	if len(domain) <= MaxVerbatim && verbatim(domain) && domain != "" {
+		b.WriteString(domain)
+	} else {
+		writeHashed(&b, sha256.Sum256([]byte(domain)))
+	}
+	return b.String()
+}

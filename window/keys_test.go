@@ -53,3 +53,12 @@ func TestSafeName(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkKeysKey: building one limit key.
+func BenchmarkKeysKey(b *testing.B) {
+	k := Keys{}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = k.Key("coupon_per_uid", "user-12345678")
+	}
+}

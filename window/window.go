@@ -51,7 +51,7 @@ const AutoBucketsAbove = 10_000
 // would (its retry-after says exactly when). Under a saturating load it
 // admits at least Requests·B/(B+1) per Window. Memory per key is bounded by
 // B+1 counters (and, in Redis, the member ids of the last few seconds, see
-// [Redis]).
+// redisstore).
 type Limit struct {
 	Requests int
 	Window   time.Duration
@@ -129,10 +129,10 @@ var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.
 // verbatim as a Redis key. Rule is the operator-given rule name, used for
 // reporting only. A Shadow hit is counted and reported but never denies: when
 // it is over its limit the request is still admitted (and not recorded in
-// that full window). Ban, when non-nil, overrides the [Guard]'s default
+// that full window). Ban, when non-nil, overrides the Guard's default
 // penalty box for this hit. LocalShare, when positive, is how many
 // admissions per window this process may make on its own for the hit while
-// the shared backend is unavailable (see [Fallback]); 0 means ceil(Requests
+// the shared backend is unavailable (the failure mode's fallback); 0 means ceil(Requests
 // / fleet size). Cost is how many requests the hit counts as (Envoy's
 // hits_addend): the request is admitted only if the window has room for all
 // of them, and then records them all; 0 means 1. Report, when non-nil,
@@ -168,8 +168,8 @@ type HitReport struct {
 	RetryAfter time.Duration
 }
 
-// cost returns the requests h counts as: Cost, or 1 for 0.
-func (h *Hit) cost() int { return max(h.Cost, 1) }
+// Counted returns the requests h counts as: Cost, or 1 for 0.
+func (h *Hit) Counted() int { return max(h.Cost, 1) }
 
 // Source tells what produced a [Decision].
 type Source uint8
@@ -237,8 +237,10 @@ type Limiter interface {
 // ErrInvalidHit is wrapped by errors for hits with an empty key or invalid limit.
 var ErrInvalidHit = errors.New("invalid hit")
 
-// validateHits checks every hit; it allocates only on error.
-func validateHits(hits []Hit) error {
+// ValidateHits reports the first hit that cannot be enforced (an empty key,
+// an invalid limit or cost), wrapping ErrInvalidHit; it allocates only on
+// error. Every Limiter checks its hits with it.
+func ValidateHits(hits []Hit) error {
 	for i := range hits {
 		h := &hits[i]
 		if h.Key == "" {
@@ -254,39 +256,45 @@ func validateHits(hits []Hit) error {
 	return nil
 }
 
-// hitState is what a store knows of one hit after counting: used to build a
-// Decision the same way in every implementation.
-type hitState struct {
-	count      int           // entries in the window after the decision
-	over       bool          // the window was full before this request
-	retryAfter time.Duration // when over: until the window admits again
-	scaled     bool          // allow replaces the hit's Limit.Requests
-	allow      int
+// HitState is what a store learnt of one hit's window in one decision; a
+// store fills one per hit and [Resolve] makes the Decision of them.
+type HitState struct {
+	// Count: entries in the window after the decision.
+	Count int
+	// Over: the window had no room for the hit's cost before this request.
+	Over bool
+	// RetryAfter: when Over, how long until it has.
+	RetryAfter time.Duration
+	// Allowance, when Scaled, replaces the hit's Limit.Requests as the
+	// entries its window may hold in this decision (a fallback's share).
+	Allowance int
+	Scaled    bool
 }
 
 // limit returns the entries the hit's window may hold in this decision.
-func (s *hitState) limit(h *Hit) int {
-	if s.scaled {
-		return s.allow
+func (s *HitState) limit(h *Hit) int {
+	if s.Scaled {
+		return s.Allowance
 	}
 	return h.Limit.Requests
 }
 
-// decide turns per-hit states into a Decision. admitted must be true iff no
-// enforcing hit is over.
-func decide(hits []Hit, st []hitState) Decision {
+// Resolve turns the states of hits (st[i] of hits[i]) into their Decision
+// and writes each hit's Report. The request counts as admitted iff no
+// enforcing hit is Over. It allocates nothing.
+func Resolve(hits []Hit, st []HitState) Decision {
 	d := Decision{Allowed: true, Index: -1, ShadowIndex: -1}
 	for i := range hits {
 		if r := hits[i].Report; r != nil {
 			rem := 0
-			if !st[i].over {
-				rem = max(st[i].limit(&hits[i])-st[i].count, 0)
+			if !st[i].Over {
+				rem = max(st[i].limit(&hits[i])-st[i].Count, 0)
 			}
-			*r = HitReport{Known: true, Count: st[i].count, Remaining: rem, Over: st[i].over, RetryAfter: st[i].retryAfter}
+			*r = HitReport{Known: true, Count: st[i].Count, Remaining: rem, Over: st[i].Over, RetryAfter: st[i].RetryAfter}
 		}
 	}
 	for i := range hits {
-		if !st[i].over {
+		if !st[i].Over {
 			continue
 		}
 		if hits[i].Shadow {
@@ -302,13 +310,13 @@ func decide(hits []Hit, st []hitState) Decision {
 	}
 	if !d.Allowed {
 		i := d.Index
-		d.Limit, d.Count, d.Remaining, d.RetryAfter = hits[i].Limit, st[i].count, 0, st[i].retryAfter
+		d.Limit, d.Count, d.Remaining, d.RetryAfter = hits[i].Limit, st[i].Count, 0, st[i].RetryAfter
 		return d
 	}
 	for i := range hits {
-		rem := max(st[i].limit(&hits[i])-st[i].count, 0)
+		rem := max(st[i].limit(&hits[i])-st[i].Count, 0)
 		if d.Index < 0 || rem < d.Remaining {
-			d.Index, d.Limit, d.Count, d.Remaining = i, hits[i].Limit, st[i].count, rem
+			d.Index, d.Limit, d.Count, d.Remaining = i, hits[i].Limit, st[i].Count, rem
 		}
 	}
 	return d

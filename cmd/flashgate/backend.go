@@ -11,6 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/guard"
+	"github.com/flashgate/flashgate/window/memory"
+	"github.com/flashgate/flashgate/window/redisstore"
 )
 
 // backend is the limiter stack serve builds from its flags, once:
@@ -19,13 +23,13 @@ import (
 //	redis:  Guard(Fallback.Watch(Breaker(Budget(Redis)))), failure mode
 //	        local decided by the Fallback, N from the Fleet heartbeat
 type backend struct {
-	limiter  window.Limiter   // the whole stack
-	fallback *window.Fallback // failure mode local's limiter
-	memory   *window.Memory   // the memory backend; nil for redis
-	redis    *window.Redis
-	breaker  *window.Breaker // nil when disabled or for memory
-	budget   *window.Budget
-	fleet    *window.Fleet // nil for memory or a fixed --fleet-size
+	limiter  window.Limiter     // the whole stack
+	fallback *fallback.Fallback // failure mode local's limiter
+	memory   *memory.Memory     // the memory backend; nil for redis
+	redis    *redisstore.Redis
+	breaker  *guard.Breaker // nil when disabled or for memory
+	budget   *guard.Budget
+	fleet    *fallback.Fleet // nil for memory or a fixed --fleet-size
 	// fleetSize returns N for the fallback (fixed or discovered).
 	fleetSize func() int
 	describe  string
@@ -41,7 +45,7 @@ func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logge
 	var store window.Limiter
 	switch c.backend {
 	case "memory":
-		mem, err := window.NewMemory(window.MemoryOptions{MaxKeys: c.memoryMaxKeys})
+		mem, err := memory.New(memory.Options{MaxKeys: c.memoryMaxKeys})
 		if err != nil {
 			return nil, fmt.Errorf("memory backend: %w", err)
 		}
@@ -50,7 +54,7 @@ func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logge
 		// Memory fails only on an invalid hit (which loaded rules never make)
 		// or a check whose caller gave up; a fallback of one process keeps
 		// "local" meaning local.
-		if b.fallback, err = window.NewFallback(window.FallbackOptions{MaxKeys: c.memoryMaxKeys}); err != nil {
+		if b.fallback, err = fallback.New(fallback.Options{MaxKeys: c.memoryMaxKeys}); err != nil {
 			return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 		}
 	case "redis":
@@ -59,7 +63,7 @@ func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logge
 			return nil, err
 		}
 	}
-	guard, err := window.NewGuard(store, window.GuardOptions{Budget: int64(c.localCacheSize), Ban: c.ban})
+	guard, err := guard.NewGuard(store, guard.GuardOptions{Budget: int64(c.localCacheSize), Ban: c.ban})
 	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("local cache: %w", err)
@@ -75,7 +79,7 @@ func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logge
 
 // redisStack builds Fallback.Watch(Breaker(Budget(Redis))) and the fleet.
 func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, log *slog.Logger) (window.Limiter, error) {
-	cc := window.ClientConfig{
+	cc := redisstore.ClientConfig{
 		Addrs: c.redisAddrs, Mode: c.redisMode, MasterName: c.redisMasterName,
 		Username: c.redisUsername, Password: c.redisPassword, DB: c.redisDB, TLS: c.redisTLS,
 		PoolSize: c.redisPoolSize, Timeout: c.budgetMax,
@@ -85,11 +89,11 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 	// atomic, and the last serve to start wins, which is the only one in a
 	// real process. It is set before the client dials its first connections.
 	redis.SetLogger(redisLogger{log})
-	client, err := window.NewClient(cc)
+	client, err := redisstore.NewClient(cc)
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
-	r, err := window.NewRedis(client, window.RedisOptions{Clock: c.clock, AutoPipeline: c.redisAutoPipe})
+	r, err := redisstore.New(client, redisstore.Options{Clock: c.clock, AutoPipeline: c.redisAutoPipe})
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis backend: %w", err)
@@ -100,16 +104,16 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		client.Close()
 	}
 	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(c.redisAddrs, ","), c.redisModeName)
-	if c.redisAutoPipe && c.redisModeName != window.ModeCluster {
+	if c.redisAutoPipe && c.redisModeName != redisstore.ModeCluster {
 		b.describe += ", auto-pipelined"
 	}
-	if b.budget, err = window.NewBudget(r, window.BudgetOptions{Min: c.redisTimeout, Max: c.budgetMax}); err != nil {
+	if b.budget, err = guard.NewBudget(r, guard.BudgetOptions{Min: c.redisTimeout, Max: c.budgetMax}); err != nil {
 		b.close()
 		return nil, fmt.Errorf("redis budget: %w", err)
 	}
 	var stack window.Limiter = b.budget
 	if c.breakerFailures >= 0 {
-		b.breaker, err = window.NewBreaker(b.budget, window.BreakerOptions{
+		b.breaker, err = guard.NewBreaker(b.budget, guard.BreakerOptions{
 			ConnFailures: c.breakerFailures, FailureRate: c.breakerRate, MinCalls: c.breakerMinCalls,
 			Cooldown: c.breakerCooldown,
 			OnChange: func(open bool, cause error) {
@@ -136,8 +140,8 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		// (tens of ms), and a beat that a busy moment delays must not be
 		// lost for that.
 		hb := cc
-		hb.PoolSize, hb.MinIdleConns, hb.Timeout, hb.Name = 1, -1, fleetTimeout, window.ClientName+"-fleet"
-		hbClient, err := window.NewClient(hb)
+		hb.PoolSize, hb.MinIdleConns, hb.Timeout, hb.Name = 1, -1, fleetTimeout, redisstore.ClientName+"-fleet"
+		hbClient, err := redisstore.NewClient(hb)
 		if err != nil {
 			b.close()
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
@@ -147,7 +151,7 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 			closeChecks()
 			hbClient.Close()
 		}
-		if b.fleet, err = window.NewFleet(hbClient, window.FleetOptions{Key: keys.Fleet(domain), TTL: c.fleetTTL, Timeout: fleetTimeout}); err != nil {
+		if b.fleet, err = fallback.NewFleet(hbClient, fallback.FleetOptions{Key: keys.Fleet(domain), TTL: c.fleetTTL, Timeout: fleetTimeout}); err != nil {
 			b.close()
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
@@ -158,9 +162,9 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 	// every check keeps its failure mode for the settle: long enough for the
 	// rest of the fleet to see Redis again (by a write-back retry, at most
 	// 100 ms apart, or the breaker's probe) and write back too.
-	b.fallback, err = window.NewFallback(window.FallbackOptions{
+	b.fallback, err = fallback.New(fallback.Options{
 		Size: b.fleetSize, MaxKeys: c.memoryMaxKeys,
-		WriteBack: r, Settle: max(window.DefaultRestoreSettle, 2*c.breakerCooldown),
+		WriteBack: r, Settle: max(fallback.DefaultRestoreSettle, 2*c.breakerCooldown),
 	})
 	if err != nil {
 		b.close()
@@ -177,7 +181,7 @@ func (b *backend) warm(ctx context.Context) error {
 	if b.redis == nil {
 		return nil
 	}
-	if err := b.redis.Warm(ctx, window.DefaultMinIdleConns); err != nil { // PINGs
+	if err := b.redis.Warm(ctx, redisstore.DefaultMinIdleConns); err != nil { // PINGs
 		return err
 	}
 	if b.fleet != nil {
@@ -231,7 +235,7 @@ func (b *backend) collectors() []prometheus.Collector {
 		}, func() float64 { return b.budget.Current().Seconds() }))
 	}
 	if b.redis != nil {
-		wb := func() window.WriteBackStats { return b.fallback.WriteBack() }
+		wb := func() fallback.WriteBackStats { return b.fallback.WriteBack() }
 		cs = append(cs,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "flashgate_writeback_rounds_total", Help: "Rounds that wrote failure mode local's admissions back to Redis and landed.",

@@ -18,7 +18,7 @@ import (
 
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/rls"
-	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -203,11 +203,11 @@ func modeName(o *serveOptions) string {
 	case o.redisMode != "":
 		return o.redisMode
 	case o.redisMasterName != "":
-		return window.ModeSentinel
+		return redisstore.ModeSentinel
 	case len(o.redisAddrs) == 1:
-		return window.ModeStandalone
+		return redisstore.ModeStandalone
 	}
-	return window.ModeCluster
+	return redisstore.ModeCluster
 }
 
 // warmup is the state of the backend's warm-up, for /metrics.

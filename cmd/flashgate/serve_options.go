@@ -10,6 +10,9 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/guard"
+	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/spf13/pflag"
 )
 
@@ -76,7 +79,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.redisPassword, "redis-password", "", "Redis password (prefer FLASHGATE_REDIS_PASSWORD)")
 	f.IntVar(&o.redisDB, "redis-db", 0, "Redis database (standalone and sentinel)")
 	f.BoolVar(&o.redisTLS, "redis-tls", false, "connect to Redis with TLS")
-	f.DurationVar(&o.redisTimeout, "redis-timeout", window.DefaultRedisTimeout, "budget for one Redis round trip")
+	f.DurationVar(&o.redisTimeout, "redis-timeout", redisstore.DefaultRedisTimeout, "budget for one Redis round trip")
 	f.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
 	f.BoolVar(&o.redisAutoPipe, "redis-autopipeline", true, "standalone and sentinel: checks arriving while a script call is in flight are decided together by the next one, one script call for the batch (a second call goes out when the one in flight stalls; after a batch of n ≥ 4 the next call waits for n checks or about 200 µs; ignored on cluster); --redis-autopipeline=false sends each check on its own round trip")
 	f.StringVar(&o.keyPrefix, "key-prefix", "fg", "prefix of every Redis key")
@@ -85,17 +88,17 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.banThreshold, "ban-threshold", window.DefaultBan.Threshold, "penalty box: denials of one key within --ban-window that ban it")
 	f.DurationVar(&o.banWindow, "ban-window", window.DefaultBan.Window, "penalty box: span in which --ban-threshold denials ban a key")
 	f.DurationVar(&o.banDuration, "ban-duration", window.DefaultBan.Duration, "penalty box: how long a banned key is refused locally (0: no penalty box)")
-	o.localCacheSize = window.DefaultGuardBudget
+	o.localCacheSize = guard.DefaultGuardBudget
 	f.Var(&o.localCacheSize, "local-cache-size", "memory budget of the local over-limit cache and penalty box (e.g. 32MiB)")
 	f.IntVar(&o.memoryMaxKeys, "memory-max-keys", 0, "keys the memory backend (and the local failure mode) track at most (0: the window package's default)")
 	f.BoolVar(&o.shadow, "shadow", false, "decide and count, but admit everything (x-ratelimit-shadow: 1 on would-be denials)")
-	f.IntVar(&o.breakerFailures, "breaker-failures", window.DefaultBreakerConnFailures, "connection errors in a row (Redis refused or reset: down, not slow) that open the circuit breaker at once; negative: no breaker")
-	f.Float64Var(&o.breakerRate, "breaker-failure-rate", window.DefaultBreakerFailureRate, "share of failed Redis calls (errors and timeouts) within a second that opens the circuit breaker")
-	f.IntVar(&o.breakerMinCalls, "breaker-min-calls", window.DefaultBreakerMinCalls, "calls within a second before --breaker-failure-rate can open the breaker")
-	f.DurationVar(&o.breakerCooldown, "breaker-cooldown", window.DefaultBreakerCooldown, "how long an open breaker holds Redis calls off before one probe")
+	f.IntVar(&o.breakerFailures, "breaker-failures", guard.DefaultBreakerConnFailures, "connection errors in a row (Redis refused or reset: down, not slow) that open the circuit breaker at once; negative: no breaker")
+	f.Float64Var(&o.breakerRate, "breaker-failure-rate", guard.DefaultBreakerFailureRate, "share of failed Redis calls (errors and timeouts) within a second that opens the circuit breaker")
+	f.IntVar(&o.breakerMinCalls, "breaker-min-calls", guard.DefaultBreakerMinCalls, "calls within a second before --breaker-failure-rate can open the breaker")
+	f.DurationVar(&o.breakerCooldown, "breaker-cooldown", guard.DefaultBreakerCooldown, "how long an open breaker holds Redis calls off before one probe")
 	f.DurationVar(&o.checkDeadline, "check-deadline", defaultCheckDeadline, "the most a check may wait for Redis in all, below Envoy's ext_authz timeout (the shipped envoy.yaml: 50ms); the Redis budget follows Redis's latency from --redis-timeout up to 90% of this")
 	f.IntVar(&o.fleetSize, "fleet-size", 0, "sidecars sharing the Redis, for failure mode local's per-sidecar share ceil(limit/N) (0: discover them by heartbeat)")
-	f.DurationVar(&o.fleetTTL, "fleet-ttl", window.DefaultFleetTTL, "how long a sidecar's heartbeat counts it in the fleet (beats every third of it)")
+	f.DurationVar(&o.fleetTTL, "fleet-ttl", fallback.DefaultFleetTTL, "how long a sidecar's heartbeat counts it in the fleet (beats every third of it)")
 	f.StringVar(&o.rlsConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): also serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr; reloaded on change and on SIGHUP")
 	f.BoolVar(&o.rlsHeaders, "rls-response-headers", false, "RLS: add RateLimit-Limit, -Remaining and -Reset to ShouldRateLimit answers (ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	f.StringVar(&o.rlsNames, "rls-header-names", "", "RLS: the three response header names, LIMIT,REMAINING,RESET (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset")
@@ -128,7 +131,7 @@ const minLocalCacheSize = 64 << 10
 // serveConfig is serve's flags parsed, defaulted and validated once.
 type serveConfig struct {
 	serveOptions
-	clock         window.Clock
+	clock         redisstore.Clock
 	failureMode   enforce.FailureMode
 	redisModeName string
 	ban           window.Ban
@@ -252,12 +255,12 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	return c, nil
 }
 
-func parseClock(s string) (window.Clock, error) {
+func parseClock(s string) (redisstore.Clock, error) {
 	switch s {
 	case "redis":
-		return window.ClockRedis, nil
+		return redisstore.ClockRedis, nil
 	case "local":
-		return window.ClockLocal, nil
+		return redisstore.ClockLocal, nil
 	}
 	return 0, fmt.Errorf("--clock %q: want redis or local", s)
 }

@@ -55,8 +55,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var c config
 	fs := flag.NewFlagSet("evalbench", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:6379", "Redis address")
-	fs.StringVar(&c.kind, "kind", "flashgate", "flashgate (window/redis.lua's arguments), textbook (../shared/reference's) or empty (flashgate's arguments to `return 1`)")
-	fs.StringVar(&c.script, "script", "", "the script's path (default: window/redis.lua for flashgate, ../shared/reference/sliding_window.lua for textbook)")
+	fs.StringVar(&c.kind, "kind", "flashgate", "flashgate (window/redisstore/redis.lua's arguments), textbook (../shared/reference's) or empty (flashgate's arguments to `return 1`)")
+	fs.StringVar(&c.script, "script", "", "the script's path (default: window/redisstore/redis.lua for flashgate, ../shared/reference/sliding_window.lua for textbook)")
 	fs.IntVar(&c.conns, "c", 1, "connections")
 	fs.IntVar(&c.depth, "P", 1, "script calls in flight per connection")
 	fs.IntVar(&c.per, "per", 1, "requests per call (flashgate only)")
@@ -150,7 +150,7 @@ func (c *config) source() (string, error) {
 		return "return 1", nil
 	case "flashgate":
 		if path == "" {
-			path = "window/redis.lua"
+			path = "window/redisstore/redis.lua"
 		}
 	case "textbook":
 		if path == "" {

@@ -1,0 +1,296 @@
+package fallback
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of [FleetOptions].
+const (
+	DefaultFleetTTL = 3 * time.Second
+)
+
+// fleetLua announces a member until now + ttl, drops the expired
+// announcements and returns Redis's time, then every live member and its
+// expiry (ms), then the ids that left. The score of a member is its expiry
+// (Redis TIME), so every member may have its own TTL; the caller counts the
+// members still live when it is asked, so that a member that stopped beating
+// drops out of the count at its expiry, not at the next beat. A member that
+// leaves is replaced by a tombstone, "\0" and its id, scored like an
+// announcement: it tells the others that its absence is a departure, not
+// Redis's loss of the set (a restart, FLUSHALL, a failover that lost data).
+//
+// KEYS[1]: the fleet's sorted set. ARGV[1]: member. ARGV[2]: ttl in ms.
+// ARGV[3]: "1" to leave instead of announcing.
+// Reply: now, then member and expiry pairs, then "" and the ids that left.
+const fleetLua = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+if ARGV[3] == '1' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('ZADD', KEYS[1], now + ttl, '\0' .. ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  redis.call('ZREM', KEYS[1], '\0' .. ARGV[1])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] then
+  redis.call('PEXPIREAT', KEYS[1], last[2]) -- the latest expiry, whoever beat last
+end
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+local out, left = { string.format('%d', now) }, {}
+for i = 1, #live, 2 do
+  if string.byte(live[i], 1) == 0 then
+    left[#left + 1] = string.sub(live[i], 2)
+  else
+    out[#out + 1] = live[i]
+    out[#out + 1] = live[i + 1]
+  end
+end
+out[#out + 1] = ''
+for i = 1, #left do
+  out[#out + 1] = left[i]
+end
+return out
+`
+
+// FleetOptions configures a [Fleet].
+type FleetOptions struct {
+	// Key is the sorted set the fleet announces itself in: one per domain,
+	// shared by every sidecar of it (see [window.Keys.Fleet]). Required.
+	Key string
+	// ID names this member; empty means 16 random hex digits.
+	ID string
+	// TTL is how long an announcement lasts: a member that stops beating
+	// (killed, partitioned) leaves the others' count within TTL. 0 means
+	// DefaultFleetTTL. Beats go out every TTL/3. Give every member of a
+	// fleet the same TTL: a member's count freezes one of its own beats
+	// after Redis stopped answering, and counts only announcements still
+	// live then.
+	TTL time.Duration
+	// Timeout bounds one beat; 0 means one second.
+	Timeout time.Duration
+}
+
+// Fleet tells how many sidecars share a Redis, by heartbeat (see the
+// package doc); its count is what the Fallback divides a limit by. It is
+// safe for concurrent use.
+type Fleet struct {
+	client  redis.Scripter
+	script  *redis.Script
+	key, id string
+	ttl     time.Duration
+	timeout time.Duration
+	now     func() time.Time
+	// mu serialises beats, so that each merges the view of the one before;
+	// it guards failing.
+	mu sync.Mutex
+	// failing is set when a beat failed after the last one that answered.
+	failing bool
+	// last is the last beat that answered; nil before the first.
+	last atomic.Pointer[fleetView]
+}
+
+// fleetView is what the beats learnt up to one that answered: when it
+// answered and every member counted live then, with its expiry on the local
+// clock (UnixNano), sorted by expiry.
+type fleetView struct {
+	at      int64
+	members map[string]int64
+	// kept are the members counted though Redis no longer held them.
+	kept map[string]bool
+	// expiries are the members' expiries, sorted.
+	expiries []int64
+}
+
+// NewFleet returns a Fleet on client; it does not contact Redis (see
+// [Fleet.Beat] and [Fleet.Run]).
+func NewFleet(client redis.Scripter, o FleetOptions) (*Fleet, error) {
+	if client == nil {
+		return nil, errors.New("fleet: the client is nil")
+	}
+	if o.Key == "" {
+		return nil, errors.New("fleet: no key given")
+	}
+	if o.TTL < 0 || o.Timeout < 0 {
+		return nil, errors.New("fleet: TTL and timeout must not be negative")
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultFleetTTL
+	}
+	if o.TTL < 30*time.Millisecond {
+		return nil, fmt.Errorf("fleet: TTL %s: must be at least 30ms", o.TTL)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = time.Second
+	}
+	if strings.HasPrefix(o.ID, "\x00") {
+		return nil, errors.New("fleet: an id must not begin with NUL (a departed member's mark)")
+	}
+	if o.ID == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("fleet: draw an id: %w", err)
+		}
+		o.ID = hex.EncodeToString(b[:])
+	}
+	return &Fleet{client: client, script: redis.NewScript(fleetLua), key: o.Key, id: o.ID, ttl: o.TTL,
+		timeout: o.Timeout, now: time.Now}, nil
+}
+
+// ID returns this member's id.
+func (f *Fleet) ID() string { return f.id }
+
+// Size returns the live fleet size, at least 1 (this sidecar), and
+// whether a beat has ever answered: the members whose announcement, as of
+// the last beat that answered, has not expired yet. A member that stops
+// beating leaves the count at its expiry (seen by the others' next beat).
+// When this sidecar's beats stop answering (Redis down) or run late, the
+// count freezes one beat after the last answer, while every member that was
+// beating is still counted: an outage never shrinks N.
+func (f *Fleet) Size() (n int, known bool) {
+	v := f.last.Load()
+	if v == nil {
+		return 1, false
+	}
+	at := min(f.now().UnixNano(), v.at+int64(f.beat()))
+	i, _ := slices.BinarySearch(v.expiries, at+1) // the first expiry after at
+	return max(len(v.expiries)-i, 1), true
+}
+
+// Beat announces this member once and returns the live fleet size.
+func (f *Fleet) Beat(ctx context.Context) (int, error) {
+	if err := f.call(ctx, "0"); err != nil {
+		return 0, err
+	}
+	n, _ := f.Size()
+	return n, nil
+}
+
+// Leave removes this member's announcement, so that the others' count
+// drops at once rather than after TTL.
+func (f *Fleet) Leave(ctx context.Context) error {
+	return f.call(ctx, "1")
+}
+
+func (f *Fleet) call(ctx context.Context, leave string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	sent := f.now()
+	res, err := f.script.Run(ctx, f.client, []string{f.key}, f.id, f.ttl.Milliseconds(), leave).StringSlice()
+	if err != nil {
+		f.failing = true
+		return fmt.Errorf("fleet heartbeat on %s: %w", f.key, err)
+	}
+	if leave == "1" {
+		return nil
+	}
+	got := f.now()
+	v, err := f.merge(res, sent, got)
+	if err != nil {
+		return fmt.Errorf("fleet heartbeat on %s: %w", f.key, err)
+	}
+	f.last.Store(v)
+	f.failing = false
+	return nil
+}
+
+// merge returns the view of a beat sent at sent that answered res at got:
+// the members res holds live, and those of the last view that res neither
+// holds nor says left while they would still be alive. After beats failed
+// (an outage), the time the count stood frozen is added to their expiries,
+// and a member Redis held at the last answer but holds no more (it lost the
+// set) is kept a whole TTL from now, once: time for it to announce itself
+// again. f.mu is held.
+func (f *Fleet) merge(res []string, sent, got time.Time) (*fleetView, error) {
+	if len(res) == 0 {
+		return nil, errors.New("an empty reply")
+	}
+	redisNow, err := strconv.ParseInt(res[0], 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("a reply whose time is %q: %w", res[0], err)
+	}
+	// Redis's clock to ours: Redis read TIME about halfway through the
+	// round trip.
+	mid := sent.UnixNano() + got.Sub(sent).Nanoseconds()/2
+	offset := mid - redisNow*int64(time.Millisecond)
+	v := &fleetView{at: got.UnixNano(), members: make(map[string]int64, len(res)/2)}
+	i := 1
+	for ; i+1 < len(res) && res[i] != ""; i += 2 {
+		ms, err := strconv.ParseFloat(res[i+1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("a reply whose expiry is %q: %w", res[i+1], err)
+		}
+		v.members[res[i]] = int64(ms)*int64(time.Millisecond) + offset
+	}
+	left := make(map[string]bool)
+	for _, id := range res[min(i+1, len(res)):] {
+		left[id] = true
+	}
+	if prev := f.last.Load(); prev != nil {
+		var frozen int64 // from one beat after the last answer (see Size) to now
+		if f.failing {
+			frozen = max(v.at-(prev.at+int64(f.beat())), 0)
+		}
+		for id, exp := range prev.members {
+			if _, ok := v.members[id]; ok || left[id] {
+				continue
+			}
+			// Half a beat of margin: a member that just expired may look
+			// alive by the clock offsets' jitter between two beats.
+			if exp += frozen; exp <= v.at+int64(f.beat())/2 {
+				continue
+			}
+			if !prev.kept[id] && f.failing {
+				exp = max(exp, v.at+int64(f.ttl))
+			}
+			v.members[id] = exp
+			if v.kept == nil {
+				v.kept = make(map[string]bool)
+			}
+			v.kept[id] = true
+		}
+	}
+	v.expiries = make([]int64, 0, len(v.members))
+	for _, exp := range v.members {
+		v.expiries = append(v.expiries, exp)
+	}
+	slices.Sort(v.expiries)
+	return v, nil
+}
+
+// beat is the interval between heartbeats.
+func (f *Fleet) beat() time.Duration { return f.ttl / 3 }
+
+// Run beats every TTL/3 until ctx ends, then leaves (within the timeout).
+// A failed beat keeps the last count; onErr, if not nil, is told of it.
+func (f *Fleet) Run(ctx context.Context, onErr func(error)) {
+	t := time.NewTicker(f.beat())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = f.Leave(context.WithoutCancel(ctx))
+			return
+		case <-t.C:
+			if _, err := f.Beat(ctx); err != nil && ctx.Err() == nil && onErr != nil {
+				onErr(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,408 @@
+package fallback
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// ErrRestoring is returned by the limiter [Fallback.Watch] returns for a
+// call it does not send on: local admissions on one of its keys are not
+// written back yet, or the fleet is settling after an outage. It wraps
+// [window.ErrBreakerOpen]: like an open breaker it holds the backend off, and
+// [window.Classify] counts it as such.
+var ErrRestoring = fmt.Errorf("window: local admissions not yet written back: %w", window.ErrBreakerOpen)
+
+// Defaults of the write-back's [Options].
+const (
+	DefaultRestoreTimeout = time.Second
+	DefaultRestoreSettle  = 500 * time.Millisecond
+)
+
+const (
+	restoreRetryMin     = 10 * time.Millisecond
+	restoreRetryMax     = 100 * time.Millisecond
+	restoreChunkKeys    = 256  // keys per Restore call
+	restoreChunkEntries = 4096 // admissions per Restore call, about
+)
+
+// WriteBackStats counts a [Fallback]'s write-back (see [Fallback.WriteBack]).
+type WriteBackStats struct {
+	// Landed and Failed count the write-back rounds.
+	Landed, Failed uint64
+	// Written counts the entries (request costs) written back.
+	Written uint64
+	// Unremembered counts the entries admitted locally on a new key while
+	// MaxKeys keys were waiting to be written back: never written back.
+	Unremembered uint64
+	// Pending is the keys waiting to be written back now.
+	Pending int
+}
+
+// writeBack is a Fallback's memory of its local admissions and the rounds
+// that write them back (see the top of this file).
+type writeBack struct {
+	to       Restorer
+	now      func() time.Time
+	timeout  time.Duration
+	settle   time.Duration
+	maxKeys  int64
+	idPrefix [9]byte // 0x01, then 8 random bytes
+	seed     maphash.Seed
+	seq      atomic.Uint64
+
+	keys        atomic.Int64 // keys in shards
+	settleUntil atomic.Int64 // UnixNano: every call takes its failure mode until then; 0 for none
+	down        atomic.Bool  // Redis failed while admissions waited, and has not answered since
+	outage      atomic.Bool  // the admissions waiting include an outage's: they hold their keys' calls off
+	waiting     atomic.Bool  // a retry is scheduled (timer)
+	closed      atomic.Bool  // the restorer is closed: no more rounds
+
+	landed, failed, written, lost atomic.Uint64
+
+	shards [wbShards]wbShard
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	running bool        // a round is in flight
+	timer   *time.Timer // the retry after a failed round; nil for none
+	backoff time.Duration
+}
+
+type wbShard struct {
+	// mu guards keys.
+	mu   sync.Mutex
+	keys map[string]*wbKey
+	_    [48]byte // keep shards on separate cache lines
+}
+
+// wbKey is one key's admissions not yet written back, oldest first, and
+// the limit of the last.
+type wbKey struct {
+	limit window.Limit
+	adm   []wbAdmission
+}
+
+type wbAdmission struct {
+	at   int64 // UnixNano
+	seq  uint64
+	cost int
+}
+
+// trim drops the admissions that have left the window at now.
+func (k *wbKey) trim(now int64) {
+	cut := now - int64(k.limit.Window)
+	i := 0
+	for i < len(k.adm) && k.adm[i].at <= cut {
+		i++
+	}
+	if i > 0 {
+		k.adm = append(k.adm[:0], k.adm[i:]...)
+	}
+}
+
+func newWriteBack(to Restorer, now func() time.Time, timeout, settle time.Duration, maxKeys int) (*writeBack, error) {
+	w := &writeBack{to: to, now: now, timeout: timeout, settle: settle, maxKeys: int64(maxKeys), seed: maphash.MakeSeed()}
+	w.idPrefix[0] = 1 // request ids never begin with 0x01 (see window.AdmittedEntry)
+	if _, err := rand.Read(w.idPrefix[1:]); err != nil {
+		return nil, fmt.Errorf("draw a write-back id prefix: %w", err)
+	}
+	for i := range w.shards {
+		w.shards[i].keys = make(map[string]*wbKey)
+	}
+	return w, nil
+}
+
+// wbShards is the number of independently locked shards of the keys.
+const wbShards = 64
+
+// shard returns key's shard.
+func (w *writeBack) shard(key string) *wbShard {
+	return &w.shards[maphash.String(w.seed, key)%wbShards]
+}
+
+// id returns the member id of admission seq.
+func (w *writeBack) id(seq uint64) string {
+	var b [9 + binary.MaxVarintLen64]byte
+	copy(b[:], w.idPrefix[:])
+	n := binary.PutUvarint(b[9:], seq)
+	return string(b[:9+n])
+}
+
+// record remembers a local admission of cost on h's key at now; it is an
+// admitFunc (called under the local log's lock).
+func (w *writeBack) record(h *window.Hit, cost int, now int64) {
+	s := w.shard(h.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.keys[h.Key]
+	if k == nil {
+		if w.keys.Load() >= w.maxKeys {
+			w.lost.Add(uint64(cost))
+			return
+		}
+		k = &wbKey{}
+		s.keys[h.Key] = k
+		w.keys.Add(1)
+	}
+	k.limit = h.Limit
+	k.trim(now)
+	k.adm = append(k.adm, wbAdmission{at: now, seq: w.seq.Add(1), cost: cost})
+}
+
+// holds reports whether any of hits' keys has admissions to write back.
+func (w *writeBack) holds(hits []window.Hit) bool {
+	for i := range hits {
+		s := w.shard(hits[i].Key)
+		s.mu.Lock()
+		_, ok := s.keys[hits[i].Key]
+		s.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// gated reports whether calls must pass gate: admissions wait, or the fleet
+// settles.
+func (w *writeBack) gated() bool { return w.keys.Load() > 0 || w.settleUntil.Load() != 0 }
+
+// gate returns ErrRestoring for a call that must not reach Redis yet. It
+// reads the keys before the settle: a landing starts the settle before it
+// forgets the admissions (see send).
+func (w *writeBack) gate(hits []window.Hit) error {
+	if w.keys.Load() > 0 && w.holds(hits) {
+		w.poke()
+		if w.outage.Load() {
+			return ErrRestoring
+		}
+	}
+	if until := w.settleUntil.Load(); until != 0 {
+		if w.now().UnixNano() < until {
+			return ErrRestoring
+		}
+		w.settleUntil.CompareAndSwap(until, 0)
+	}
+	return nil
+}
+
+// poke starts a round if admissions wait and none is in flight or
+// scheduled.
+func (w *writeBack) poke() {
+	if w.keys.Load() == 0 || w.closed.Load() {
+		return
+	}
+	w.mu.Lock()
+	w.startLocked()
+	w.mu.Unlock()
+}
+
+// failed notes a call below Watch that failed with err: a connection error
+// or an open breaker while admissions wait marks Redis down.
+func (w *writeBack) failedCall(err error) {
+	if w.keys.Load() == 0 || (w.down.Load() && w.outage.Load()) {
+		return
+	}
+	if k := window.Classify(err); k == window.KindConnection || k == window.KindBreakerOpen {
+		w.markDown()
+	}
+}
+
+// answeredCall notes a call below Watch that Redis answered.
+func (w *writeBack) answeredCall() {
+	if !w.down.Load() && !w.waiting.Load() {
+		return
+	}
+	w.mu.Lock()
+	w.answeredLocked()
+	w.mu.Unlock()
+}
+
+// answeredLocked: Redis answered. After an outage the settle begins; a
+// scheduled retry starts now.
+func (w *writeBack) answeredLocked() {
+	w.settleIfDown()
+	if w.timer != nil && w.timer.Stop() {
+		w.timer = nil
+		w.waiting.Store(false)
+	}
+	w.startLocked()
+}
+
+// markHeld makes the admissions waiting hold their keys' calls off.
+func (w *writeBack) markHeld() {
+	if !w.outage.Load() {
+		w.outage.Store(true)
+	}
+}
+
+// markDown notes an outage: Redis cannot be reached while admissions wait.
+func (w *writeBack) markDown() {
+	w.markHeld()
+	if !w.down.Load() {
+		w.down.Store(true)
+	}
+}
+
+// settleIfDown begins the settle if Redis was down: it answered again.
+func (w *writeBack) settleIfDown() {
+	if w.down.CompareAndSwap(true, false) && w.settle > 0 {
+		w.settleUntil.Store(w.now().Add(w.settle).UnixNano())
+	}
+}
+
+// startLocked starts a round unless one is in flight or scheduled, or
+// nothing waits.
+func (w *writeBack) startLocked() {
+	if w.running || w.timer != nil || w.keys.Load() == 0 || w.closed.Load() {
+		return
+	}
+	w.running = true
+	go w.round()
+}
+
+// round writes everything back once, then starts the next round (more
+// admissions came meanwhile) or schedules a retry.
+func (w *writeBack) round() {
+	err := w.writeAll()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.running = false
+	if err == nil {
+		w.landed.Add(1)
+		w.backoff = 0
+		w.answeredLocked()
+		return
+	}
+	w.failed.Add(1)
+	if errors.Is(err, redis.ErrClosed) {
+		w.closed.Store(true) // the client is closed: shutdown
+		return
+	}
+	switch window.Classify(err) {
+	case window.KindClosed:
+		w.closed.Store(true)
+		return
+	case window.KindConnection:
+		w.markDown()
+	}
+	w.backoff = min(max(2*w.backoff, restoreRetryMin), restoreRetryMax)
+	w.waiting.Store(true)
+	w.timer = time.AfterFunc(w.backoff, w.retry)
+}
+
+// retry is a failed round's timer.
+func (w *writeBack) retry() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer = nil
+	w.waiting.Store(false)
+	w.startLocked()
+}
+
+// wbSent is one key's admissions as a round read them.
+type wbSent struct {
+	key   string
+	limit window.Limit
+	adm   []wbAdmission
+}
+
+// writeAll writes every remembered admission still in its window back, in
+// calls of restoreChunkKeys keys or about restoreChunkEntries admissions,
+// forgetting each call's admissions once it landed. It stops at the first
+// call that fails.
+func (w *writeBack) writeAll() error {
+	var chunk []wbSent
+	entries := 0
+	for i := range w.shards {
+		s := &w.shards[i]
+		now := w.now().UnixNano()
+		s.mu.Lock()
+		for key, k := range s.keys {
+			k.trim(now)
+			if len(k.adm) == 0 {
+				delete(s.keys, key)
+				if w.keys.Add(-1) == 0 {
+					w.outage.Store(false)
+				}
+				continue
+			}
+			chunk = append(chunk, wbSent{key: key, limit: k.limit, adm: slices.Clone(k.adm)})
+			entries += len(k.adm)
+		}
+		s.mu.Unlock()
+		for len(chunk) >= restoreChunkKeys || entries >= restoreChunkEntries || (i == len(w.shards)-1 && len(chunk) > 0) {
+			n, e := 0, 0
+			for n < len(chunk) && n < restoreChunkKeys && e < restoreChunkEntries {
+				e += len(chunk[n].adm)
+				n++
+			}
+			if err := w.send(chunk[:n]); err != nil {
+				return err
+			}
+			chunk, entries = chunk[n:], entries-e
+		}
+	}
+	return nil
+}
+
+// send writes sent back in one call and forgets what landed.
+func (w *writeBack) send(sent []wbSent) error {
+	now := w.now()
+	batch := make([]window.Admitted, len(sent))
+	for i, s := range sent {
+		es := make([]window.AdmittedEntry, len(s.adm))
+		for j, a := range s.adm {
+			es[j] = window.AdmittedEntry{Age: max(now.Sub(time.Unix(0, a.at)), 0), Cost: a.cost, ID: w.id(a.seq)}
+		}
+		batch[i] = window.Admitted{Key: s.key, Limit: s.limit, Entries: es}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	defer cancel()
+	if err := w.to.Restore(ctx, batch); err != nil {
+		return fmt.Errorf("fallback write-back: %w", err)
+	}
+	w.settleIfDown() // before a call can find its key's admissions gone
+	for _, s := range sent {
+		last := s.adm[len(s.adm)-1].seq
+		sh := w.shard(s.key)
+		sh.mu.Lock()
+		if k := sh.keys[s.key]; k != nil {
+			i := 0
+			for i < len(k.adm) && k.adm[i].seq <= last {
+				i++
+			}
+			k.adm = append(k.adm[:0], k.adm[i:]...)
+			if len(k.adm) == 0 {
+				delete(sh.keys, s.key)
+				if w.keys.Add(-1) == 0 {
+					w.outage.Store(false)
+				}
+			}
+		}
+		sh.mu.Unlock()
+		for _, a := range s.adm {
+			w.written.Add(uint64(a.cost))
+		}
+	}
+	return nil
+}
+
+func (w *writeBack) stats() WriteBackStats {
+	return WriteBackStats{
+		Landed: w.landed.Load(), Failed: w.failed.Load(), Written: w.written.Load(),
+		Unremembered: w.lost.Load(), Pending: int(w.keys.Load()),
+	}
+}

@@ -1,0 +1,230 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// DefaultGuardBudget is the default memory budget of a [Guard], in bytes.
+const DefaultGuardBudget = 32 << 20
+
+// guardEntryCost approximates the bytes one cached key costs besides the key
+// itself: the entry, ristretto's item and its policy counters.
+const guardEntryCost = 160
+
+// GuardOptions configures a [Guard]. The zero value is usable.
+type GuardOptions struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Budget is the memory budget in bytes for the over-limit cache and the
+	// penalty box together; 0 means DefaultGuardBudget. Minimum 64 KiB.
+	Budget int64
+	// Ban is the penalty box for hits that carry none. The zero Ban
+	// disables it; use DefaultBan for serve's default.
+	Ban window.Ban
+}
+
+// Guard is the local over-limit cache and penalty box in front of a
+// [window.Limiter] (see the package doc): it refuses known-full keys and
+// repeat offenders without asking the limiter behind it. Guard is safe for
+// concurrent use; Close releases the cache's goroutines.
+type Guard struct {
+	next  window.Limiter
+	now   func() time.Time
+	ban   window.Ban
+	cache *ristretto.Cache[string, *guardEntry]
+}
+
+// guardEntry is what the Guard knows of one key; fields are updated in
+// place with atomics, so concurrent requests share one entry.
+type guardEntry struct {
+	requests    int64 // the limit the entry was made for
+	window      int64
+	ban         window.Ban   // the penalty box the entry was made under
+	fullUntil   atomic.Int64 // UnixNano; refuse before this
+	bannedUntil atomic.Int64 // UnixNano; refuse before this
+	denyStart   atomic.Int64 // UnixNano start of the current denial count
+	denials     atomic.Int64
+}
+
+// madeFor reports whether e was made for limit l ("full until" holds only
+// for the limit it was measured under).
+func (e *guardEntry) madeFor(l window.Limit) bool {
+	return e.requests == int64(l.Requests) && e.window == int64(l.Window)
+}
+
+// NewGuard returns a Guard in front of next.
+func NewGuard(next window.Limiter, opts GuardOptions) (*Guard, error) {
+	if next == nil {
+		return nil, fmt.Errorf("guard: the limiter behind it is nil")
+	}
+	if opts.Budget == 0 {
+		opts.Budget = DefaultGuardBudget
+	}
+	if opts.Budget < 64<<10 {
+		return nil, fmt.Errorf("guard: budget of %d bytes is below the minimum of 64 KiB", opts.Budget)
+	}
+	if opts.Ban.Duration < 0 || opts.Ban.Window < 0 || opts.Ban.Threshold < 0 {
+		return nil, fmt.Errorf("guard: penalty box %+v has a negative field", opts.Ban)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	items := opts.Budget / (guardEntryCost + 64)
+	cache, err := ristretto.NewCache(&ristretto.Config[string, *guardEntry]{
+		NumCounters: max(items*10, 1000),
+		MaxCost:     opts.Budget,
+		BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("guard: local cache: %w", err)
+	}
+	return &Guard{next: next, now: opts.Now, ban: opts.Ban, cache: cache}, nil
+}
+
+// Close stops the cache's background work. Decide after Close passes every
+// request to the backend.
+func (g *Guard) Close() { g.cache.Close() }
+
+// Wait blocks until the cache's pending writes are applied: a refusal the
+// Guard just learnt is then in effect (tests call it before asserting one).
+func (g *Guard) Wait() { g.cache.Wait() }
+
+// Decide implements [window.Limiter]: a local refusal if any enforcing hit is known
+// full or banned, else the backend's decision, remembered when it denies.
+func (g *Guard) Decide(ctx context.Context, hits []window.Hit) (window.Decision, error) {
+	now := g.now().UnixNano() // the send time: "full until" counts from here
+	if d, refused := g.local(hits, now); refused {
+		return d, nil
+	}
+	return g.remote(ctx, hits, now)
+}
+
+// remote asks the backend; now is the send time.
+func (g *Guard) remote(ctx context.Context, hits []window.Hit, now int64) (window.Decision, error) {
+	d, err := g.next.Decide(ctx, hits)
+	if err != nil || d.Allowed || d.Index < 0 || d.Index >= len(hits) {
+		return d, err
+	}
+	h := &hits[d.Index]
+	e, ok := g.cache.Get(h.Key)
+	if !ok || e == nil || !e.madeFor(h.Limit) || e.ban != g.banOf(h) {
+		// First denial, or the rule changed: a fresh entry for the rule as
+		// it is now, keeping a ban that still holds.
+		ne := &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window), ban: g.banOf(h)}
+		ne.denyStart.Store(now)
+		if ok && e != nil && g.banHolds(e, h) {
+			ne.bannedUntil.Store(e.bannedUntil.Load())
+		}
+		e = ne
+	}
+	// A denial of cost c > 1 says when c requests fit; a single one may fit
+	// now (the window had room, not enough): "full until" only from cost 1.
+	if h.Counted() == 1 {
+		until := now + int64(d.RetryAfter)
+		for cur := e.fullUntil.Load(); cur < until && !e.fullUntil.CompareAndSwap(cur, until); cur = e.fullUntil.Load() {
+		}
+	}
+	g.denied(h, e, now)
+	g.store(h, e)
+	return d, nil
+}
+
+// local looks every enforcing hit up in the cache. "Full until" holds only
+// for the limit it was measured under; a ban holds until it expires unless
+// a reload made the rule more lenient (see banHolds).
+func (g *Guard) local(hits []window.Hit, now int64) (window.Decision, bool) {
+	for i := range hits {
+		h := &hits[i]
+		if h.Shadow {
+			continue
+		}
+		e, ok := g.cache.Get(h.Key)
+		if !ok || e == nil {
+			continue
+		}
+		if until := e.bannedUntil.Load(); now < until && g.banHolds(e, h) {
+			g.denied(h, e, now)
+			return localDecision(i, h, until-now, window.SourceLocalBanned), true
+		}
+		if !e.madeFor(h.Limit) {
+			continue
+		}
+		if until := e.fullUntil.Load(); now < until {
+			g.denied(h, e, now)
+			return localDecision(i, h, until-now, window.SourceLocalFull), true
+		}
+	}
+	return window.Decision{}, false
+}
+
+// banHolds reports whether a ban earned under e's limit still applies to h
+// after a reload: it is lifted when h's rule disables the penalty box or
+// allows a higher rate than the one it was earned under; tightening the
+// rules (a lower limit, another box) keeps it.
+func (g *Guard) banHolds(e *guardEntry, h *window.Hit) bool {
+	if !g.banOf(h).Enabled() {
+		return false
+	}
+	// Requests/Window > e.requests/e.window, in floats: the products of
+	// int64 nanoseconds and counts can overflow.
+	return float64(h.Limit.Requests)*float64(e.window) <= float64(e.requests)*float64(h.Limit.Window)
+}
+
+// denied counts a denial of h's key for the penalty box, banning the key
+// when it crosses the threshold.
+func (g *Guard) denied(h *window.Hit, e *guardEntry, now int64) {
+	ban := g.banOf(h)
+	if !ban.Enabled() {
+		return
+	}
+	if start := e.denyStart.Load(); now-start > int64(ban.Window) {
+		if e.denyStart.CompareAndSwap(start, now) {
+			e.denials.Store(0)
+		}
+	}
+	if e.denials.Add(1) > int64(ban.Threshold) {
+		until := now + int64(ban.Duration)
+		if cur := e.bannedUntil.Load(); cur < until-int64(time.Second) || cur <= now {
+			// (Re)ban; refreshing at most once a second keeps the cache quiet.
+			e.bannedUntil.Store(until)
+			e.denials.Store(0)
+			e.denyStart.Store(now)
+			g.store(h, e)
+		}
+	}
+}
+
+// banOf returns the penalty box that applies to h.
+func (g *Guard) banOf(h *window.Hit) window.Ban {
+	if h.Ban != nil {
+		return *h.Ban
+	}
+	return g.ban
+}
+
+// store (re)inserts h's entry e. Entries carry no TTL: an expired entry
+// refuses nothing (its instants are past) and the fixed budget evicts it in
+// time; a TTL would cost a clock read on every lookup of the deny path.
+func (g *Guard) store(h *window.Hit, e *guardEntry) {
+	g.cache.Set(h.Key, e, int64(len(h.Key))+guardEntryCost)
+}
+
+func localDecision(i int, h *window.Hit, retry int64, src window.Source) window.Decision {
+	return window.Decision{
+		Allowed:     false,
+		Index:       i,
+		Limit:       h.Limit,
+		Count:       h.Limit.Requests,
+		Remaining:   0,
+		RetryAfter:  time.Duration(retry),
+		ShadowIndex: -1,
+		Source:      src,
+	}
+}

@@ -1,0 +1,23 @@
+package guard
+
+import (
+	"testing"
+
+	"github.com/flashgate/flashgate/window/memory"
+	"github.com/flashgate/flashgate/window/testclock"
+	"github.com/flashgate/flashgate/window/windowtest"
+)
+
+func newTestMemory(t testing.TB, clock *testclock.Clock, maxKeys int) *memory.Memory {
+	t.Helper()
+	m, err := memory.New(memory.Options{Now: clock.Now, MaxKeys: maxKeys})
+	if err != nil {
+		t.Fatalf("memory.New: %v", err)
+	}
+	return m
+}
+
+var (
+	hit        = windowtest.Hit
+	mustDecide = windowtest.MustDecide
+)
