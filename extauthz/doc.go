@@ -14,12 +14,10 @@
 //	        FailureMode: mode, Shadow: shadow, Registerer: reg, Logger: log,
 //	})
 //	srv, err := extauthz.NewServer(cfg, extauthz.Options{Core: core, Keys: keys})
-//	gs := srv.NewGRPCServer()                      // GRPCServerOptions; Check + grpc.health.v1 + reflection
-//	http.Serve(httpLis, srv.HTTPHandler())         // /metrics /healthz /readyz
-//	srv.SetServing(true)                           // once the backend is warm (the caller's job)
+//	h, err := host.New(host.Options{GRPC: lis, Codec: srv.Codec(), ...})   // the process's gRPC server (package host)
+//	srv.Register(h)                                // Check on any grpc.ServiceRegistrar
 //	go srv.WatchFile(ctx, path, 0)                 // hot reload (ConfigMap symlink swaps too)
 //	srv.Reload()                                   // on SIGHUP
-//	srv.Shutdown(ctx, gs)                          // NOT_SERVING, GracefulStop, hard Stop at ctx's end
 //
 // # Descriptors file
 //
@@ -58,7 +56,7 @@
 // request refused under on_missing: deny. A value of any length counts: long
 // or unsafe values are hashed (SHA-256) by window.Keys, so a padded x-uid is
 // a bucket of its own, never a way around the rule; the request itself is
-// capped by the gRPC message limit (MaxRecvMsgSize).
+// capped by the gRPC message limit (host.MaxRecvMsgSize).
 // Loading is strict: unknown or duplicate keys, anchors and tags are
 // errors, each reported as FILE:LINE:COL: sentence ([ConfigError]).
 //

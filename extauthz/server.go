@@ -15,10 +15,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/mem"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -37,32 +35,21 @@ type Options struct {
 	Core *enforce.Core
 	// Keys builds limit keys; the zero Keys uses the prefix "fg".
 	Keys window.Keys
-	// Gatherer serves /metrics; nil means the core's Registerer if it is a
-	// Gatherer.
-	Gatherer prometheus.Gatherer
-	// HealthServices are more gRPC health service names that follow
-	// SetServing with "" and HealthService: the other services the same
-	// gRPC server hosts (serve's RLS).
-	HealthServices []string
 }
 
 // Server is the ext_authz Check server. Build it with [NewServer]. All its
 // methods are safe for concurrent use.
 type Server struct {
-	opts     Options
-	core     *enforce.Front
-	log      *slog.Logger
-	now      func() time.Time
-	metrics  *metrics
-	health   *health.Server
-	gatherer prometheus.Gatherer
-	resp     *respConsts
+	opts    Options
+	core    *enforce.Front
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	resp    *respConsts
 
 	rules atomic.Pointer[ruleSet]
 	// encoded is the rule set's encoded map (see ruleSet), for the codec.
 	encoded atomic.Pointer[sync.Map]
-	serving atomic.Bool
-	closed  atomic.Bool
 	pool    sync.Pool // *Mapping
 
 	// reloadMu is held for a whole reload (read, parse, swap), so that a
@@ -74,9 +61,7 @@ type Server struct {
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
-// metrics on the core's Registerer, so call it once per core. Health
-// starts NOT_SERVING; call [Server.SetServing] once the backend is up
-// (serve does when it is warm).
+// metrics on the core's Registerer, so call it once per core.
 func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("extauthz: no descriptors config given")
@@ -84,30 +69,19 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if opts.Core == nil {
 		return nil, errors.New("extauthz: no enforcement core given")
 	}
-	reg := opts.Core.Registerer()
-	if opts.Gatherer == nil {
-		g, ok := reg.(prometheus.Gatherer)
-		if !ok {
-			return nil, errors.New("extauthz: the Registerer is not a Gatherer: set Options.Gatherer")
-		}
-		opts.Gatherer = g
-	}
 	front, err := opts.Core.Front(enforce.ExtAuthz)
 	if err != nil {
 		return nil, fmt.Errorf("extauthz: %w", err)
 	}
 	s := &Server{
-		opts:     opts,
-		core:     front,
-		log:      opts.Core.Logger(),
-		now:      opts.Core.Clock(),
-		metrics:  newMetrics(front.Metrics()),
-		health:   health.NewServer(),
-		gatherer: opts.Gatherer,
-		resp:     newRespConsts(),
+		opts:    opts,
+		core:    front,
+		log:     opts.Core.Logger(),
+		now:     opts.Core.Clock(),
+		metrics: newMetrics(front.Metrics()),
+		resp:    newRespConsts(),
 	}
 	s.pool.New = func() any { return &Mapping{Hits: make([]window.Hit, 0, 8), Rules: make([]*Rule, 0, 8)} }
-	s.SetServing(false)
 	if err := s.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -147,7 +121,7 @@ func (s *Server) Config() *Config { return s.rules.Load().cfg }
 // Check implements authv3.AuthorizationServer. Whatever the request holds
 // and whatever the backend does, it answers OK or 429 (the limiter's own
 // deadline bounds how long it waits). Its one error: a request that reached
-// it from [Server.NewGRPCServer]'s codec as bytes that are not a
+// it from [Server.Codec] as bytes that are not a
 // CheckRequest (codes.InvalidArgument), which a decoding codec would have
 // refused before Check.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {

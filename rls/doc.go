@@ -8,7 +8,7 @@
 //	cfg, err := rls.LoadDir(dir)                 // ratelimit's config directory; errors are *ConfigError
 //	core, err := enforce.New(enforce.Options{...}) // the one ext_authz uses too: limiter stack, failure modes
 //	srv, err := rls.NewServer(cfg, rls.Options{Core: core, Keys: keys, ResponseHeaders: true})
-//	srv.Register(gs)                             // on the ext_authz gRPC server
+//	srv.Register(h)                              // on the process's gRPC server (package host)
 //	go srv.WatchDir(ctx, dir, 0)                 // reload on change; a bad directory keeps the old config
 //	srv.Reload()                                 // on SIGHUP
 //

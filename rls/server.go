@@ -142,8 +142,9 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Register registers s on gs (before gs serves).
-func (s *Server) Register(gs *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(gs, s) }
+// Register registers s as the envoy.service.ratelimit.v3.RateLimitService
+// service on r (a gRPC server, before it serves).
+func (s *Server) Register(r grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(r, s) }
 
 // Config returns the config in force.
 func (s *Server) Config() *Config { return s.cfg.Load() }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,11 +9,9 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/host"
 	"github.com/spf13/cobra"
 	"google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // newNoopServerCmd returns noop-server: an ext_authz server that admits
@@ -41,13 +38,20 @@ func newNoopServerCmd(e env) *cobra.Command {
 }
 
 // runNoopServer serves the do-nothing ext_authz server on lis until ctx is
-// done.
+// done, then stops it gracefully: in-flight calls get up to 5s to finish.
 func runNoopServer(ctx context.Context, lis net.Listener, log io.Writer) error {
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s := extauthz.NewGRPCServer(noopAuth{}, hs)
+	h, err := host.New(host.Options{GRPC: lis, Codec: extauthz.Codec()})
+	if err != nil {
+		return err
+	}
+	authv3.RegisterAuthorizationServer(h, noopAuth{})
+	h.SetServing(true)
 	fmt.Fprintf(log, "noop-server: ext_authz answering OK to everything on %s\n", lis.Addr())
-	return serveGRPC(ctx, s, lis, 5*time.Second)
+	err = h.Serve(ctx)
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = h.Shutdown(gctx) // past grace the remaining calls are cut
+	return err
 }
 
 // noopAuth admits every request.
@@ -59,24 +63,4 @@ var _ authv3.AuthorizationServer = noopAuth{}
 
 func (noopAuth) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	return &authv3.CheckResponse{Status: &status.Status{}}, nil
-}
-
-// serveGRPC serves s on lis until ctx is done, then stops it gracefully,
-// forcing it after grace: in-flight calls get up to grace to finish.
-func serveGRPC(ctx context.Context, s *grpc.Server, lis net.Listener, grace time.Duration) error {
-	errc := make(chan error, 1)
-	go func() { errc <- s.Serve(lis) }()
-	select {
-	case err := <-errc:
-		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			return fmt.Errorf("grpc server on %s: %w", lis.Addr(), err)
-		}
-		return nil
-	case <-ctx.Done():
-	}
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
-	defer cancel()
-	_ = extauthz.GracefulStop(gctx, s) // past grace the remaining calls are cut
-	<-errc
-	return nil
 }

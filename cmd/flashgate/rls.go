@@ -16,9 +16,9 @@ import (
 )
 
 // rlsService is serve's envoy.service.ratelimit.v3 server (--rls-config):
-// on the ext_authz gRPC server, so that one listener serves Envoy's
-// ext_authz and ratelimit filters alike (both can point at one cluster),
-// with the same health, reflection, limiter stack, failure mode and
+// on the host's gRPC server beside ext_authz, so that one listener serves
+// Envoy's ext_authz and ratelimit filters alike (both can point at one
+// cluster), with the same health, reflection, limiter stack, failure mode and
 // metrics registry. nil without --rls-config.
 type rlsService struct {
 	srv *rls.Server
@@ -53,7 +53,7 @@ func newRLS(o *serveConfig, core *enforce.Core) (*rlsService, error) {
 
 // start registers the service on gs (before it serves) and runs its
 // reloads in wg until ctx ends: the directory watch and SIGHUP. r may be nil.
-func (r *rlsService) start(ctx context.Context, wg *sync.WaitGroup, gs *grpc.Server, log *slog.Logger) {
+func (r *rlsService) start(ctx context.Context, wg *sync.WaitGroup, gs grpc.ServiceRegistrar, log *slog.Logger) {
 	if r == nil {
 		return
 	}

@@ -6,23 +6,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/flashgate/flashgate/extauthz"
-	"github.com/flashgate/flashgate/rls"
+	"github.com/flashgate/flashgate/host"
 	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 )
 
 func newServeCmd(e env) *cobra.Command {
@@ -66,6 +62,7 @@ and serve exits 0.`,
 type serveInfo struct {
 	grpcAddr, httpAddr string
 	server             *extauthz.Server
+	host               *host.Host
 }
 
 // pingBackoff bounds the pause between PINGs of an unreachable backend.
@@ -109,11 +106,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	opts := extauthz.Options{Core: core, Keys: o.keys}
-	if o.rlsConfig != "" {
-		opts.HealthServices = []string{rls.ServiceName}
-	}
-	srv, err := extauthz.NewServer(cfg, opts)
+	srv, err := extauthz.NewServer(cfg, extauthz.Options{Core: core, Keys: o.keys})
 	if err != nil {
 		return err
 	}
@@ -122,74 +115,59 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		return err
 	}
 
-	rawGRPC, err := listen(o.grpcAddr)
+	grpcLis, err := host.Listen(o.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
-	grpcLis := newCapListener(rawGRPC, o.grpcMaxConns, false)
-	reg.MustRegister(listenerCollectors("grpc", grpcLis)...)
-	gs := srv.NewGRPCServer()
 	var httpLis net.Listener
-	var hs *http.Server
 	if o.httpAddr != "" {
-		raw, err := listen(o.httpAddr)
-		if err != nil {
+		if httpLis, err = host.Listen(o.httpAddr); err != nil {
 			grpcLis.Close()
 			return fmt.Errorf("--http-addr: %w", err)
 		}
-		capped := newCapListener(raw, o.httpMaxConns, true)
-		reg.MustRegister(listenerCollectors("http", capped)...)
-		httpLis, hs = capped, newHTTPServer(httpHandler(srv, o.pprof), capped, o.pprof)
 	}
+	h, err := host.New(host.Options{
+		GRPC: grpcLis, HTTP: httpLis, GRPCMaxConns: o.grpcMaxConns, HTTPMaxConns: o.httpMaxConns,
+		Codec: srv.Codec(), Registry: reg, Pprof: o.pprof,
+	})
+	if err != nil {
+		grpcLis.Close()
+		if httpLis != nil {
+			httpLis.Close()
+		}
+		return err
+	}
+	srv.Register(h)
 	// Listening, not serving yet: health turns SERVING once the backend is
 	// warm (waitBackend says so).
-	log.Info("flashgate listening", "grpc_addr", grpcLis.Addr().String(), "http_addr", addrOf(httpLis),
+	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "http_addr", h.HTTPAddr(),
 		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", cfg.Name)
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	errc := make(chan error, 2)
 	var wg sync.WaitGroup
-	rlsSrv.start(ctx, &wg, gs, log)
-	wg.Go(func() {
-		if err := gs.Serve(grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			errc <- fmt.Errorf("grpc server on %s: %w", grpcLis.Addr(), err)
-		}
-	})
-	if hs != nil {
-		wg.Go(func() {
-			if err := hs.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("http server on %s: %w", httpLis.Addr(), err)
-			}
-		})
-	}
-	wg.Go(func() { waitBackend(ctx, srv, b, wu, o.failureMode.String(), log) })
+	rlsSrv.start(ctx, &wg, h, log)
+	wg.Go(func() { waitBackend(ctx, h, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
 	if o.config != "" {
 		wg.Go(func() { _ = srv.WatchFile(ctx, o.config, 0) })
 	}
 	wg.Go(func() { reloadOnSIGHUP(ctx, srv, log) })
 	if e.serveStarted != nil {
-		e.serveStarted(serveInfo{grpcAddr: grpcLis.Addr().String(), httpAddr: addrOf(httpLis), server: srv})
+		e.serveStarted(serveInfo{grpcAddr: h.GRPCAddr(), httpAddr: h.HTTPAddr(), server: srv, host: h})
 	}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
+	runErr := h.Serve(ctx)
+	if runErr == nil {
 		log.Info("shutting down: not serving, draining in-flight checks", "deadline", o.drainTimeout.String())
-	case runErr = <-errc:
+	} else {
 		log.Error("a listener failed; shutting down", "error", runErr)
 	}
 	stop()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.drainTimeout)
 	defer cancel()
-	if err := srv.Shutdown(dctx, gs); err != nil {
+	if err := h.Shutdown(dctx); err != nil {
 		log.Warn("drain deadline passed: remaining checks were cut", "error", err)
-	}
-	if hs != nil {
-		hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = hs.Shutdown(hctx)
-		hcancel()
 	}
 	wg.Wait()
 	if runErr == nil {
@@ -238,12 +216,15 @@ func (w *warmup) collectors() []prometheus.Collector {
 	}
 }
 
+// servingSetter is what waitBackend turns SERVING: the host's health.
+type servingSetter interface{ SetServing(bool) }
+
 // waitBackend warms the backend up (see backend.warm) until it succeeds,
 // with exponential backoff between pingBackoffMin and pingBackoffMax, then
 // turns health SERVING. When w.timeout passes first, health turns SERVING
 // then (logged once, counted), the failure mode deciding while Redis
 // fails, and the warm-up goes on. The memory backend is ready at once.
-func waitBackend(ctx context.Context, srv *extauthz.Server, b *backend, w *warmup, failureMode string, log *slog.Logger) {
+func waitBackend(ctx context.Context, srv servingSetter, b *backend, w *warmup, failureMode string, log *slog.Logger) {
 	var expiry time.Time
 	if w.timeout > 0 {
 		expiry = time.Now().Add(w.timeout)
@@ -334,83 +315,5 @@ func onSIGHUP(ctx context.Context, fn func()) {
 		case <-hup:
 			fn()
 		}
-	}
-}
-
-// httpHandler is extauthz's /metrics, /healthz and /readyz, plus
-// /debug/pprof/ with --pprof.
-func httpHandler(srv *extauthz.Server, withPprof bool) http.Handler {
-	h := srv.HTTPHandler()
-	if !withPprof {
-		return h
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/", h)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
-}
-
-// listen listens on "host:port" (TCP) or "unix:///path".
-func listen(addr string) (net.Listener, error) {
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		return net.Listen("unix", path)
-	}
-	return net.Listen("tcp", addr)
-}
-
-func addrOf(l net.Listener) string {
-	if l == nil {
-		return ""
-	}
-	return l.Addr().String()
-}
-
-// Timeouts of the --http-addr server: a request is read within
-// httpReadTimeout and answered within httpWriteTimeout (profiles and traces
-// of --pprof may take longer); a keep-alive connection idle for
-// httpIdleTimeout is closed.
-const (
-	httpReadHeaderTimeout = 5 * time.Second
-	httpReadTimeout       = 10 * time.Second
-	httpWriteTimeout      = 30 * time.Second
-	httpPprofWriteTimeout = 2 * time.Minute
-	httpIdleTimeout       = 30 * time.Second
-)
-
-// newHTTPServer returns the /metrics, /healthz and /readyz server, its
-// connections tracked by lis (the idle ones evicted first at its cap).
-func newHTTPServer(h http.Handler, lis *capListener, withPprof bool) *http.Server {
-	write := httpWriteTimeout
-	if withPprof {
-		write = httpPprofWriteTimeout
-	}
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: httpReadHeaderTimeout,
-		ReadTimeout:       httpReadTimeout,
-		WriteTimeout:      write,
-		IdleTimeout:       httpIdleTimeout,
-		MaxHeaderBytes:    64 << 10,
-		ConnState:         lis.trackState,
-	}
-}
-
-// listenerCollectors export a capped listener's open connections and the
-// ones it closed at its cap, labelled listener=name.
-func listenerCollectors(name string, l *capListener) []prometheus.Collector {
-	labels := prometheus.Labels{"listener": name}
-	return []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "flashgate_conns_open", ConstLabels: labels,
-			Help: "Connections open on a listener (grpc: --grpc-addr, http: --http-addr).",
-		}, func() float64 { return float64(l.open()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "flashgate_conns_shed_total", ConstLabels: labels,
-			Help: "Connections closed because the listener was at --grpc-max-conns or --http-max-conns (http: the one idle the longest, or the new one when none was idle; grpc: the new one).",
-		}, func() float64 { return float64(l.shed.Load()) }),
 	}
 }

@@ -189,7 +189,7 @@ func assertSixthDenied(t *testing.T, addr, uid string) {
 func TestServeMemory(t *testing.T) {
 	// Without --config the built-in example is in force, and said so.
 	def := startServe(t)
-	waitFor(t, eventually, "SERVING", func() bool { return def.server.Serving() })
+	waitFor(t, eventually, "SERVING", func() bool { return def.host.Serving() })
 	if err := def.stop(); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
@@ -198,7 +198,7 @@ func TestServeMemory(t *testing.T) {
 	}
 
 	s := startServe(t, "--config", exampleStretched(t))
-	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
+	waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
 	if st := grpcHealth(t, s.grpcAddr); st != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("gRPC health = %s", st)
 	}
@@ -239,7 +239,7 @@ func TestServeMemory(t *testing.T) {
 			t.Errorf("logs lack %q:\n%s", want, logs)
 		}
 	}
-	if s.server.Serving() {
+	if s.host.Serving() {
 		t.Error("still SERVING after shutdown")
 	}
 }
@@ -248,7 +248,7 @@ func TestServeReloadsChangedFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, file, 3)
 	s := startServe(t, "--config", file, "--pprof")
-	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
+	waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
 	if n := allowedOf(t, s.grpcAddr, "u1", 5); n != 3 {
 		t.Fatalf("allowed %d of 5, want 3", n)
 	}
@@ -262,8 +262,8 @@ func TestServeReloadsChangedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, eventually, "the reload error", func() bool { return strings.Contains(s.logs.String(), "reload failed") })
-	if n := allowedOf(t, s.grpcAddr, "u3", 5); n != 1 || !s.server.Serving() {
-		t.Fatalf("after a bad file: allowed %d of 5 (want 1), serving %v", n, s.server.Serving())
+	if n := allowedOf(t, s.grpcAddr, "u3", 5); n != 1 || !s.host.Serving() {
+		t.Fatalf("after a bad file: allowed %d of 5 (want 1), serving %v", n, s.host.Serving())
 	}
 	if code, _ := httpGet(t, "http://"+s.httpAddr+"/debug/pprof/"); code != 200 {
 		t.Errorf("/debug/pprof/ with --pprof = %d", code)
@@ -341,7 +341,7 @@ func TestServeRedis(t *testing.T) {
 	// machine other tests load too; a timeout would fall back to the local
 	// failure mode and miss Redis's count.
 	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "t1", "--redis-timeout", "1s", "--config", exampleStretched(t))
-	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
+	waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
 	assertSixthDenied(t, s.grpcAddr, "alice")
 }
 
@@ -359,7 +359,7 @@ func TestServeRedisAutoPipeline(t *testing.T) {
 		args := append([]string{"--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", fmt.Sprintf("t2-%d", i), "--redis-timeout", "1s",
 			"--config", exampleStretched(t)}, tc.args...)
 		s := startServe(t, args...)
-		waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
+		waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
 		assertSixthDenied(t, s.grpcAddr, "alice")
 		if got := strings.Contains(s.logs.String(), "auto-pipelined"); got != tc.want {
 			t.Errorf("%v: the start-up log says auto-pipelined: %t, want %t:\n%s", tc.args, got, tc.want, s.logs.String())
@@ -376,7 +376,7 @@ func TestServeWaitsForRedis(t *testing.T) {
 	waitFor(t, eventually, "a failed warm-up", func() bool {
 		return strings.Contains(s.logs.String(), "redis is not ready")
 	})
-	if s.server.Serving() {
+	if s.host.Serving() {
 		t.Fatal("SERVING without Redis")
 	}
 	if st := grpcHealth(t, s.grpcAddr); st != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -401,7 +401,7 @@ func TestServeWaitsForRedis(t *testing.T) {
 		t.Errorf("retry_in %q: %v", v, err)
 	}
 	r.Restart()
-	waitFor(t, eventually, "SERVING after Redis is back", func() bool { return s.server.Serving() })
+	waitFor(t, eventually, "SERVING after Redis is back", func() bool { return s.host.Serving() })
 	assertSixthDenied(t, s.grpcAddr, "carol")
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
@@ -430,7 +430,7 @@ func TestServeOutageLogsRateLimited(t *testing.T) {
 	r := redistest.Start(t)
 	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--redis-timeout", "1s", "--config", exampleStretched(t),
 		"--log-format", "json", "--fleet-ttl", "300ms")
-	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
+	waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
 	before := len(jsonLines(t, s.logs.String()))
 	r.Kill()
 	down := time.Now()
@@ -488,7 +488,7 @@ func TestServeRedisCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	s := startServe(t, "--backend", "redis", "--redis-mode", "cluster", "--redis-addr", strings.Join(c.Addrs(), ","), "--redis-timeout", "1s",
 		"--config", exampleStretched(t))
-	waitFor(t, eventually, "SERVING", func() bool { return s.server.Serving() })
+	waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
 	assertSixthDenied(t, s.grpcAddr, "dave")
 	if !strings.Contains(s.logs.String(), "(cluster)") {
 		t.Errorf("logs do not name the cluster mode:\n%s", s.logs)

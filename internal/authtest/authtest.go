@@ -13,26 +13,30 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/host"
 )
 
 // StartGRPC serves auth, with health SERVING, on a loopback port until the
-// test ends, on the gRPC server settings flashgate serves with
-// (extauthz.NewGRPCServer), and returns its address.
+// test ends, on the gRPC server flashgate serves with (package host, with
+// extauthz's codec), and returns its address.
 func StartGRPC(t testing.TB, auth authv3.AuthorizationServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s := extauthz.NewGRPCServer(auth, hs)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
+	h, err := host.New(host.Options{GRPC: lis, Codec: extauthz.Codec()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authv3.RegisterAuthorizationServer(h, auth)
+	h.SetServing(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; h.Stop() })
 	return lis.Addr().String()
 }
 

@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"errors"
@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 )
+
+// eventually bounds how long a test waits for a connection to be handled.
+const eventually = 30 * time.Second
 
 // capHarness dials a capListener on loopback and accepts on it.
 type capHarness struct {

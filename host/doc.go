@@ -1,0 +1,15 @@
+// Package host is the server side of the flashgate process, owned by no
+// front-end: the gRPC server with its options and limits, gRPC health and
+// reflection for every service on it, the HTTP server of /metrics,
+// /healthz and /readyz (and /debug/pprof/), the listeners' connection caps,
+// and the graceful stop.
+//
+//	grpcLis, err := host.Listen(addr)              // "host:port" or "unix:///path"
+//	h, err := host.New(host.Options{GRPC: grpcLis, HTTP: httpLis, Registry: reg, Codec: srv.Codec()})
+//	srv.Register(h)                                // each front-end registers its service
+//	go h.Serve(ctx)                                // until ctx ends or a listener fails
+//	h.SetServing(true)                             // health "" and every service; /readyz
+//	h.Shutdown(drainCtx)                           // NOT_SERVING, GracefulStop, hard Stop at ctx's end
+//
+// Front-ends never import it: they register on a grpc.ServiceRegistrar.
+package host

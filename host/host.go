@@ -1,0 +1,403 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// MaxRecvMsgSize is the largest request message accepted: Envoy's default
+// ext_authz request without a buffered body is a few KiB; 4 MiB leaves room
+// for with_request_body.
+const MaxRecvMsgSize = 4 << 20
+
+// StreamWorkers is how many goroutines serve calls (see ServerOptions):
+// more than the calls a sidecar has in flight at once under load.
+const StreamWorkers = 128
+
+// MaxConcurrentStreams bounds the calls in flight on one connection: Envoy's
+// default circuit breaker allows 1024 requests in flight to a cluster, and
+// Envoy opens another connection rather than exceed a server's bound.
+const MaxConcurrentStreams = 1024
+
+// MaxHeaderListSize bounds the HTTP/2 headers of one call: a call's are a
+// few hundred bytes (the request's own headers travel in the message).
+const MaxHeaderListSize = 64 << 10
+
+// HandshakeTimeout bounds how long a new connection may take to complete
+// its HTTP/2 handshake before it is closed.
+const HandshakeTimeout = 10 * time.Second
+
+// ServerOptions returns the options of the host's gRPC server, with codec
+// in place of grpc-go's proto codec unless it is nil:
+//   - MaxRecvMsgSize, MaxConcurrentStreams, MaxHeaderListSize and
+//     HandshakeTimeout: see the constants;
+//   - keepalive enforcement that accepts pings every 5s even without
+//     streams, so Envoy's HTTP/2 keepalive (connection_keepalive, usually
+//     ≥ 10s interval) is never answered with GOAWAY too_many_pings;
+//   - server pings after 30s idle (10s timeout) to drop dead peers;
+//   - MaxConnectionAge 5m (+30s grace for in-flight calls), so Envoy's
+//     long-lived connections rebalance across sidecar restarts and scale-ups;
+//   - StreamWorkers goroutines that serve calls one after another instead of
+//     a new goroutine per call: a call's stack grows to the depth of the
+//     Redis client once per worker, not once per call. Calls beyond the
+//     workers still get a goroutine of their own.
+//
+// It returns a new slice on each call.
+func ServerOptions(codec encoding.CodecV2) []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(MaxHeaderListSize),
+		grpc.ConnectionTimeout(HandshakeTimeout),
+		grpc.NumStreamWorkers(StreamWorkers),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             5 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:                  30 * time.Second,
+			Timeout:               10 * time.Second,
+			MaxConnectionAge:      5 * time.Minute,
+			MaxConnectionAgeGrace: 30 * time.Second,
+		}),
+	}
+	if codec != nil {
+		opts = append(opts, grpc.ForceServerCodecV2(codec))
+	}
+	return opts
+}
+
+// Registry is where the host registers its metrics and what /metrics
+// serves; a *prometheus.Registry is one.
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
+}
+
+// Options configure a [Host]. Only GRPC is required.
+type Options struct {
+	// GRPC is the listener of the gRPC server.
+	GRPC net.Listener
+	// HTTP is the listener of /metrics, /healthz and /readyz; nil serves
+	// no HTTP (HTTPHandler still returns the handler).
+	HTTP net.Listener
+	// GRPCMaxConns and HTTPMaxConns cap the connections each listener keeps
+	// open (0: no cap). At the cap the gRPC listener closes the newcomer;
+	// the HTTP one closes the connection idle the longest (probes and
+	// scrapers reconnect), or the newcomer when none is idle. A capped
+	// listener exports flashgate_conns_open and flashgate_conns_shed_total
+	// with label listener="grpc" or "http".
+	GRPCMaxConns, HTTPMaxConns int
+	// Codec replaces grpc-go's proto codec on the gRPC server (a
+	// front-end's, such as one that repairs invalid UTF-8); nil keeps it.
+	Codec encoding.CodecV2
+	// Registry takes the host's metrics and is served on /metrics; nil
+	// means a new registry of the host's own.
+	Registry Registry
+	// Pprof serves /debug/pprof/ beside /metrics (and gives the HTTP server
+	// a write timeout long enough for profiles).
+	Pprof bool
+}
+
+// Host is the process's server side, owned by no front-end: one gRPC server
+// with its options and limits, gRPC health and reflection for every
+// service registered on it, the HTTP server of /metrics, /healthz and
+// /readyz, the listeners' connection caps, and the graceful stop. Front-ends
+// register their gRPC service on it (it is a grpc.ServiceRegistrar) before
+// [Host.Serve]. Its methods are safe for concurrent use.
+type Host struct {
+	gs       *grpc.Server
+	health   *health.Server
+	handler  http.Handler
+	grpcLis  net.Listener
+	httpLis  net.Listener
+	hs       *http.Server
+	serving  atomic.Bool
+	closed   atomic.Bool
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	errc     chan error
+
+	// mu guards services, and orders SetServing with Shutdown's closing.
+	mu       sync.Mutex
+	services []string
+}
+
+var _ grpc.ServiceRegistrar = (*Host)(nil)
+
+// New returns a Host on opts's listeners, health NOT_SERVING. It fails
+// without a gRPC listener or when its metrics cannot be registered.
+func New(opts Options) (*Host, error) {
+	if opts.GRPC == nil {
+		return nil, errors.New("host: no gRPC listener given")
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	h := &Host{
+		gs:     grpc.NewServer(ServerOptions(opts.Codec)...),
+		health: health.NewServer(),
+		errc:   make(chan error, 2),
+	}
+	healthpb.RegisterHealthServer(h.gs, h.health)
+	reflection.Register(h.gs)
+	h.handler = newHandler(opts.Registry, h.Serving, opts.Pprof)
+	var err error
+	if h.grpcLis, err = capped("grpc", opts.GRPC, opts.GRPCMaxConns, false, opts.Registry); err != nil {
+		return nil, err
+	}
+	if opts.HTTP != nil {
+		if h.httpLis, err = capped("http", opts.HTTP, opts.HTTPMaxConns, true, opts.Registry); err != nil {
+			return nil, err
+		}
+		h.hs = newHTTPServer(h.handler, h.httpLis, opts.Pprof)
+	}
+	h.SetServing(false)
+	return h, nil
+}
+
+// capped returns l capped at max connections (l itself when max is 0),
+// its collectors registered on reg.
+func capped(name string, l net.Listener, max int, evict bool, reg prometheus.Registerer) (net.Listener, error) {
+	if max <= 0 {
+		return l, nil
+	}
+	cl := newCapListener(l, max, evict)
+	for _, c := range listenerCollectors(name, cl) {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("host: register the %s listener's metrics: %w", name, err)
+		}
+	}
+	return cl, nil
+}
+
+// RegisterService implements grpc.ServiceRegistrar: it registers a service
+// on the gRPC server, and its name in gRPC health, where it follows
+// SetServing as "" does. Call it before Serve.
+func (h *Host) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	h.gs.RegisterService(desc, impl)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.services = append(h.services, desc.ServiceName)
+	h.setStatusLocked(desc.ServiceName)
+}
+
+// GRPCAddr returns the gRPC listener's address.
+func (h *Host) GRPCAddr() string { return h.grpcLis.Addr().String() }
+
+// HTTPAddr returns the HTTP listener's address, "" without one.
+func (h *Host) HTTPAddr() string {
+	if h.httpLis == nil {
+		return ""
+	}
+	return h.httpLis.Addr().String()
+}
+
+// SetServing sets gRPC health (for "" and every registered service) and
+// /readyz. After Shutdown it has no effect.
+func (h *Host) SetServing(serving bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed.Load() {
+		return
+	}
+	h.serving.Store(serving)
+	h.setStatusLocked("")
+	for _, name := range h.services {
+		h.setStatusLocked(name)
+	}
+}
+
+func (h *Host) setStatusLocked(name string) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if h.serving.Load() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	h.health.SetServingStatus(name, st)
+}
+
+// Serving reports what SetServing last set (false after Shutdown).
+func (h *Host) Serving() bool { return h.serving.Load() && !h.closed.Load() }
+
+// HTTPHandler returns the handler the HTTP listener serves: /metrics (the
+// registry), /healthz (200 while the process runs), /readyz (200 while
+// Serving, else 503), and /debug/pprof/ with Options.Pprof.
+func (h *Host) HTTPHandler() http.Handler { return h.handler }
+
+// Serve serves gRPC and HTTP on their listeners until ctx ends (it returns
+// nil) or one of them fails (it returns the error). It does not stop them:
+// call Shutdown. Call it once.
+func (h *Host) Serve(ctx context.Context) error {
+	h.wg.Go(func() {
+		if err := h.gs.Serve(h.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			h.errc <- fmt.Errorf("grpc server on %s: %w", h.grpcLis.Addr(), err)
+		}
+	})
+	if h.hs != nil {
+		h.wg.Go(func() {
+			if err := h.hs.Serve(h.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				h.errc <- fmt.Errorf("http server on %s: %w", h.httpLis.Addr(), err)
+			}
+		})
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-h.errc:
+		return err
+	}
+}
+
+// httpStopTimeout bounds how long Shutdown waits for HTTP requests.
+const httpStopTimeout = time.Second
+
+// Shutdown turns health NOT_SERVING for good, then stops the gRPC server
+// gracefully (in-flight calls finish); if ctx ends first it stops it hard
+// and returns ctx's error. Then it closes the HTTP server (in-flight
+// requests get a second) and waits for Serve's servers to return.
+func (h *Host) Shutdown(ctx context.Context) error {
+	h.SetServing(false)
+	h.mu.Lock()
+	h.closed.Store(true)
+	h.mu.Unlock()
+	var err error
+	h.stopOnce.Do(func() {
+		h.health.Shutdown()
+		err = GracefulStop(ctx, h.gs)
+		if h.hs != nil {
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpStopTimeout)
+			_ = h.hs.Shutdown(hctx)
+			cancel()
+		}
+		h.wg.Wait()
+	})
+	return err
+}
+
+// Stop stops the servers at once, cutting calls in flight.
+func (h *Host) Stop() {
+	h.closed.Store(true)
+	h.gs.Stop()
+	if h.hs != nil {
+		_ = h.hs.Close()
+	}
+}
+
+// GracefulStop stops gs gracefully (in-flight calls finish); if ctx ends
+// first it stops gs hard and returns ctx's error.
+func GracefulStop(ctx context.Context, gs *grpc.Server) error {
+	done := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		gs.Stop()
+		<-done
+		return fmt.Errorf("graceful stop: %w", ctx.Err())
+	}
+}
+
+// Listen listens on "host:port" (TCP) or "unix:///path".
+func Listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// newHandler serves /metrics of g, /healthz, /readyz (by serving) and,
+// withPprof, /debug/pprof/.
+func newHandler(g prometheus.Gatherer, serving func() bool, withPprof bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !serving() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not serving\n"))
+			return
+		}
+		_, _ = w.Write([]byte("serving\n"))
+	})
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// Timeouts of the HTTP server: a request is read within httpReadTimeout
+// and answered within httpWriteTimeout (profiles and traces of pprof may
+// take longer); a keep-alive connection idle for httpIdleTimeout is closed.
+const (
+	httpReadHeaderTimeout = 5 * time.Second
+	httpReadTimeout       = 10 * time.Second
+	httpWriteTimeout      = 30 * time.Second
+	httpPprofWriteTimeout = 2 * time.Minute
+	httpIdleTimeout       = 30 * time.Second
+)
+
+// newHTTPServer returns the HTTP server of h on lis, whose connections a
+// capListener tracks (the idle ones evicted first at its cap).
+func newHTTPServer(h http.Handler, lis net.Listener, withPprof bool) *http.Server {
+	write := httpWriteTimeout
+	if withPprof {
+		write = httpPprofWriteTimeout
+	}
+	s := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      write,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+	}
+	if cl, ok := lis.(*capListener); ok {
+		s.ConnState = cl.trackState
+	}
+	return s
+}
+
+// listenerCollectors export a capped listener's open connections and the
+// ones it closed at its cap, labelled listener=name.
+func listenerCollectors(name string, l *capListener) []prometheus.Collector {
+	labels := prometheus.Labels{"listener": name}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_conns_open", ConstLabels: labels,
+			Help: "Connections open on a listener (grpc: --grpc-addr, http: --http-addr).",
+		}, func() float64 { return float64(l.open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_conns_shed_total", ConstLabels: labels,
+			Help: "Connections closed because the listener was at --grpc-max-conns or --http-max-conns (http: the one idle the longest, or the new one when none was idle; grpc: the new one).",
+		}, func() float64 { return float64(l.shed.Load()) }),
+	}
+}
