@@ -23,6 +23,10 @@
 // [FrontMetrics]: which rule a request counts under is the protocol's
 // business.
 //
+// A [Reloader] keeps a front-end's config in step with its file or
+// directory (one poll interval, one last-good rule, one count of reloads);
+// the front-end only reads, parses and installs.
+//
 // The rule fields both front-ends share are checked here too:
 // [ValidHeaderName] and [ReservedRulePrefix].
 package enforce

@@ -135,7 +135,7 @@ type FrontMetrics struct {
 	// Duration observes the time to answer one request, in seconds.
 	Duration prometheus.Histogram
 	// Reloads counts config reloads by result, success or error (both
-	// exported from the start).
+	// exported from the start); the front-end's [Reloader] counts it.
 	Reloads *prometheus.CounterVec
 }
 

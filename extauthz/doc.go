@@ -16,8 +16,9 @@
 //	srv, err := extauthz.NewServer(cfg, extauthz.Options{Core: core, Keys: keys})
 //	h, err := host.New(host.Options{GRPC: lis, Codec: srv.Codec(), ...})   // the process's gRPC server (package host)
 //	srv.Register(h)                                // Check on any grpc.ServiceRegistrar
-//	go srv.WatchFile(ctx, path, 0)                 // hot reload (ConfigMap symlink swaps too)
-//	srv.Reload()                                   // on SIGHUP
+//	r := srv.Reloader(path)                        // enforce.Reloader of the descriptors file
+//	go r.Watch(ctx, 0)                             // hot reload (ConfigMap symlink swaps too)
+//	r.Reload()                                     // on SIGHUP
 //
 // # Descriptors file
 //

@@ -179,7 +179,7 @@ func (e *env) counter(name string, labels ...string) float64 {
 	case "checks":
 		c = m.checks.WithLabelValues(labels...)
 	case "reloads":
-		c = m.reloads.WithLabelValues(labels...)
+		c = e.srv.core.Metrics().Reloads.WithLabelValues(labels...)
 	case "backend_errors", "failure_mode", "local_denials":
 		return enforcetest.Counter(e.t, e.reg, map[string]string{
 			"backend_errors": "flashgate_backend_errors_total",

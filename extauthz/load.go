@@ -35,7 +35,6 @@ func LoadFile(path string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.path = path
 	return c, nil
 }
 

@@ -7,18 +7,17 @@ import (
 )
 
 // metrics are ext_authz's own Prometheus metrics, listed in the README:
-// flashgate_checks_total, flashgate_check_duration_seconds and
-// flashgate_config_reloads_total, registered by the core with its own
-// (enforce.FrontMetrics). Labels never carry request values: rule and
+// flashgate_checks_total and flashgate_check_duration_seconds, registered
+// by the core with its own (enforce.FrontMetrics; the Reloader counts
+// flashgate_config_reloads_total). Labels never carry request values: rule and
 // domain come from the descriptors file.
 type metrics struct {
 	checks   *prometheus.CounterVec
 	checkDur prometheus.Histogram
-	reloads  *prometheus.CounterVec
 }
 
 func newMetrics(fm enforce.FrontMetrics) *metrics {
-	return &metrics{checks: fm.Requests, checkDur: fm.Duration, reloads: fm.Reloads}
+	return &metrics{checks: fm.Requests, checkDur: fm.Duration}
 }
 
 // ruleCounters are the flashgate_checks_total children of one rule,

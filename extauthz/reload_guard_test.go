@@ -10,17 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/internal/yamlguard"
 )
 
-// watch starts WatchFile on path for e's server, polling every 10ms, and
-// stops it at the end of the test.
-func watch(t *testing.T, e *env, path string) {
+// watch starts a Reloader of path for e's server, polling every 10ms,
+// stops it at the end of the test, and returns it.
+func watch(t *testing.T, e *env, path string) *enforce.Reloader {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- e.srv.WatchFile(ctx, path, 10*time.Millisecond) }()
+	r := e.srv.Reloader(path)
+	go func() { done <- r.Watch(ctx, 10*time.Millisecond) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return r
 }
 
 // TestReloadRefusesNestingBomb: on a live server, a nesting bomb written
@@ -42,7 +45,7 @@ func TestReloadRefusesNestingBomb(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := newEnv(t, cfg, nil)
-			watch(t, e, path)
+			r := watch(t, e, path)
 
 			cm.write(bomb)
 			waitFor(t, "the bomb's error to be counted", func() bool { return e.counter("reloads", "error") == 1 })
@@ -56,7 +59,7 @@ func TestReloadRefusesNestingBomb(t *testing.T) {
 
 			// SIGHUP's path refuses it as well, with its position.
 			cm.write(bomb)
-			err = e.srv.Reload()
+			err = r.Reload()
 			var ce *ConfigError
 			if !errors.As(err, &ce) || !strings.Contains(ce.Msg, "nested deeper than") {
 				t.Fatalf("Reload of the bomb: %v, want the nesting refused", err)
@@ -145,7 +148,7 @@ func TestReloadCountsUnreadableFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := newEnv(t, cfg, nil)
-			watch(t, e, path)
+			r := watch(t, e, path)
 			if err := os.Remove(path); err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +161,7 @@ func TestReloadCountsUnreadableFile(t *testing.T) {
 			if counted > 2 {
 				t.Errorf("%v errors counted, want the broken file's once", counted)
 			}
-			if err := e.srv.Reload(); err == nil {
+			if err := r.Reload(); err == nil {
 				t.Error("Reload (SIGHUP) succeeded")
 			}
 			if got := e.srv.Config().Rules[0].Name; got != "per_ip" {

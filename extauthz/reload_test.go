@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/enforce"
 )
 
 const goodA = `
@@ -86,7 +88,7 @@ func TestReloadWatch(t *testing.T) {
 	e := newEnv(t, cfg, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- e.srv.WatchFile(ctx, path, 10*time.Millisecond) }()
+	go func() { done <- e.srv.Reloader(path).Watch(ctx, 10*time.Millisecond) }()
 	defer func() { cancel(); <-done }()
 
 	rule := func() string { return e.srv.Config().Rules[0].Name }
@@ -125,6 +127,7 @@ func TestReloadSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, cfg, nil)
+	r := e.srv.Reloader(path)
 	for _, step := range []struct {
 		content string
 		ok      bool
@@ -133,7 +136,7 @@ func TestReloadSIGHUP(t *testing.T) {
 		if err := os.WriteFile(path, []byte(step.content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		err := e.srv.Reload()
+		err := r.Reload()
 		if (err == nil) != step.ok {
 			t.Fatalf("Reload: %v, want ok=%v", err, step.ok)
 		}
@@ -148,7 +151,7 @@ func TestReloadSIGHUP(t *testing.T) {
 	if err := e.srv.SetConfig(ex); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.srv.Reload(); err != ErrNoFile {
+	if err := e.srv.Reloader("").Reload(); err != enforce.ErrNoPath {
 		t.Errorf("Reload of the built-in example: %v", err)
 	}
 }

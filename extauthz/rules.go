@@ -226,7 +226,6 @@ type Config struct {
 
 	sources    []Source
 	sourceKeys []string // descriptor key of each source, for reports
-	path       string   // the file LoadFile read, for Server.Reload
 	sum        [32]byte // SHA-256 of the content
 }
 

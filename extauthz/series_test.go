@@ -93,7 +93,7 @@ func TestReloadDropsRuleSeries(t *testing.T) {
 	}
 
 	write(rulesYAML("d", "r0"))
-	if err := e.srv.Reload(); err != nil {
+	if err := e.srv.Reloader(path).Reload(); err != nil {
 		t.Fatal(err)
 	}
 	pairs, n := checkSeries(t, e.reg)
@@ -105,7 +105,7 @@ func TestReloadDropsRuleSeries(t *testing.T) {
 	}
 
 	write(rulesYAML("e", "s0"))
-	if err := e.srv.Reload(); err != nil {
+	if err := e.srv.Reloader(path).Reload(); err != nil {
 		t.Fatal(err)
 	}
 	if pairs, n := checkSeries(t, e.reg); !slices.Equal(pairs, []string{"e/", "e/s0"}) || n != 8 {

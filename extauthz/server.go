@@ -52,12 +52,9 @@ type Server struct {
 	encoded atomic.Pointer[sync.Map]
 	pool    sync.Pool // *Mapping
 
-	// reloadMu is held for a whole reload (read, parse, swap), so that a
-	// SIGHUP and the file watcher cannot install their files out of order;
-	// it guards the fields below.
-	reloadMu sync.Mutex
-	path     string // file the rules came from; "" for the built-in example
-	badHash  [32]byte
+	// installMu orders installs: the metric series a rule set drops are
+	// those of the rule set it replaced.
+	installMu sync.Mutex
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
@@ -94,14 +91,14 @@ func (s *Server) SetConfig(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("extauthz: no descriptors config given")
 	}
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
+	s.installMu.Lock()
+	defer s.installMu.Unlock()
 	s.installLocked(cfg)
 	return nil
 }
 
 // installLocked swaps in cfg's compiled rules and drops the metric series
-// of the rules it no longer has; reloadMu is held.
+// of the rules it no longer has; installMu is held.
 func (s *Server) installLocked(cfg *Config) {
 	rs := s.newRuleSet(cfg)
 	if !s.core.HasFallback() && slices.ContainsFunc(cfg.Rules, func(r *Rule) bool { return s.core.Mode(r.FailureMode) == enforce.FailureLocal }) {
@@ -111,7 +108,6 @@ func (s *Server) installLocked(cfg *Config) {
 	if old := s.rules.Swap(rs); old != nil {
 		s.metrics.dropRules(old.cfg, cfg)
 	}
-	s.path = cfg.path
 	s.log.Info("rules loaded", "file", cfg.Name, "domain", cfg.Domain, "rules", len(cfg.Rules))
 }
 

@@ -9,8 +9,9 @@
 //	core, err := enforce.New(enforce.Options{...}) // the one ext_authz uses too: limiter stack, failure modes
 //	srv, err := rls.NewServer(cfg, rls.Options{Core: core, Keys: keys, ResponseHeaders: true})
 //	srv.Register(h)                              // on the process's gRPC server (package host)
-//	go srv.WatchDir(ctx, dir, 0)                 // reload on change; a bad directory keeps the old config
-//	srv.Reload()                                 // on SIGHUP
+//	r := srv.Reloader(dir)                       // enforce.Reloader of the directory
+//	go r.Watch(ctx, 0)                           // reload on change; a bad directory keeps the old config
+//	r.Reload()                                   // on SIGHUP
 //
 // # Config directory
 //

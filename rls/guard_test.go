@@ -111,17 +111,17 @@ func TestReloadRefusesBomb(t *testing.T) {
 			s, _ := newMemoryServer(t, cfg, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error)
-			go func() { done <- s.WatchDir(ctx, dir, 10*time.Millisecond) }()
+			go func() { done <- s.Reloader(dir).Watch(ctx, 10*time.Millisecond) }()
 			defer func() { cancel(); <-done }()
 
 			write(tc.data)
-			errs := s.metrics.reloads.WithLabelValues("error")
+			errs := s.core.Metrics().Reloads.WithLabelValues("error")
 			waitUntil(t, "the bomb's error", func() bool { return counterValue(t, errs) == 1 })
 			if s.Config().domains["one"] == nil {
 				t.Fatal("the bomb replaced the config")
 			}
 			write("domain: two\ndescriptors:\n  - key: k\n")
-			ok := s.metrics.reloads.WithLabelValues("success")
+			ok := s.core.Metrics().Reloads.WithLabelValues("success")
 			waitUntil(t, "the valid file after the bomb", func() bool {
 				return s.Config().domains["two"] != nil && counterValue(t, ok) == 1
 			})
@@ -157,10 +157,10 @@ func TestReadDirRefusesDirectoryOrLoop(t *testing.T) {
 			if err := make(b); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.reloadFrom(dir, false); err == nil {
+			if err := s.Reloader(dir).Reload(); err == nil {
 				t.Fatal("reload succeeded")
 			}
-			if n := counterValue(t, s.metrics.reloads.WithLabelValues("error")); n != 1 {
+			if n := counterValue(t, s.core.Metrics().Reloads.WithLabelValues("error")); n != 1 {
 				t.Errorf("%v reload errors counted, want 1", n)
 			}
 			if s.Config().domains["b"] == nil {

@@ -9,22 +9,21 @@ import (
 )
 
 // metrics are the RLS server's own Prometheus metrics:
-// flashgate_rls_requests_total, flashgate_rls_request_duration_seconds and
-// flashgate_rls_config_reloads_total, registered by the core with its own
-// (enforce.FrontMetrics). Labels never carry request values: domain and
+// flashgate_rls_requests_total and flashgate_rls_request_duration_seconds,
+// registered by the core with its own (enforce.FrontMetrics; the Reloader
+// counts flashgate_rls_config_reloads_total). Labels never carry request values: domain and
 // rule come from the config files (an unknown domain counts under
 // domain=""; request overrides under rule="override").
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration prometheus.Histogram
-	reloads  *prometheus.CounterVec
 
 	// live holds the label pairs of the config in force (see setRules).
 	live atomic.Pointer[liveRules]
 }
 
 func newMetrics(fm enforce.FrontMetrics) *metrics {
-	return &metrics{requests: fm.Requests, duration: fm.Duration, reloads: fm.Reloads}
+	return &metrics{requests: fm.Requests, duration: fm.Duration}
 }
 
 // ruleLabel is a (domain, rule) label pair of flashgate_rls_requests_total.

@@ -108,7 +108,7 @@ func TestReloadDropsRuleSeries(t *testing.T) {
 	}
 
 	write("d.yaml", domainYAML("d", "v0"))
-	if err := s.Reload(); err != nil {
+	if err := s.Reloader(dir).Reload(); err != nil {
 		t.Fatal(err)
 	}
 	pairs, _ := requestSeries(t, reg)
@@ -122,7 +122,7 @@ func TestReloadDropsRuleSeries(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "d.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Reload(); err != nil {
+	if err := s.Reloader(dir).Reload(); err != nil {
 		t.Fatal(err)
 	}
 	if pairs, _ := requestSeries(t, reg); !slices.Equal(pairs, []string{"/", "e/w0"}) {

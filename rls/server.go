@@ -107,11 +107,9 @@ type Server struct {
 	metrics *metrics
 	cfg     atomic.Pointer[Config]
 
-	// reloadMu is held for a whole reload, so that a SIGHUP and the
-	// watcher install directories in order; it guards badSum and badRead.
-	reloadMu sync.Mutex
-	badSum   [32]byte // the files of the last bad directory
-	badRead  string   // the last error reading the directory, "" if none
+	// installMu orders installs: the metric series a config drops are
+	// those of the config it replaced.
+	installMu sync.Mutex
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
@@ -154,8 +152,8 @@ func (s *Server) SetConfig(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("rls: no ratelimit config given")
 	}
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
+	s.installMu.Lock()
+	defer s.installMu.Unlock()
 	s.install(cfg)
 	return nil
 }

@@ -363,7 +363,7 @@ func TestFailureModes(t *testing.T) {
 	}
 }
 
-// TestReload: a changed directory is picked up by WatchDir; a bad one
+// TestReload: a changed directory is picked up by the Reloader's watch; a bad one
 // keeps the old config and counts an error; Reload forces a read.
 func TestReload(t *testing.T) {
 	dir := t.TempDir()
@@ -381,7 +381,8 @@ func TestReload(t *testing.T) {
 	s, _ := newMemoryServer(t, cfg, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.WatchDir(ctx, dir, 10*time.Millisecond) }()
+	r := s.Reloader(dir)
+	go func() { done <- r.Watch(ctx, 10*time.Millisecond) }()
 	defer func() {
 		cancel()
 		<-done
@@ -400,12 +401,12 @@ func TestReload(t *testing.T) {
 	waitFor("domain two", func() bool { return s.Config().domains["two"] != nil })
 
 	write("domain: three\ndescriptors:\n  - key: k\n    bogus: 1\n")
-	errs := s.metrics.reloads.WithLabelValues("error")
+	errs := s.core.Metrics().Reloads.WithLabelValues("error")
 	waitFor("a reload error", func() bool { return counterValue(t, errs) >= 1 })
 	if s.Config().domains["two"] == nil {
 		t.Fatal("a bad directory replaced the config")
 	}
-	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), `unknown field "bogus"`) {
+	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), `unknown field "bogus"`) {
 		t.Fatalf("Reload: %v, want the file's error", err)
 	}
 }
@@ -437,18 +438,22 @@ func TestReloadUnreadableOnce(t *testing.T) {
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
-	for range 5 {
-		if _, err := s.reloadFrom(dir, false); err != nil && counterValue(t, s.metrics.reloads.WithLabelValues("error")) > 1 {
-			t.Fatalf("reported again: %v", err)
-		}
-	}
-	if n := counterValue(t, s.metrics.reloads.WithLabelValues("error")); n != 1 {
+	r := s.Reloader(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Watch(ctx, 10*time.Millisecond) }()
+	errs := s.core.Metrics().Reloads.WithLabelValues("error")
+	waitUntil(t, "the error", func() bool { return counterValue(t, errs) >= 1 })
+	time.Sleep(50 * time.Millisecond) // a few polls more
+	cancel()
+	<-done
+	if n := counterValue(t, errs); n != 1 {
 		t.Fatalf("%v reload errors counted, want 1", n)
 	}
 	if s.Config().domains["one"] == nil {
 		t.Fatal("an unreadable directory replaced the config")
 	}
-	if err := s.Reload(); err == nil {
+	if err := r.Reload(); err == nil {
 		t.Fatal("Reload (SIGHUP) of an unreadable directory: no error")
 	}
 }

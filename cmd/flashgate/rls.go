@@ -58,11 +58,12 @@ func (r *rlsService) start(ctx context.Context, wg *sync.WaitGroup, gs grpc.Serv
 		return
 	}
 	r.srv.Register(gs)
-	wg.Go(func() { _ = r.srv.WatchDir(ctx, r.dir, 0) })
+	rel := r.srv.Reloader(r.dir)
+	wg.Go(func() { _ = rel.Watch(ctx, 0) })
 	wg.Go(func() {
 		onSIGHUP(ctx, func() {
 			// On an error Reload has logged and counted it.
-			if err := r.srv.Reload(); err == nil {
+			if err := rel.Reload(); err == nil {
 				log.Info("SIGHUP: ratelimit config reloaded", "dir", r.dir)
 			}
 		})

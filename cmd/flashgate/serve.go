@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
 	"github.com/flashgate/flashgate/window/redisstore"
@@ -149,10 +150,9 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	rlsSrv.start(ctx, &wg, h, log)
 	wg.Go(func() { waitBackend(ctx, h, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
-	if o.config != "" {
-		wg.Go(func() { _ = srv.WatchFile(ctx, o.config, 0) })
-	}
-	wg.Go(func() { reloadOnSIGHUP(ctx, srv, log) })
+	rules := srv.Reloader(o.config) // "": the built-in example, nothing to watch
+	wg.Go(func() { _ = rules.Watch(ctx, 0) })
+	wg.Go(func() { reloadOnSIGHUP(ctx, rules, srv, log) })
 	if e.serveStarted != nil {
 		e.serveStarted(serveInfo{grpcAddr: h.GRPCAddr(), httpAddr: h.HTTPAddr(), server: srv, host: h})
 	}
@@ -290,10 +290,10 @@ func waitBackend(ctx context.Context, srv servingSetter, b *backend, w *warmup, 
 }
 
 // reloadOnSIGHUP reloads the rules on every SIGHUP until ctx ends.
-func reloadOnSIGHUP(ctx context.Context, srv *extauthz.Server, log *slog.Logger) {
+func reloadOnSIGHUP(ctx context.Context, r *enforce.Reloader, srv *extauthz.Server, log *slog.Logger) {
 	onSIGHUP(ctx, func() {
-		switch err := srv.Reload(); {
-		case errors.Is(err, extauthz.ErrNoFile):
+		switch err := r.Reload(); {
+		case errors.Is(err, enforce.ErrNoPath):
 			log.Warn("SIGHUP: the built-in example rules have no file to reload")
 		case err != nil:
 			// Reload has logged and counted it.
