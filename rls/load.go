@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,26 +16,16 @@ import (
 	"github.com/goccy/go-yaml/ast"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/internal/configfile"
 	"github.com/flashgate/flashgate/internal/yamlguard"
 	"github.com/flashgate/flashgate/window"
 )
 
-// ConfigError is an error in one config file, at a position when known.
-type ConfigError struct {
-	File         string
-	Line, Column int // 0 when the error concerns the whole file
-	// Msg is a plain sentence, without position.
-	Msg string
-}
-
-// Error returns "FILE:LINE:COL: message", or "FILE: message" without a
-// position.
-func (e *ConfigError) Error() string {
-	if e.Line == 0 {
-		return fmt.Sprintf("%s: %s", e.File, e.Msg)
-	}
-	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
-}
+// ConfigError is an error in one config file: File, Line, Column (0 when
+// it concerns the whole file) and Msg, a plain sentence; Error returns
+// "FILE:LINE:COL: message", or "FILE: message" without a position. The
+// descriptors file's loader reports the same type (extauthz.ConfigError).
+type ConfigError = configfile.Error
 
 // File is one config file's name (as errors name it) and content.
 type File struct {
@@ -110,45 +99,20 @@ func ReadDir(dir string) ([]File, error) {
 	return files, nil
 }
 
-// readFile reads at most MaxFileSize+1 bytes of path.
+// readFile reads at most MaxFileSize+1 bytes of path, enough for
+// ParseFiles to tell a file that is too large.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read ratelimit config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read ratelimit config: %w", err)
-	}
-	return data, nil
+	return configfile.Read(path, MaxFileSize, "ratelimit config")
 }
 
 // MaxErrors is the most errors ParseFiles reports.
-const MaxErrors = 20
+const MaxErrors = configfile.MaxErrors
 
 // ConfigErrors is every error found in the config files, by file and in
 // file order (at most MaxErrors); ParseFiles returns it when there is more
-// than one.
-type ConfigErrors []*ConfigError
-
-// Error returns the errors, one a line.
-func (e ConfigErrors) Error() string {
-	lines := make([]string, len(e))
-	for i, ce := range e {
-		lines[i] = ce.Error()
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Unwrap returns the errors, for errors.As and errors.Is.
-func (e ConfigErrors) Unwrap() []error {
-	out := make([]error, len(e))
-	for i, ce := range e {
-		out[i] = ce
-	}
-	return out
-}
+// than one. Error returns them one "FILE:LINE:COL: message" a line, and
+// Unwrap each *ConfigError, for errors.As.
+type ConfigErrors = configfile.Errors
 
 // ParseFiles parses config files, one domain each, and checks them as
 // ratelimit does: a non-empty domain, unique across files; every descriptor
@@ -176,13 +140,8 @@ func ParseFiles(files []File) (*Config, error) {
 		}
 		c.domains[d.Name] = d
 	}
-	switch {
-	case len(errs) == 1:
-		return nil, errs[0]
-	case len(errs) > MaxErrors:
-		return nil, ConfigErrors(errs[:MaxErrors])
-	case len(errs) > 1:
-		return nil, ConfigErrors(errs)
+	if err := configfile.Join(errs); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
