@@ -58,6 +58,15 @@ func (p *cfgParser) note(err error) bool {
 	return err != nil
 }
 
+// at places err, a plain sentence from one of enforce's checks of a
+// field, at the field's node n; nil stays nil.
+func (p *cfgParser) at(n ast.Node, err error) error {
+	if err == nil {
+		return nil
+	}
+	return p.errf(n, "%s", err)
+}
+
 // top compiles the document: domain, sources, client_ip, descriptors.
 func (p *cfgParser) top(body ast.Node) error {
 	fs, err := p.fields(body, "the descriptors file", "domain", "sources", "client_ip", "descriptors")
@@ -349,8 +358,8 @@ func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 	if f := get("failure_mode"); f != nil {
 		s, err := p.str(f.value, "failure_mode")
 		if !p.note(err) {
-			if m, err := enforce.ParseFailureMode(s); err != nil {
-				p.note(p.errf(f.value, "failure_mode %q must be local, allow or deny", s))
+			if m, err := enforce.CheckFailureMode(s); err != nil {
+				p.note(p.at(f.value, err))
 			} else {
 				inh.failure = m
 			}
@@ -360,8 +369,7 @@ func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 		v, err := p.integer(f.value, "local_share")
 		switch {
 		case p.note(err):
-		case v < 1:
-			p.note(p.errf(f.value, "local_share must be at least 1, not %d (omit it to share the limit evenly among the live sidecars)", v))
+		case p.note(p.at(f.value, enforce.CheckLocalShare(int64(v)))):
 		default:
 			inh.localShare, inh.localShareN = v, f.value
 		}
@@ -420,9 +428,9 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inheri
 	if prev, dup := p.names[r.Name]; dup {
 		return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)
 	}
-	if r.LocalShare > limit.Requests {
-		// Where local_share is written: on this descriptor or inherited.
-		return p.errf(inh.localShareN, "local_share %d is more than the %d requests per window of rule %q", r.LocalShare, limit.Requests, r.Name)
+	// Where local_share is written: on this descriptor or inherited.
+	if err := p.at(inh.localShareN, enforce.CheckShareFits(r.LocalShare, limit.Requests, r.Name)); err != nil {
+		return err
 	}
 	p.names[r.Name] = r
 	r.finish()

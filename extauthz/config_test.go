@@ -41,6 +41,7 @@ func TestConfigErrors(t *testing.T) {
 		"key_reused_in_path":     `6:14: descriptor key "path" is already used by an enclosing descriptor`,
 		"local_share_not_number": "4:18: local_share must be a whole number, not a string",
 		"local_share_over_limit": `5:18: local_share 3 is more than the 2 requests per window of rule "coupon_per_ip"`,
+		"local_share_too_large":  "4:18: local_share must be between 1 and 1000000, not 2000000 (omit it to share the limit evenly among the live sidecars)",
 		"missing_domain":         "1:1: domain is missing: name the rules' domain, such as domain: flashsale",
 		"mixed_rate_limit":       "4:17: rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form",
 		"negative_limit":         "4:28: the limit must allow at least 1 request, not -3",
@@ -61,7 +62,7 @@ func TestConfigErrors(t *testing.T) {
 		"window_without_unit":    "4:39: window 60 has no unit: write a duration such as 1s or 500ms",
 		"zero_buckets":           "4:52: buckets must be between 1 and 1000, not 0 (algorithm: exact keeps an exact log)",
 		"zero_limit":             "4:28: the limit must allow at least 1 request, not 0",
-		"zero_local_share":       "4:18: local_share must be at least 1, not 0 (omit it to share the limit evenly among the live sidecars)",
+		"zero_local_share":       "4:18: local_share must be between 1 and 1000000, not 0 (omit it to share the limit evenly among the live sidecars)",
 	}
 	files, err := filepath.Glob("testdata/config/*.yaml")
 	if err != nil {

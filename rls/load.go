@@ -434,9 +434,12 @@ func sorted(errs []*ConfigError) []*ConfigError {
 
 // inherited are flashgate's settings a descriptor passes to nested ones.
 type inherited struct {
-	failure    enforce.FailureMode
-	localShare int
-	ban        *window.Ban
+	failure enforce.FailureMode
+	// localShare is the local_share in force (0: none), written at YAML
+	// path localShareAt.
+	localShare   int
+	localShareAt string
+	ban          *window.Ban
 }
 
 // descriptors loads one level of descriptors into n. at is the level's YAML
@@ -501,8 +504,11 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 		}
 		r.Path, r.Shadow, r.DetailedMetric, r.ValueToMetric = path, y.ShadowMode, y.DetailedMetric, y.ValueToMetric
 		r.FailureMode, r.LocalShare, r.Ban = inh.failure, inh.localShare, inh.ban
-		if !r.Unlimited && r.LocalShare > int(r.RequestsPerUnit) {
-			return p.errAt(here+".rate_limit", "local_share %d is more than the %d requests per window of this rate limit", r.LocalShare, r.RequestsPerUnit)
+		if !r.Unlimited {
+			// Where local_share is written: on this descriptor or inherited.
+			if err := enforce.CheckShareFits(r.LocalShare, int(r.RequestsPerUnit), r.Label()); err != nil {
+				return p.errAt(inh.localShareAt, "%s", err)
+			}
 		}
 		child.rule = r
 		d.rules = append(d.rules, r)
@@ -514,17 +520,17 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 // (failure_mode, local_share, ban) over the ones it inherits.
 func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (inherited, error) {
 	if y.FailureMode != nil {
-		m, err := enforce.ParseFailureMode(*y.FailureMode)
+		m, err := enforce.CheckFailureMode(*y.FailureMode)
 		if err != nil {
-			return inh, p.errAt(here+".failure_mode", "failure_mode %q must be local, allow or deny", *y.FailureMode)
+			return inh, p.errAt(here+".failure_mode", "%s", err)
 		}
 		inh.failure = m
 	}
 	if y.LocalShare != nil {
-		if v := *y.LocalShare; v < 1 || v > window.MaxRequests {
-			return inh, p.errAt(here+".local_share", "local_share must be between 1 and %d, not %d (omit it to share the limit evenly among the live sidecars)", window.MaxRequests, v)
+		if err := enforce.CheckLocalShare(*y.LocalShare); err != nil {
+			return inh, p.errAt(here+".local_share", "%s", err)
 		}
-		inh.localShare = int(*y.LocalShare)
+		inh.localShare, inh.localShareAt = int(*y.LocalShare), here+".local_share"
 	}
 	if y.Ban != nil {
 		b, err := p.ban(here+".ban", y.Ban)

@@ -1,0 +1,57 @@
+package enforce
+
+import (
+	"fmt"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// This file holds the checks of the rule fields both config formats share
+// (a rate_limit's requests, algorithm and buckets; failure_mode;
+// local_share; ban), written once. Each refuses with a *FieldError, a plain
+// sentence naming the field, which the front-end's parser places at
+// FILE:LINE:COL.
+
+// FieldError is a rule field's value that a check of this package refuses.
+// Field is the field as both config formats spell it, relative to the block
+// checked ("buckets" of a rate_limit, "window" of a ban), or "" when the
+// error concerns the block as a whole (a field is missing); Msg is a plain
+// sentence, without position.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+// Error returns Msg.
+func (e *FieldError) Error() string { return e.Msg }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// CheckFailureMode parses a rule's failure_mode: local, allow or deny.
+func CheckFailureMode(s string) (FailureMode, error) {
+	m, err := ParseFailureMode(s)
+	if err != nil {
+		return FailureDefault, fieldErr("failure_mode", "failure_mode %q must be local, allow or deny", s)
+	}
+	return m, nil
+}
+
+// CheckLocalShare checks a local_share as written: 1 to window.MaxRequests
+// (a rule's share is at most its limit, see [CheckShareFits]).
+func CheckLocalShare(n int64) error {
+	if n < 1 || n > window.MaxRequests {
+		return fieldErr("local_share", "local_share must be between 1 and %d, not %d (omit it to share the limit evenly among the live sidecars)", window.MaxRequests, n)
+	}
+	return nil
+}
+
+// CheckShareFits checks that share, the local_share in force for the rule
+// named rule (0: none), is at most the rule's requests per window.
+func CheckShareFits(share, requests int, rule string) error {
+	if share > requests {
+		return fieldErr("local_share", "local_share %d is more than the %d requests per window of rule %q", share, requests, rule)
+	}
+	return nil
+}
