@@ -2,6 +2,8 @@ package enforce
 
 import (
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/flashgate/flashgate/window"
 )
@@ -54,4 +56,38 @@ func CheckShareFits(share, requests int, rule string) error {
 		return fieldErr("local_share", "local_share %d is more than the %d requests per window of rule %q", share, requests, rule)
 	}
 	return nil
+}
+
+// BanFields is a ban block as written, each field nil when absent.
+type BanFields struct {
+	Threshold        *int64
+	Window, Duration *time.Duration
+}
+
+// MaxBanThreshold is the largest ban threshold, the largest whole number a
+// descriptors file reads.
+const MaxBanThreshold = math.MaxInt32
+
+// CheckBan checks a ban block and returns the penalty box it sets for the
+// rule: duration 0 disables it (the zero Ban), else threshold (1 to
+// MaxBanThreshold), a positive window and a positive duration are all
+// needed.
+func CheckBan(b BanFields) (*window.Ban, error) {
+	switch {
+	case b.Duration == nil:
+		return nil, fieldErr("", "ban needs duration (0 disables the penalty box)")
+	case *b.Duration < 0:
+		return nil, fieldErr("duration", "ban duration %s must not be negative", *b.Duration)
+	case *b.Duration == 0:
+		return &window.Ban{}, nil
+	case b.Threshold == nil || b.Window == nil:
+		return nil, fieldErr("", "ban needs threshold, window and duration")
+	case *b.Threshold < 1:
+		return nil, fieldErr("threshold", "ban threshold must be at least 1, not %d", *b.Threshold)
+	case *b.Threshold > MaxBanThreshold:
+		return nil, fieldErr("threshold", "ban threshold must be at most %d, not %d", MaxBanThreshold, *b.Threshold)
+	case *b.Window <= 0:
+		return nil, fieldErr("window", "ban window must be positive, not %s", *b.Window)
+	}
+	return &window.Ban{Threshold: int(*b.Threshold), Window: *b.Window, Duration: *b.Duration}, nil
 }

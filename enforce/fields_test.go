@@ -3,6 +3,9 @@ package enforce
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/window"
 )
 
 // wantField checks that err is a *FieldError about field saying msg, or
@@ -79,6 +82,43 @@ func TestCheckShareFits(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			wantField(t, CheckShareFits(tc.share, tc.requests, "r"), "local_share", tc.msg)
+		})
+	}
+}
+
+func TestCheckBan(t *testing.T) {
+	i := func(v int64) *int64 { return &v }
+	d := func(s string) *time.Duration {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &v
+	}
+	tests := map[string]struct {
+		in         BanFields
+		want       *window.Ban
+		field, msg string
+	}{
+		"a box":             {in: BanFields{i(5), d("10s"), d("5m")}, want: &window.Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.Minute}},
+		"disabled":          {in: BanFields{Duration: d("0s")}, want: &window.Ban{}},
+		"disabled, all set": {in: BanFields{i(0), d("-1s"), d("0s")}, want: &window.Ban{}},
+		"no duration":       {in: BanFields{Threshold: i(5), Window: d("10s")}, msg: "ban needs duration (0 disables the penalty box)"},
+		"negative duration": {in: BanFields{i(5), d("10s"), d("-5m")}, field: "duration", msg: "ban duration -5m0s must not be negative"},
+		"no threshold":      {in: BanFields{Window: d("10s"), Duration: d("5m")}, msg: "ban needs threshold, window and duration"},
+		"no window":         {in: BanFields{Threshold: i(5), Duration: d("5m")}, msg: "ban needs threshold, window and duration"},
+		"zero threshold":    {in: BanFields{i(0), d("10s"), d("5m")}, field: "threshold", msg: "ban threshold must be at least 1, not 0"},
+		"huge threshold":    {in: BanFields{i(1 << 31), d("10s"), d("5m")}, field: "threshold", msg: "ban threshold must be at most 2147483647, not 2147483648"},
+		"zero window":       {in: BanFields{i(5), d("0s"), d("5m")}, field: "window", msg: "ban window must be positive, not 0s"},
+		"negative window":   {in: BanFields{i(5), d("-1s"), d("5m")}, field: "window", msg: "ban window must be positive, not -1s"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := CheckBan(tc.in)
+			wantField(t, err, tc.field, tc.msg)
+			if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
+				t.Errorf("ban %v, want %v", got, tc.want)
+			}
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -649,49 +650,53 @@ func firstNonNil(ns ...ast.Node) ast.Node {
 	return nil
 }
 
+// ban reads ban block n; enforce.CheckBan checks it.
 func (p *cfgParser) ban(n ast.Node) (*window.Ban, error) {
 	fs, err := p.fields(n, "ban", "threshold", "window", "duration")
 	if err != nil {
 		return nil, err
 	}
-	var b window.Ban
-	var thrN, winN, durN ast.Node
+	var b enforce.BanFields
+	at := map[string]ast.Node{}
 	for _, f := range fs {
+		at[f.key] = f.value
 		switch f.key {
 		case "threshold":
-			thrN = f.value
-			if b.Threshold, err = p.integer(f.value, "threshold"); err != nil {
+			v, err := p.integer(f.value, "threshold")
+			if err != nil {
 				return nil, err
 			}
+			b.Threshold = ptr(int64(v))
 		case "window":
-			winN = f.value
-			if b.Window, err = p.duration(f.value, "ban window"); err != nil {
+			d, err := p.duration(f.value, "ban window")
+			if err != nil {
 				return nil, err
 			}
+			b.Window = &d
 		case "duration":
-			durN = f.value
-			if b.Duration, err = p.duration(f.value, "ban duration"); err != nil {
+			d, err := p.duration(f.value, "ban duration")
+			if err != nil {
 				return nil, err
 			}
+			b.Duration = &d
 		}
 	}
-	if durN == nil {
-		return nil, p.missing(n, "ban needs duration (0 disables the penalty box)")
+	ban, err := enforce.CheckBan(b)
+	if err != nil {
+		return nil, p.fieldErr(n, at, err)
 	}
-	if b.Duration < 0 {
-		return nil, p.errf(durN, "ban duration %s must not be negative", b.Duration)
+	return ban, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// fieldErr places err, from one of enforce's checks of block n whose
+// fields' nodes are at, at the field it names; an error about the block as
+// a whole (a field is missing) is at n, as missing says.
+func (p *cfgParser) fieldErr(n ast.Node, at map[string]ast.Node, err error) error {
+	var fe *enforce.FieldError
+	if errors.As(err, &fe) && at[fe.Field] != nil {
+		return p.errf(at[fe.Field], "%s", fe.Msg)
 	}
-	if b.Duration == 0 {
-		return &window.Ban{}, nil
-	}
-	if thrN == nil || winN == nil {
-		return nil, p.missing(n, "ban needs threshold, window and duration")
-	}
-	if b.Threshold < 1 {
-		return nil, p.errf(thrN, "ban threshold must be at least 1, not %d", b.Threshold)
-	}
-	if b.Window <= 0 {
-		return nil, p.errf(winN, "ban window must be positive, not %s", b.Window)
-	}
-	return &b, nil
+	return p.missing(n, "%s", err)
 }

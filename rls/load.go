@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -542,32 +541,44 @@ func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (in
 	return inh, nil
 }
 
-// ban checks a ban block, as flashgate's descriptors file does: duration
-// 0 disables the penalty box for the rule, else threshold, window and
-// duration are all needed.
+// ban reads a ban block at path at; enforce.CheckBan checks it. Its
+// durations are Go durations such as 10s ("0" too).
 func (p fileParser) ban(at string, y *yamlBan) (*window.Ban, error) {
-	if y.Duration == nil {
-		return nil, p.errAt(at, "ban needs duration (0 disables the penalty box)")
-	}
-	var b window.Ban
+	b := enforce.BanFields{Threshold: y.Threshold}
 	var err error
-	if b.Duration, err = time.ParseDuration(*y.Duration); err != nil || b.Duration < 0 {
-		return nil, p.errAt(at+".duration", "ban duration %q must be a duration such as 5m, 0 to disable", *y.Duration)
+	if b.Duration, err = p.banDuration(at, "duration", y.Duration); err != nil {
+		return nil, err
 	}
-	if b.Duration == 0 {
-		return &window.Ban{}, nil
+	if b.Window, err = p.banDuration(at, "window", y.Window); err != nil {
+		return nil, err
 	}
-	if y.Threshold == nil || y.Window == nil {
-		return nil, p.errAt(at, "ban needs threshold, window and duration")
+	ban, err := enforce.CheckBan(b)
+	if err != nil {
+		return nil, p.fieldErr(at, err)
 	}
-	if *y.Threshold < 1 || *y.Threshold > math.MaxInt32 {
-		return nil, p.errAt(at+".threshold", "ban threshold must be at least 1, not %d", *y.Threshold)
+	return ban, nil
+}
+
+// banDuration parses ban field s at path at, nil when absent.
+func (p fileParser) banDuration(at, field string, s *string) (*time.Duration, error) {
+	if s == nil {
+		return nil, nil
 	}
-	b.Threshold = int(*y.Threshold)
-	if b.Window, err = time.ParseDuration(*y.Window); err != nil || b.Window <= 0 {
-		return nil, p.errAt(at+".window", "ban window %q must be a positive duration such as 10s", *y.Window)
+	d, err := time.ParseDuration(*s)
+	if err != nil {
+		return nil, p.errAt(at+"."+field, "ban %s %q is not a duration such as 1s or 500ms", field, *s)
 	}
-	return &b, nil
+	return &d, nil
+}
+
+// fieldErr places err, from one of enforce's checks of the block at path
+// at, at the field it names, or at the block.
+func (p fileParser) fieldErr(at string, err error) error {
+	var fe *enforce.FieldError
+	if errors.As(err, &fe) && fe.Field != "" {
+		return p.errAt(at+"."+fe.Field, "%s", fe.Msg)
+	}
+	return p.errAt(at, "%s", err)
 }
 
 // rule checks one rate_limit block.

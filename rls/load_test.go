@@ -111,6 +111,9 @@ func TestConfigErrors(t *testing.T) {
 		"local_share_above_limit": `^testdata/bad/local_share_above_limit\.yaml:4:5: local_share 5 is more than the 2 requests per window of rule "a"$`,
 		"zero_local_share":        `^testdata/bad/zero_local_share\.yaml:4:5: local_share must be between 1 and 1000000, not 0 \(omit it`,
 		"ban_without_duration":    `^testdata/bad/ban_without_duration\.yaml:4:5: ban needs duration`,
+		"ban_negative_duration":   `^testdata/bad/ban_negative_duration\.yaml:4:38: ban duration -5m0s must not be negative$`,
+		"ban_zero_window":         `^testdata/bad/ban_zero_window\.yaml:4:25: ban window must be positive, not 0s$`,
+		"ban_threshold_too_large": `^testdata/bad/ban_threshold_too_large\.yaml:4:11: ban threshold must be at most 2147483647, not 3000000000$`,
 		"bad_algorithm":           `^testdata/bad/bad_algorithm\.yaml:4:52: algorithm "fixed" must be auto, exact or buckets$`,
 		"zero_buckets":            `^testdata/bad/zero_buckets\.yaml:4:52: buckets must be between 1 and 1000, not 0`,
 		// ext_authz's own keys: Envoy sends the descriptors
