@@ -28,7 +28,8 @@
 // the front-end only reads, parses and installs.
 //
 // The rule fields both config formats share are checked here too, once:
-// failure_mode, local_share and ban (the Check functions, each refusing
-// with a [FieldError] that the front-end's parser places at
-// FILE:LINE:COL), and [ValidHeaderName] and [ReservedRulePrefix].
+// a rate_limit's requests, algorithm and buckets, failure_mode,
+// local_share and ban (the Check functions, each refusing with a
+// [FieldError] that the front-end's parser places at FILE:LINE:COL), and
+// [ValidHeaderName] and [ReservedRulePrefix].
 package enforce

@@ -58,6 +58,64 @@ func CheckShareFits(share, requests int, rule string) error {
 	return nil
 }
 
+// CheckRequests checks a limit's requests per window, written as field
+// ("requests", "requests_per_unit"): 1 to window.MaxRequests.
+func CheckRequests(field string, n int64) error {
+	switch {
+	case n < 1:
+		return fieldErr(field, "%s must be at least 1, not %d", field, n)
+	case n > window.MaxRequests:
+		return fieldErr(field, "%s must be at most %d per window, not %d", field, window.MaxRequests, n)
+	}
+	return nil
+}
+
+// CheckAlgorithm applies a rate_limit's algorithm (nil or "auto", "exact",
+// "buckets") and buckets (nil when absent) to l, whose requests and window
+// are already checked, and reports whether the bucket count was chosen by
+// l's size: by default window.Limit.Auto's choice; buckets without a count
+// is window.DefaultBuckets; exact keeps an exact log and takes no buckets.
+// The limit returned passes window.Limit.Validate; one of 0 requests (the
+// ratelimit service's requests_per_unit: 0, which refuses every request and
+// keeps no window) passes it in all but its requests.
+func CheckAlgorithm(l window.Limit, alg *string, buckets *int64) (_ window.Limit, auto bool, err error) {
+	a := "auto"
+	if alg != nil {
+		a = *alg
+	}
+	switch a {
+	case "auto", "buckets":
+	case "exact":
+		if buckets != nil {
+			return l, false, fieldErr("buckets", "buckets is set with algorithm: exact; omit one of them")
+		}
+	default:
+		return l, false, fieldErr("algorithm", "algorithm %q must be auto, exact or buckets", a)
+	}
+	switch {
+	case a == "exact":
+		l.Buckets = 0
+	case buckets != nil:
+		if n := *buckets; n < 1 || n > window.MaxBuckets {
+			return l, false, fieldErr("buckets", "buckets must be between 1 and %d, not %d (algorithm: exact keeps an exact log)", window.MaxBuckets, n)
+		}
+		l.Buckets = int(*buckets)
+	case a == "buckets":
+		l.Buckets = window.DefaultBuckets
+	default:
+		l = l.Auto()
+		auto = l.Buckets > 0
+	}
+	v := l
+	if v.Requests == 0 {
+		v.Requests = 1
+	}
+	if err := v.Validate(); err != nil {
+		return l, false, fieldErr("buckets", "%s", err)
+	}
+	return l, auto, nil
+}
+
 // BanFields is a ban block as written, each field nil when absent.
 type BanFields struct {
 	Threshold        *int64

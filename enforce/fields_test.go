@@ -122,3 +122,71 @@ func TestCheckBan(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckRequests(t *testing.T) {
+	tests := map[string]struct {
+		field string
+		n     int64
+		msg   string
+	}{
+		"one":                {field: "requests", n: 1},
+		"the most":           {field: "requests", n: 1_000_000},
+		"zero":               {field: "requests", n: 0, msg: "requests must be at least 1, not 0"},
+		"negative":           {field: "requests", n: -3, msg: "requests must be at least 1, not -3"},
+		"too many":           {field: "requests", n: 2_000_000, msg: "requests must be at most 1000000 per window, not 2000000"},
+		"per unit, too many": {field: "requests_per_unit", n: 1_000_001, msg: "requests_per_unit must be at most 1000000 per window, not 1000001"},
+		"per unit, zero":     {field: "requests_per_unit", n: 0, msg: "requests_per_unit must be at least 1, not 0"},
+		"per unit, the most": {field: "requests_per_unit", n: 1_000_000},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			wantField(t, CheckRequests(tc.field, tc.n), tc.field, tc.msg)
+		})
+	}
+}
+
+func TestCheckAlgorithm(t *testing.T) {
+	s := func(v string) *string { return &v }
+	i := func(v int64) *int64 { return &v }
+	small := window.Limit{Requests: 5, Window: time.Second}
+	big := window.Limit{Requests: 100_000, Window: time.Minute}
+	block := window.Limit{Requests: 0, Window: time.Second} // requests_per_unit: 0
+	tests := map[string]struct {
+		l          window.Limit
+		alg        *string
+		buckets    *int64
+		want       int // Buckets
+		auto       bool
+		field, msg string
+	}{
+		"auto, small":        {l: small, want: 0},
+		"auto, big":          {l: big, want: window.DefaultBuckets, auto: true},
+		"auto written, big":  {l: big, alg: s("auto"), want: window.DefaultBuckets, auto: true},
+		"auto with buckets":  {l: big, alg: s("auto"), buckets: i(10), want: 10},
+		"buckets alone":      {l: small, buckets: i(10), want: 10},
+		"buckets, no count":  {l: small, alg: s("buckets"), want: window.DefaultBuckets},
+		"buckets with count": {l: small, alg: s("buckets"), buckets: i(1000), want: 1000},
+		"exact, big":         {l: big, alg: s("exact"), want: 0},
+		"a block, auto":      {l: block, want: 0},
+		"a block, buckets":   {l: block, buckets: i(10), want: 10},
+		"unknown":            {l: small, alg: s("fixed"), field: "algorithm", msg: `algorithm "fixed" must be auto, exact or buckets`},
+		"empty":              {l: small, alg: s(""), field: "algorithm", msg: `algorithm "" must be auto, exact or buckets`},
+		"exact with buckets": {l: small, alg: s("exact"), buckets: i(10), field: "buckets", msg: "buckets is set with algorithm: exact; omit one of them"},
+		"zero buckets":       {l: small, buckets: i(0), field: "buckets", msg: "buckets must be between 1 and 1000, not 0 (algorithm: exact keeps an exact log)"},
+		"too many buckets":   {l: small, buckets: i(1001), field: "buckets", msg: "buckets must be between 1 and 1000, not 1001 (algorithm: exact keeps an exact log)"},
+		"finer than a µs":    {l: window.Limit{Requests: 5, Window: time.Millisecond}, buckets: i(1000), want: 1000},
+		"a window too long":  {l: window.Limit{Requests: 5, Window: 8 * 24 * time.Hour}, buckets: i(10), field: "buckets", msg: "window 192h0m0s: must be at most 168h0m0s"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, auto, err := CheckAlgorithm(tc.l, tc.alg, tc.buckets)
+			wantField(t, err, tc.field, tc.msg)
+			if err != nil {
+				return
+			}
+			if got.Buckets != tc.want || auto != tc.auto || got.Requests != tc.l.Requests || got.Window != tc.l.Window {
+				t.Errorf("limit %v auto %v, want %d buckets, auto %v", got, auto, tc.want, tc.auto)
+			}
+		})
+	}
+}

@@ -542,46 +542,33 @@ func (p *cfgParser) rateLimit(n ast.Node) (_ window.Limit, auto bool, err error)
 	if err != nil {
 		return l, false, err
 	}
-	return p.algorithm(l, algN, bucketsN)
+	return p.algorithm(n, l, algN, bucketsN)
 }
 
-// algorithm applies rate_limit's algorithm (auto, exact or buckets) and
-// buckets to l.
-func (p *cfgParser) algorithm(l window.Limit, algN, bucketsN ast.Node) (_ window.Limit, auto bool, err error) {
-	alg := "auto"
+// algorithm reads rate_limit n's algorithm and buckets (nodes nil where
+// absent); enforce.CheckAlgorithm applies them to l.
+func (p *cfgParser) algorithm(n ast.Node, l window.Limit, algN, bucketsN ast.Node) (_ window.Limit, auto bool, err error) {
+	var alg *string
+	var buckets *int64
 	if algN != nil {
-		if alg, err = p.str(algN, "algorithm"); err != nil {
+		s, err := p.str(algN, "algorithm")
+		if err != nil {
 			return l, false, err
 		}
+		alg = &s
 	}
-	switch alg {
-	case "auto", "buckets":
-	case "exact":
-		if bucketsN != nil {
-			return l, false, p.errf(bucketsN, "buckets is set with algorithm: exact; omit one of them")
+	if bucketsN != nil {
+		v, err := p.integer(bucketsN, "buckets")
+		if err != nil {
+			return l, false, err
 		}
-		return l, false, nil
-	default:
-		return l, false, p.errf(algN, "algorithm %q must be auto, exact or buckets", alg)
+		buckets = ptr(int64(v))
 	}
-	if bucketsN == nil {
-		if alg == "buckets" {
-			l.Buckets = window.DefaultBuckets
-			return l, false, nil
-		}
-		a := l.Auto()
-		return a, a.Buckets > 0, nil
+	l, auto, err = enforce.CheckAlgorithm(l, alg, buckets)
+	if err != nil {
+		return l, false, p.fieldErr(n, map[string]ast.Node{"algorithm": algN, "buckets": bucketsN}, err)
 	}
-	if l.Buckets, err = p.integer(bucketsN, "buckets"); err != nil {
-		return l, false, err
-	}
-	if l.Buckets < 1 || l.Buckets > window.MaxBuckets {
-		return l, false, p.errf(bucketsN, "buckets must be between 1 and %d, not %d (algorithm: exact keeps an exact log)", window.MaxBuckets, l.Buckets)
-	}
-	if err := l.Validate(); err != nil {
-		return l, false, p.errf(bucketsN, "%s", err.Error())
-	}
-	return l, false, nil
+	return l, auto, nil
 }
 
 // rateLimitSize reads rate_limit n's requests and window (or unit and
@@ -629,25 +616,17 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 	default:
 		return l, p.missing(n, "rate_limit needs requests and window, such as {requests: 5, window: 1s}")
 	}
-	if l.Requests < 1 {
-		return l, p.errf(firstNonNil(reqN, rpuN), "the limit must allow at least 1 request, not %d", l.Requests)
+	field, reqAt := "requests", reqN
+	if reqN == nil {
+		field, reqAt = "requests_per_unit", rpuN
 	}
-	if l.Requests > window.MaxRequests {
-		return l, p.errf(firstNonNil(reqN, rpuN), "the limit allows at most %d requests per window, not %d", window.MaxRequests, l.Requests)
+	if err := p.at(reqAt, enforce.CheckRequests(field, int64(l.Requests))); err != nil {
+		return l, err
 	}
 	if err := l.Validate(); err != nil {
 		return l, p.errf(winN, "%s", err.Error())
 	}
 	return l, nil
-}
-
-func firstNonNil(ns ...ast.Node) ast.Node {
-	for _, n := range ns {
-		if n != nil {
-			return n
-		}
-	}
-	return nil
 }
 
 // ban reads ban block n; enforce.CheckBan checks it.

@@ -46,7 +46,7 @@ func TestConfigErrors(t *testing.T) {
 		"local_share_too_large":   "4:18: local_share must be between 1 and 1000000, not 2000000 (omit it to share the limit evenly among the live sidecars)",
 		"missing_domain":          "1:1: domain is missing: name the rules' domain, such as domain: flashsale",
 		"mixed_rate_limit":        "4:17: rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form",
-		"negative_limit":          "4:28: the limit must allow at least 1 request, not -3",
+		"negative_limit":          "4:28: requests must be at least 1, not -3",
 		"nested_block":            "66:129: the YAML is nested deeper than 64 levels",
 		"nested_flow":             "1:65: the YAML is nested deeper than 64 levels",
 		"non_string_key":          "2:1: key 0.25 of the descriptors file is a number, not a word; known keys: domain, sources, client_ip, descriptors",
@@ -54,7 +54,7 @@ func TestConfigErrors(t *testing.T) {
 		"reserved_rule_name":      `4:11: rule name "rls.edge" begins with "rls.", which is reserved for the ratelimit service's domains: set another name`,
 		"requests_not_number":     "4:28: requests must be a whole number, not a string",
 		"short_window":            "4:39: window 100µs: must be at least 1ms",
-		"too_many_requests":       "4:28: the limit allows at most 1000000 requests per window, not 2000000",
+		"too_many_requests":       "4:28: requests must be at most 1000000 per window, not 2000000",
 		"two_documents":           "6:1: the file holds more than one YAML document; keep one",
 		"undeclared_key":          `3:10: descriptor key "uid" has no source: declare it under sources (for example uid: {request_headers: {header_name: x-uid}})`,
 		"unknown_key":             `4:5: unknown key "rate_limt" in a descriptor; known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors`,
@@ -63,7 +63,8 @@ func TestConfigErrors(t *testing.T) {
 		"unused_source":           `4:3: source "devcie" is not used by any descriptor`,
 		"window_without_unit":     "4:39: window 60 has no unit: write a duration such as 1s or 500ms",
 		"zero_buckets":            "4:52: buckets must be between 1 and 1000, not 0 (algorithm: exact keeps an exact log)",
-		"zero_limit":              "4:28: the limit must allow at least 1 request, not 0",
+		"zero_limit":              "4:28: requests must be at least 1, not 0",
+		"zero_requests_per_unit":  "4:51: requests_per_unit must be at least 1, not 0",
 		"zero_local_share":        "4:18: local_share must be between 1 and 1000000, not 0 (omit it to share the limit evenly among the live sidecars)",
 	}
 	files, err := filepath.Glob("testdata/config/*.yaml")
@@ -192,7 +193,7 @@ func TestEveryConfigError(t *testing.T) {
 		path + `:3:40: header_name "x uid" is not a valid HTTP header name`,
 		path + `:6:5: unknown key "zzz" in a descriptor; ` + known,
 		path + `:7:5: unknown key "aaa" in a descriptor; ` + known,
-		path + ":8:28: the limit must allow at least 1 request, not 0",
+		path + ":8:28: requests must be at least 1, not 0",
 		path + `:10:19: failure_mode "open" must be local, allow or deny`,
 		path + `:11:39: window "1 sec" is not a duration such as 1s or 500ms`,
 	}

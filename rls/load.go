@@ -194,8 +194,8 @@ type (
 		Window   *string `yaml:"window"`
 		// flashgate's window algorithm: auto (default), exact or buckets,
 		// and the bucket count.
-		Algorithm string `yaml:"algorithm"`
-		Buckets   *int64 `yaml:"buckets"`
+		Algorithm *string `yaml:"algorithm"`
+		Buckets   *int64  `yaml:"buckets"`
 	}
 	yamlReplace struct {
 		Name string `yaml:"name"`
@@ -584,40 +584,24 @@ func (p fileParser) fieldErr(at string, err error) error {
 // rule checks one rate_limit block.
 func (p fileParser) rule(at string, y *yamlRateLimit) (*Rule, error) {
 	r, err := p.ruleSize(at, y)
-	if err != nil || r.Unlimited && y.Algorithm == "" && y.Buckets == nil {
+	if err != nil || r.Unlimited && y.Algorithm == nil && y.Buckets == nil {
 		return r, err
 	}
 	return p.algorithm(at, y, r)
 }
 
 // algorithm applies flashgate's algorithm (auto, exact or buckets) and
-// buckets to r: by default window.Limit.Auto's choice, by the rule's size.
+// buckets to r (enforce.CheckAlgorithm): by default window.Limit.Auto's
+// choice, by the rule's size.
 func (p fileParser) algorithm(at string, y *yamlRateLimit, r *Rule) (*Rule, error) {
 	if r.Unlimited {
 		return nil, p.errAt(at, "an unlimited rate limit must not have algorithm or buckets")
 	}
-	switch y.Algorithm {
-	case "", "auto", "buckets":
-	case "exact":
-		if y.Buckets != nil {
-			return nil, p.errAt(at+".buckets", "buckets is set with algorithm: exact; omit one of them")
-		}
-		return r, nil
-	default:
-		return nil, p.errAt(at+".algorithm", "algorithm %q must be auto, exact or buckets", y.Algorithm)
+	l, auto, err := enforce.CheckAlgorithm(window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window}, y.Algorithm, y.Buckets)
+	if err != nil {
+		return nil, p.fieldErr(at, err)
 	}
-	switch {
-	case y.Buckets != nil:
-		if b := *y.Buckets; b < 1 || b > window.MaxBuckets {
-			return nil, p.errAt(at+".buckets", "buckets must be between 1 and %d, not %d (algorithm: exact keeps an exact log)", window.MaxBuckets, b)
-		}
-		r.Buckets = int(*y.Buckets)
-	case y.Algorithm == "buckets":
-		r.Buckets = window.DefaultBuckets
-	default:
-		r.Buckets = window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window}.Auto().Buckets
-		r.AutoBuckets = r.Buckets > 0
-	}
+	r.Buckets, r.AutoBuckets = l.Buckets, auto
 	return r, nil
 }
 
@@ -664,9 +648,11 @@ func (p fileParser) ruleSize(at string, y *yamlRateLimit) (*Rule, error) {
 	if y.RequestsPerUnit != nil {
 		r.RequestsPerUnit = *y.RequestsPerUnit
 	}
-	if r.RequestsPerUnit > window.MaxRequests {
-		return nil, p.errAt(at+".requests_per_unit", "requests_per_unit %d is above flashgate's %d per window (an exact log per key)",
-			r.RequestsPerUnit, window.MaxRequests)
+	// 0 refuses every request, ratelimit's way to block a value.
+	if r.RequestsPerUnit > 0 {
+		if err := enforce.CheckRequests("requests_per_unit", int64(r.RequestsPerUnit)); err != nil {
+			return nil, p.errAt(at+".requests_per_unit", "%s", err)
+		}
 	}
 	return r, nil
 }
@@ -686,8 +672,8 @@ func (p fileParser) windowRule(at string, y *yamlRateLimit, r *Rule) (*Rule, err
 	case y.Window == nil:
 		return nil, p.errAt(at, "rate_limit needs window")
 	}
-	if n := *y.Requests; n < 1 || n > window.MaxRequests {
-		return nil, p.errAt(at+".requests", "requests must be between 1 and %d, not %d", window.MaxRequests, n)
+	if err := enforce.CheckRequests("requests", *y.Requests); err != nil {
+		return nil, p.errAt(at+".requests", "%s", err)
 	}
 	w, err := time.ParseDuration(*y.Window)
 	if err != nil || w < time.Second || w > window.MaxWindow || w%time.Second != 0 {

@@ -97,7 +97,7 @@ func TestConfigErrors(t *testing.T) {
 		"unknown_key":             `^testdata/bad/unknown_key\.yaml:4:5: unknown field "ratelimit"`,
 		"replaces_empty":          `^testdata/bad/replaces_empty\.yaml:8:11: replaces entry has an empty name$`,
 		"replaces_self":           `^testdata/bad/replaces_self\.yaml:9:11: a rate limit cannot replace itself \("me"\)$`,
-		"too_many_requests":       `^testdata/bad/too_many_requests\.yaml:4:29: requests_per_unit 2000000 is above flashgate's 1000000 per window`,
+		"too_many_requests":       `^testdata/bad/too_many_requests\.yaml:4:29: requests_per_unit must be at most 1000000 per window, not 2000000$`,
 		"middle_wildcard":         `^testdata/bad/middle_wildcard\.yaml:4:5: value "/api\*v1": flashgate supports \* only at the end`,
 		"zero_unit_multiplier":    `^testdata/bad/zero_unit_multiplier\.yaml:4:32: unit_multiplier must be at least 1$`,
 		"share_threshold_exact":   `^testdata/bad/share_threshold_exact\.yaml:3:5: share_threshold applies to a wildcard value`,
@@ -116,6 +116,9 @@ func TestConfigErrors(t *testing.T) {
 		"ban_threshold_too_large": `^testdata/bad/ban_threshold_too_large\.yaml:4:11: ban threshold must be at most 2147483647, not 3000000000$`,
 		"bad_algorithm":           `^testdata/bad/bad_algorithm\.yaml:4:52: algorithm "fixed" must be auto, exact or buckets$`,
 		"zero_buckets":            `^testdata/bad/zero_buckets\.yaml:4:52: buckets must be between 1 and 1000, not 0`,
+		"exact_with_buckets":      `^testdata/bad/exact_with_buckets\.yaml:4:61: buckets is set with algorithm: exact; omit one of them$`,
+		"empty_algorithm":         `^testdata/bad/empty_algorithm\.yaml:4:43: algorithm "" must be auto, exact or buckets$`,
+		"zero_requests":           `^testdata/bad/zero_requests\.yaml:4:18: requests must be at least 1, not 0$`,
 		// ext_authz's own keys: Envoy sends the descriptors
 		"sources": `^testdata/bad/sources\.yaml:2:1: unknown field "sources"`,
 		// a key YAML reads as a number is reported, not skipped
