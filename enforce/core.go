@@ -18,14 +18,17 @@ import (
 
 // Options configure a [Core]. Only Limiter is required.
 type Options struct {
-	// Limiter decides hits: the whole stack the wiring built, e.g.
-	// window.Guard(fallback.Watch(Breaker(Budget(Redis)))) or
-	// window.Guard(Memory). Whether a call has a deadline, a breaker or a
-	// local cache in front is the stack's business; the core calls Decide
-	// and, on an error, applies the failure modes.
+	// Limiter decides hits: the whole stack the wiring built, e.g. a
+	// guard.Guard over fallback.Fallback.Watch over guard.Breaker over
+	// guard.Budget over redisstore.Redis, or a guard.Guard over
+	// memory.Memory (packages under window/). Whether a call has a
+	// deadline, a breaker or a local cache in front is the stack's
+	// business; the core calls Decide and, on an error, applies the
+	// failure modes.
 	Limiter window.Limiter
 	// Fallback decides the hits of failure mode "local" when Limiter fails
-	// (window.Fallback). Nil makes "local" behave as "allow".
+	// (a *fallback.Fallback, package window/fallback). Nil makes "local"
+	// behave as "allow".
 	Fallback Fallback
 	// FailureMode applies to rules that set none; FailureDefault means
 	// FailureLocal.
@@ -44,7 +47,8 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Fallback is what failure mode "local" needs: window.Fallback. It decides
+// Fallback is what failure mode "local" needs: *fallback.Fallback (package
+// window/fallback) is one. It decides
 // hits in process after the backend failed with cause; it must not wait.
 type Fallback interface {
 	DecideAfter(ctx context.Context, hits []window.Hit, cause error) (window.Decision, error)

@@ -27,6 +27,9 @@
 // directory (one poll interval, one last-good rule, one count of reloads);
 // the front-end only reads, parses and installs.
 //
-// The rule fields both front-ends share are checked here too:
+// The rule fields both config formats share are checked here too, once:
+// a rate_limit's requests, algorithm and buckets, failure_mode,
+// local_share and ban (the Check functions, each refusing with a
+// [FieldError] that the front-end's parser places at FILE:LINE:COL), and
 // [ValidHeaderName] and [ReservedRulePrefix].
 package enforce

@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -56,6 +57,15 @@ func (p *cfgParser) note(err error) bool {
 		p.errs.add(err)
 	}
 	return err != nil
+}
+
+// at places err, a plain sentence from one of enforce's checks of a
+// field, at the field's node n; nil stays nil.
+func (p *cfgParser) at(n ast.Node, err error) error {
+	if err == nil {
+		return nil
+	}
+	return p.errf(n, "%s", err)
 }
 
 // top compiles the document: domain, sources, client_ip, descriptors.
@@ -349,8 +359,8 @@ func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 	if f := get("failure_mode"); f != nil {
 		s, err := p.str(f.value, "failure_mode")
 		if !p.note(err) {
-			if m, err := enforce.ParseFailureMode(s); err != nil {
-				p.note(p.errf(f.value, "failure_mode %q must be local, allow or deny", s))
+			if m, err := enforce.CheckFailureMode(s); err != nil {
+				p.note(p.at(f.value, err))
 			} else {
 				inh.failure = m
 			}
@@ -360,8 +370,7 @@ func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 		v, err := p.integer(f.value, "local_share")
 		switch {
 		case p.note(err):
-		case v < 1:
-			p.note(p.errf(f.value, "local_share must be at least 1, not %d (omit it to share the limit evenly among the live sidecars)", v))
+		case p.note(p.at(f.value, enforce.CheckLocalShare(int64(v)))):
 		default:
 			inh.localShare, inh.localShareN = v, f.value
 		}
@@ -420,9 +429,9 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inheri
 	if prev, dup := p.names[r.Name]; dup {
 		return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)
 	}
-	if r.LocalShare > limit.Requests {
-		// Where local_share is written: on this descriptor or inherited.
-		return p.errf(inh.localShareN, "local_share %d is more than the %d requests per window of rule %q", r.LocalShare, limit.Requests, r.Name)
+	// Where local_share is written: on this descriptor or inherited.
+	if err := p.at(inh.localShareN, enforce.CheckShareFits(r.LocalShare, limit.Requests, r.Name)); err != nil {
+		return err
 	}
 	p.names[r.Name] = r
 	r.finish()
@@ -533,46 +542,33 @@ func (p *cfgParser) rateLimit(n ast.Node) (_ window.Limit, auto bool, err error)
 	if err != nil {
 		return l, false, err
 	}
-	return p.algorithm(l, algN, bucketsN)
+	return p.algorithm(n, l, algN, bucketsN)
 }
 
-// algorithm applies rate_limit's algorithm (auto, exact or buckets) and
-// buckets to l.
-func (p *cfgParser) algorithm(l window.Limit, algN, bucketsN ast.Node) (_ window.Limit, auto bool, err error) {
-	alg := "auto"
+// algorithm reads rate_limit n's algorithm and buckets (nodes nil where
+// absent); enforce.CheckAlgorithm applies them to l.
+func (p *cfgParser) algorithm(n ast.Node, l window.Limit, algN, bucketsN ast.Node) (_ window.Limit, auto bool, err error) {
+	var alg *string
+	var buckets *int64
 	if algN != nil {
-		if alg, err = p.str(algN, "algorithm"); err != nil {
+		s, err := p.str(algN, "algorithm")
+		if err != nil {
 			return l, false, err
 		}
+		alg = &s
 	}
-	switch alg {
-	case "auto", "buckets":
-	case "exact":
-		if bucketsN != nil {
-			return l, false, p.errf(bucketsN, "buckets is set with algorithm: exact; omit one of them")
+	if bucketsN != nil {
+		v, err := p.integer(bucketsN, "buckets")
+		if err != nil {
+			return l, false, err
 		}
-		return l, false, nil
-	default:
-		return l, false, p.errf(algN, "algorithm %q must be auto, exact or buckets", alg)
+		buckets = ptr(int64(v))
 	}
-	if bucketsN == nil {
-		if alg == "buckets" {
-			l.Buckets = window.DefaultBuckets
-			return l, false, nil
-		}
-		a := l.Auto()
-		return a, a.Buckets > 0, nil
+	l, auto, err = enforce.CheckAlgorithm(l, alg, buckets)
+	if err != nil {
+		return l, false, p.fieldErr(n, map[string]ast.Node{"algorithm": algN, "buckets": bucketsN}, err)
 	}
-	if l.Buckets, err = p.integer(bucketsN, "buckets"); err != nil {
-		return l, false, err
-	}
-	if l.Buckets < 1 || l.Buckets > window.MaxBuckets {
-		return l, false, p.errf(bucketsN, "buckets must be between 1 and %d, not %d (algorithm: exact keeps an exact log)", window.MaxBuckets, l.Buckets)
-	}
-	if err := l.Validate(); err != nil {
-		return l, false, p.errf(bucketsN, "%s", err.Error())
-	}
-	return l, false, nil
+	return l, auto, nil
 }
 
 // rateLimitSize reads rate_limit n's requests and window (or unit and
@@ -620,11 +616,12 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 	default:
 		return l, p.missing(n, "rate_limit needs requests and window, such as {requests: 5, window: 1s}")
 	}
-	if l.Requests < 1 {
-		return l, p.errf(firstNonNil(reqN, rpuN), "the limit must allow at least 1 request, not %d", l.Requests)
+	field, reqAt := "requests", reqN
+	if reqN == nil {
+		field, reqAt = "requests_per_unit", rpuN
 	}
-	if l.Requests > window.MaxRequests {
-		return l, p.errf(firstNonNil(reqN, rpuN), "the limit allows at most %d requests per window, not %d", window.MaxRequests, l.Requests)
+	if err := p.at(reqAt, enforce.CheckRequests(field, int64(l.Requests))); err != nil {
+		return l, err
 	}
 	if err := l.Validate(); err != nil {
 		return l, p.errf(winN, "%s", err.Error())
@@ -632,58 +629,53 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 	return l, nil
 }
 
-func firstNonNil(ns ...ast.Node) ast.Node {
-	for _, n := range ns {
-		if n != nil {
-			return n
-		}
-	}
-	return nil
-}
-
+// ban reads ban block n; enforce.CheckBan checks it.
 func (p *cfgParser) ban(n ast.Node) (*window.Ban, error) {
 	fs, err := p.fields(n, "ban", "threshold", "window", "duration")
 	if err != nil {
 		return nil, err
 	}
-	var b window.Ban
-	var thrN, winN, durN ast.Node
+	var b enforce.BanFields
+	at := map[string]ast.Node{}
 	for _, f := range fs {
+		at[f.key] = f.value
 		switch f.key {
 		case "threshold":
-			thrN = f.value
-			if b.Threshold, err = p.integer(f.value, "threshold"); err != nil {
+			v, err := p.integer(f.value, "threshold")
+			if err != nil {
 				return nil, err
 			}
+			b.Threshold = ptr(int64(v))
 		case "window":
-			winN = f.value
-			if b.Window, err = p.duration(f.value, "ban window"); err != nil {
+			d, err := p.duration(f.value, "ban window")
+			if err != nil {
 				return nil, err
 			}
+			b.Window = &d
 		case "duration":
-			durN = f.value
-			if b.Duration, err = p.duration(f.value, "ban duration"); err != nil {
+			d, err := p.duration(f.value, "ban duration")
+			if err != nil {
 				return nil, err
 			}
+			b.Duration = &d
 		}
 	}
-	if durN == nil {
-		return nil, p.missing(n, "ban needs duration (0 disables the penalty box)")
+	ban, err := enforce.CheckBan(b)
+	if err != nil {
+		return nil, p.fieldErr(n, at, err)
 	}
-	if b.Duration < 0 {
-		return nil, p.errf(durN, "ban duration %s must not be negative", b.Duration)
+	return ban, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// fieldErr places err, from one of enforce's checks of block n whose
+// fields' nodes are at, at the field it names; an error about the block as
+// a whole (a field is missing) is at n, as missing says.
+func (p *cfgParser) fieldErr(n ast.Node, at map[string]ast.Node, err error) error {
+	var fe *enforce.FieldError
+	if errors.As(err, &fe) && at[fe.Field] != nil {
+		return p.errf(at[fe.Field], "%s", fe.Msg)
 	}
-	if b.Duration == 0 {
-		return &window.Ban{}, nil
-	}
-	if thrN == nil || winN == nil {
-		return nil, p.missing(n, "ban needs threshold, window and duration")
-	}
-	if b.Threshold < 1 {
-		return nil, p.errf(thrN, "ban threshold must be at least 1, not %d", b.Threshold)
-	}
-	if b.Window <= 0 {
-		return nil, p.errf(winN, "ban window must be positive, not %s", b.Window)
-	}
-	return &b, nil
+	return p.missing(n, "%s", err)
 }

@@ -9,8 +9,8 @@
 //	cfg, err := extauthz.LoadFile(path)            // or ParseConfig(name, data), ExampleConfig()
 //	cfg.WriteTable(os.Stdout)                      // `flashgate validate`
 //	core, err := enforce.New(enforce.Options{
-//	        Limiter:  stack,                       // e.g. Guard(fallback.Watch(Breaker(Budget(Redis)))), built once
-//	        Fallback: fallback,                    // failure mode "local": a window.Fallback
+//	        Limiter:  stack,                       // e.g. guard.NewGuard(fb.Watch(guard.NewBreaker(guard.NewBudget(redisstore.New(…))))), built once
+//	        Fallback: fb,                          // failure mode "local": a *fallback.Fallback (window/fallback)
 //	        FailureMode: mode, Shadow: shadow, Registerer: reg, Logger: log,
 //	})
 //	srv, err := extauthz.NewServer(cfg, extauthz.Options{Core: core, Keys: keys})
@@ -59,14 +59,15 @@
 // a bucket of its own, never a way around the rule; the request itself is
 // capped by the gRPC message limit (host.MaxRecvMsgSize).
 // Loading is strict: unknown or duplicate keys, anchors and tags are
-// errors, each reported as FILE:LINE:COL: sentence ([ConfigError]).
+// errors, each reported as FILE:LINE:COL: sentence: a [ConfigError], or
+// [ConfigErrors] when a file has several.
 //
 // # Decisions
 //
 // A check's hits go to the enforcement core (package enforce), which asks
 // the limiter in one call, all or nothing. The limiter is the whole stack:
 // its deadline, circuit breaker and local cache are the wiring's choice
-// (package window), not the server's. If it fails (an error, a timeout,
+// (package window/guard), not the server's. If it fails (an error, a timeout,
 // window.ErrBreakerOpen) the core applies the failure modes: deny if any
 // enforcing hit's mode is deny; else the hits in mode local go to the
 // fallback, told the cause; else allow. Check turns the core's Outcome

@@ -3,10 +3,8 @@ package extauthz
 import (
 	"crypto/sha256"
 	_ "embed"
-	"fmt"
-	"io"
-	"os"
-	"strings"
+
+	"github.com/flashgate/flashgate/internal/configfile"
 )
 
 //go:embed flashsale.yaml
@@ -25,7 +23,8 @@ func ExampleYAML() []byte { return append([]byte(nil), exampleYAML...) }
 func ExampleConfig() (*Config, error) { return ParseConfig(ExampleName, exampleYAML) }
 
 // LoadFile reads, parses, defaults and validates the descriptors file at
-// path. Errors about the content are *ConfigError.
+// path. Errors about the content are a *ConfigError, or ConfigErrors when
+// there are several.
 func LoadFile(path string) (*Config, error) {
 	data, err := readFile(path)
 	if err != nil {
@@ -41,42 +40,17 @@ func LoadFile(path string) (*Config, error) {
 // readFile reads at most MaxFileSize+1 bytes of path, enough for
 // ParseConfig to tell a file that is too large.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read descriptors file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read descriptors file: %w", err)
-	}
-	return data, nil
+	return configfile.Read(path, MaxFileSize, "descriptors file")
 }
 
 // MaxErrors is the most errors ParseConfig reports for one file.
-const MaxErrors = 20
+const MaxErrors = configfile.MaxErrors
 
 // ConfigErrors is every error found in one descriptors file, in file order
 // (at most MaxErrors); ParseConfig returns it when there is more than one.
-type ConfigErrors []*ConfigError
-
-// Error returns the errors, one "FILE:LINE:COL: message" a line.
-func (e ConfigErrors) Error() string {
-	lines := make([]string, len(e))
-	for i, ce := range e {
-		lines[i] = ce.Error()
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Unwrap returns the errors, for errors.As and errors.Is.
-func (e ConfigErrors) Unwrap() []error {
-	out := make([]error, len(e))
-	for i, ce := range e {
-		out[i] = ce
-	}
-	return out
-}
+// Error returns them one "FILE:LINE:COL: message" a line, and Unwrap each
+// *ConfigError, for errors.As.
+type ConfigErrors = configfile.Errors
 
 // ParseConfig parses, defaults and validates a descriptors file; name is
 // used in error positions. Every error about the content is a *ConfigError

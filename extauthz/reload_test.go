@@ -140,7 +140,7 @@ func TestReloadSIGHUP(t *testing.T) {
 		if (err == nil) != step.ok {
 			t.Fatalf("Reload: %v, want ok=%v", err, step.ok)
 		}
-		if err != nil && !contains([]string{path + ":5:28: the limit must allow at least 1 request, not 0"}, err.Error()[len("reload: "):]) {
+		if err != nil && !contains([]string{path + ":5:28: requests must be at least 1, not 0"}, err.Error()[len("reload: "):]) {
 			t.Errorf("error %v", err)
 		}
 		if got := e.srv.Config().Rules[0].Name; got != step.rule {

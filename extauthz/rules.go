@@ -1,10 +1,10 @@
 package extauthz
 
 import (
-	"fmt"
 	"strconv"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/internal/configfile"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -239,18 +239,10 @@ func (c *Config) Sources() map[string]Source {
 	return m
 }
 
-// ConfigError is a descriptors file error at a position.
-type ConfigError struct {
-	File         string
-	Line, Column int
-	// Msg is a plain sentence, without position.
-	Msg string
-}
-
-// Error returns "FILE:LINE:COL: message".
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
-}
+// ConfigError is a descriptors file error at a position: File, Line,
+// Column and Msg, a plain sentence; Error returns "FILE:LINE:COL: message".
+// The ratelimit service's loader reports the same type (rls.ConfigError).
+type ConfigError = configfile.Error
 
 // joinParts joins key parts unambiguously: one part is itself, several are
 // each prefixed by their length ("13:/api/coupon/*7:user-42").

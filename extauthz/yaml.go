@@ -12,6 +12,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 
+	"github.com/flashgate/flashgate/internal/configfile"
 	"github.com/flashgate/flashgate/internal/yamlguard"
 )
 
@@ -56,7 +57,7 @@ func (l *errorList) result() error {
 		a, b := l.errs[i], l.errs[j]
 		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
 	})
-	var out ConfigErrors
+	var out []*ConfigError
 	for _, e := range l.errs {
 		if l.consequence[e] {
 			continue
@@ -64,15 +65,9 @@ func (l *errorList) result() error {
 		if n := len(out); n > 0 && *out[n-1] == *e {
 			continue
 		}
-		if len(out) == MaxErrors {
-			break
-		}
 		out = append(out, e)
 	}
-	if len(out) == 1 {
-		return out[0]
-	}
-	return out
+	return configfile.Join(out)
 }
 
 func (y strictYAML) errAt(line, col int, format string, args ...any) error {

@@ -5,7 +5,7 @@
 //
 // # API
 //
-//	cfg, err := rls.LoadDir(dir)                 // ratelimit's config directory; errors are *ConfigError
+//	cfg, err := rls.LoadDir(dir)                 // ratelimit's config directory; errors are *ConfigError or ConfigErrors
 //	core, err := enforce.New(enforce.Options{...}) // the one ext_authz uses too: limiter stack, failure modes
 //	srv, err := rls.NewServer(cfg, rls.Options{Core: core, Keys: keys, ResponseHeaders: true})
 //	srv.Register(h)                              // on the process's gRPC server (package host)
@@ -26,7 +26,8 @@
 // most window.MaxWindow). Loading refuses what ratelimit refuses (empty or
 // duplicate domain, empty key, duplicate key and value at one level, bad
 // unit, unlimited with a unit, empty or self replaces, unknown keys) and a
-// few things more, each a *ConfigError at FILE:LINE:COL.
+// few things more, each a *ConfigError at FILE:LINE:COL; ConfigErrors holds
+// them when there are several.
 //
 // # Matching
 //
@@ -56,9 +57,9 @@
 // window's own numbers (window.Hit.Report): limit_remaining exact, and when
 // over its limit duration_until_reset the time until it admits again, else
 // the window's length (a sliding window has no fixed reset). Where no
-// window was counted (the Guard refused on another descriptor's full
-// window, or the backend failed), only the refusing descriptor's numbers
-// are exact; the others report OK with 0 remaining.
+// window was counted (the guard of window/guard refused on another
+// descriptor's full window, or the backend failed), only the refusing
+// descriptor's numbers are exact; the others report OK with 0 remaining.
 //
 // Under the core's shadow (enforce.Options.Shadow: --shadow, ratelimit's
 // global SHADOW_MODE) the overall code is OK while an over-limit

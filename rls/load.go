@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,26 +15,16 @@ import (
 	"github.com/goccy/go-yaml/ast"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/internal/configfile"
 	"github.com/flashgate/flashgate/internal/yamlguard"
 	"github.com/flashgate/flashgate/window"
 )
 
-// ConfigError is an error in one config file, at a position when known.
-type ConfigError struct {
-	File         string
-	Line, Column int // 0 when the error concerns the whole file
-	// Msg is a plain sentence, without position.
-	Msg string
-}
-
-// Error returns "FILE:LINE:COL: message", or "FILE: message" without a
-// position.
-func (e *ConfigError) Error() string {
-	if e.Line == 0 {
-		return fmt.Sprintf("%s: %s", e.File, e.Msg)
-	}
-	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
-}
+// ConfigError is an error in one config file: File, Line, Column (0 when
+// it concerns the whole file) and Msg, a plain sentence; Error returns
+// "FILE:LINE:COL: message", or "FILE: message" without a position. The
+// descriptors file's loader reports the same type (extauthz.ConfigError).
+type ConfigError = configfile.Error
 
 // File is one config file's name (as errors name it) and content.
 type File struct {
@@ -110,45 +98,20 @@ func ReadDir(dir string) ([]File, error) {
 	return files, nil
 }
 
-// readFile reads at most MaxFileSize+1 bytes of path.
+// readFile reads at most MaxFileSize+1 bytes of path, enough for
+// ParseFiles to tell a file that is too large.
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read ratelimit config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read ratelimit config: %w", err)
-	}
-	return data, nil
+	return configfile.Read(path, MaxFileSize, "ratelimit config")
 }
 
 // MaxErrors is the most errors ParseFiles reports.
-const MaxErrors = 20
+const MaxErrors = configfile.MaxErrors
 
 // ConfigErrors is every error found in the config files, by file and in
 // file order (at most MaxErrors); ParseFiles returns it when there is more
-// than one.
-type ConfigErrors []*ConfigError
-
-// Error returns the errors, one a line.
-func (e ConfigErrors) Error() string {
-	lines := make([]string, len(e))
-	for i, ce := range e {
-		lines[i] = ce.Error()
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Unwrap returns the errors, for errors.As and errors.Is.
-func (e ConfigErrors) Unwrap() []error {
-	out := make([]error, len(e))
-	for i, ce := range e {
-		out[i] = ce
-	}
-	return out
-}
+// than one. Error returns them one "FILE:LINE:COL: message" a line, and
+// Unwrap each *ConfigError, for errors.As.
+type ConfigErrors = configfile.Errors
 
 // ParseFiles parses config files, one domain each, and checks them as
 // ratelimit does: a non-empty domain, unique across files; every descriptor
@@ -176,13 +139,8 @@ func ParseFiles(files []File) (*Config, error) {
 		}
 		c.domains[d.Name] = d
 	}
-	switch {
-	case len(errs) == 1:
-		return nil, errs[0]
-	case len(errs) > MaxErrors:
-		return nil, ConfigErrors(errs[:MaxErrors])
-	case len(errs) > 1:
-		return nil, ConfigErrors(errs)
+	if err := configfile.Join(errs); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -236,8 +194,8 @@ type (
 		Window   *string `yaml:"window"`
 		// flashgate's window algorithm: auto (default), exact or buckets,
 		// and the bucket count.
-		Algorithm string `yaml:"algorithm"`
-		Buckets   *int64 `yaml:"buckets"`
+		Algorithm *string `yaml:"algorithm"`
+		Buckets   *int64  `yaml:"buckets"`
 	}
 	yamlReplace struct {
 		Name string `yaml:"name"`
@@ -475,9 +433,12 @@ func sorted(errs []*ConfigError) []*ConfigError {
 
 // inherited are flashgate's settings a descriptor passes to nested ones.
 type inherited struct {
-	failure    enforce.FailureMode
-	localShare int
-	ban        *window.Ban
+	failure enforce.FailureMode
+	// localShare is the local_share in force (0: none), written at YAML
+	// path localShareAt.
+	localShare   int
+	localShareAt string
+	ban          *window.Ban
 }
 
 // descriptors loads one level of descriptors into n. at is the level's YAML
@@ -542,8 +503,11 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 		}
 		r.Path, r.Shadow, r.DetailedMetric, r.ValueToMetric = path, y.ShadowMode, y.DetailedMetric, y.ValueToMetric
 		r.FailureMode, r.LocalShare, r.Ban = inh.failure, inh.localShare, inh.ban
-		if !r.Unlimited && r.LocalShare > int(r.RequestsPerUnit) {
-			return p.errAt(here+".rate_limit", "local_share %d is more than the %d requests per window of this rate limit", r.LocalShare, r.RequestsPerUnit)
+		if !r.Unlimited {
+			// Where local_share is written: on this descriptor or inherited.
+			if err := enforce.CheckShareFits(r.LocalShare, int(r.RequestsPerUnit), r.Label()); err != nil {
+				return p.errAt(inh.localShareAt, "%s", err)
+			}
 		}
 		child.rule = r
 		d.rules = append(d.rules, r)
@@ -555,17 +519,17 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 // (failure_mode, local_share, ban) over the ones it inherits.
 func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (inherited, error) {
 	if y.FailureMode != nil {
-		m, err := enforce.ParseFailureMode(*y.FailureMode)
+		m, err := enforce.CheckFailureMode(*y.FailureMode)
 		if err != nil {
-			return inh, p.errAt(here+".failure_mode", "failure_mode %q must be local, allow or deny", *y.FailureMode)
+			return inh, p.errAt(here+".failure_mode", "%s", err)
 		}
 		inh.failure = m
 	}
 	if y.LocalShare != nil {
-		if v := *y.LocalShare; v < 1 || v > window.MaxRequests {
-			return inh, p.errAt(here+".local_share", "local_share must be between 1 and %d, not %d (omit it to share the limit evenly among the live sidecars)", window.MaxRequests, v)
+		if err := enforce.CheckLocalShare(*y.LocalShare); err != nil {
+			return inh, p.errAt(here+".local_share", "%s", err)
 		}
-		inh.localShare = int(*y.LocalShare)
+		inh.localShare, inh.localShareAt = int(*y.LocalShare), here+".local_share"
 	}
 	if y.Ban != nil {
 		b, err := p.ban(here+".ban", y.Ban)
@@ -577,71 +541,67 @@ func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (in
 	return inh, nil
 }
 
-// ban checks a ban block, as flashgate's descriptors file does: duration
-// 0 disables the penalty box for the rule, else threshold, window and
-// duration are all needed.
+// ban reads a ban block at path at; enforce.CheckBan checks it. Its
+// durations are Go durations such as 10s ("0" too).
 func (p fileParser) ban(at string, y *yamlBan) (*window.Ban, error) {
-	if y.Duration == nil {
-		return nil, p.errAt(at, "ban needs duration (0 disables the penalty box)")
-	}
-	var b window.Ban
+	b := enforce.BanFields{Threshold: y.Threshold}
 	var err error
-	if b.Duration, err = time.ParseDuration(*y.Duration); err != nil || b.Duration < 0 {
-		return nil, p.errAt(at+".duration", "ban duration %q must be a duration such as 5m, 0 to disable", *y.Duration)
+	if b.Duration, err = p.banDuration(at, "duration", y.Duration); err != nil {
+		return nil, err
 	}
-	if b.Duration == 0 {
-		return &window.Ban{}, nil
+	if b.Window, err = p.banDuration(at, "window", y.Window); err != nil {
+		return nil, err
 	}
-	if y.Threshold == nil || y.Window == nil {
-		return nil, p.errAt(at, "ban needs threshold, window and duration")
+	ban, err := enforce.CheckBan(b)
+	if err != nil {
+		return nil, p.fieldErr(at, err)
 	}
-	if *y.Threshold < 1 || *y.Threshold > math.MaxInt32 {
-		return nil, p.errAt(at+".threshold", "ban threshold must be at least 1, not %d", *y.Threshold)
+	return ban, nil
+}
+
+// banDuration parses ban field s at path at, nil when absent.
+func (p fileParser) banDuration(at, field string, s *string) (*time.Duration, error) {
+	if s == nil {
+		return nil, nil
 	}
-	b.Threshold = int(*y.Threshold)
-	if b.Window, err = time.ParseDuration(*y.Window); err != nil || b.Window <= 0 {
-		return nil, p.errAt(at+".window", "ban window %q must be a positive duration such as 10s", *y.Window)
+	d, err := time.ParseDuration(*s)
+	if err != nil {
+		return nil, p.errAt(at+"."+field, "ban %s %q is not a duration such as 1s or 500ms", field, *s)
 	}
-	return &b, nil
+	return &d, nil
+}
+
+// fieldErr places err, from one of enforce's checks of the block at path
+// at, at the field it names, or at the block.
+func (p fileParser) fieldErr(at string, err error) error {
+	var fe *enforce.FieldError
+	if errors.As(err, &fe) && fe.Field != "" {
+		return p.errAt(at+"."+fe.Field, "%s", fe.Msg)
+	}
+	return p.errAt(at, "%s", err)
 }
 
 // rule checks one rate_limit block.
 func (p fileParser) rule(at string, y *yamlRateLimit) (*Rule, error) {
 	r, err := p.ruleSize(at, y)
-	if err != nil || r.Unlimited && y.Algorithm == "" && y.Buckets == nil {
+	if err != nil || r.Unlimited && y.Algorithm == nil && y.Buckets == nil {
 		return r, err
 	}
 	return p.algorithm(at, y, r)
 }
 
 // algorithm applies flashgate's algorithm (auto, exact or buckets) and
-// buckets to r: by default window.Limit.Auto's choice, by the rule's size.
+// buckets to r (enforce.CheckAlgorithm): by default window.Limit.Auto's
+// choice, by the rule's size.
 func (p fileParser) algorithm(at string, y *yamlRateLimit, r *Rule) (*Rule, error) {
 	if r.Unlimited {
 		return nil, p.errAt(at, "an unlimited rate limit must not have algorithm or buckets")
 	}
-	switch y.Algorithm {
-	case "", "auto", "buckets":
-	case "exact":
-		if y.Buckets != nil {
-			return nil, p.errAt(at+".buckets", "buckets is set with algorithm: exact; omit one of them")
-		}
-		return r, nil
-	default:
-		return nil, p.errAt(at+".algorithm", "algorithm %q must be auto, exact or buckets", y.Algorithm)
+	l, auto, err := enforce.CheckAlgorithm(window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window}, y.Algorithm, y.Buckets)
+	if err != nil {
+		return nil, p.fieldErr(at, err)
 	}
-	switch {
-	case y.Buckets != nil:
-		if b := *y.Buckets; b < 1 || b > window.MaxBuckets {
-			return nil, p.errAt(at+".buckets", "buckets must be between 1 and %d, not %d (algorithm: exact keeps an exact log)", window.MaxBuckets, b)
-		}
-		r.Buckets = int(*y.Buckets)
-	case y.Algorithm == "buckets":
-		r.Buckets = window.DefaultBuckets
-	default:
-		r.Buckets = window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window}.Auto().Buckets
-		r.AutoBuckets = r.Buckets > 0
-	}
+	r.Buckets, r.AutoBuckets = l.Buckets, auto
 	return r, nil
 }
 
@@ -688,9 +648,11 @@ func (p fileParser) ruleSize(at string, y *yamlRateLimit) (*Rule, error) {
 	if y.RequestsPerUnit != nil {
 		r.RequestsPerUnit = *y.RequestsPerUnit
 	}
-	if r.RequestsPerUnit > window.MaxRequests {
-		return nil, p.errAt(at+".requests_per_unit", "requests_per_unit %d is above flashgate's %d per window (an exact log per key)",
-			r.RequestsPerUnit, window.MaxRequests)
+	// 0 refuses every request, ratelimit's way to block a value.
+	if r.RequestsPerUnit > 0 {
+		if err := enforce.CheckRequests("requests_per_unit", int64(r.RequestsPerUnit)); err != nil {
+			return nil, p.errAt(at+".requests_per_unit", "%s", err)
+		}
 	}
 	return r, nil
 }
@@ -710,8 +672,8 @@ func (p fileParser) windowRule(at string, y *yamlRateLimit, r *Rule) (*Rule, err
 	case y.Window == nil:
 		return nil, p.errAt(at, "rate_limit needs window")
 	}
-	if n := *y.Requests; n < 1 || n > window.MaxRequests {
-		return nil, p.errAt(at+".requests", "requests must be between 1 and %d, not %d", window.MaxRequests, n)
+	if err := enforce.CheckRequests("requests", *y.Requests); err != nil {
+		return nil, p.errAt(at+".requests", "%s", err)
 	}
 	w, err := time.ParseDuration(*y.Window)
 	if err != nil || w < time.Second || w > window.MaxWindow || w%time.Second != 0 {

@@ -19,7 +19,7 @@ func newCore(o *serveConfig, b *backend, reg prometheus.Registerer, log *slog.Lo
 		Registerer:  reg,
 		Logger:      log,
 	}
-	if b.fallback != nil { // a nil *window.Fallback must not become a non-nil Fallback
+	if b.fallback != nil { // a nil *fallback.Fallback must not become a non-nil Fallback
 		opts.Fallback = b.fallback
 	}
 	return enforce.New(opts)

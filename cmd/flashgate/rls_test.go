@@ -127,7 +127,7 @@ func reflectionLists(t *testing.T, conn *grpc.ClientConn, service string) bool {
 func TestServeRLSBadConfig(t *testing.T) {
 	_, _, err := runCmd(t, context.Background(), "serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "",
 		"--rls-config", "../../rls/testdata/bad_duplicate_domain")
-	want := `^flashgate: .*b\.yaml:1:1: duplicate domain "twice"`
+	want := `^\S*b\.yaml:1:1: duplicate domain "twice"`
 	if err == nil || !regexp.MustCompile(want).MatchString(errorLine(err)) {
 		t.Fatalf("error %v, want %q", err, want)
 	}

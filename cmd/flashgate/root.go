@@ -63,11 +63,11 @@ probe and validate it.`,
 	return root
 }
 
-// errorLine formats the error that ends the process, for stderr: a
-// descriptors-file error as it is ("FILE:LINE:COL: message"), anything else
-// after "flashgate: ".
+// errorLine formats the error that ends the process, for stderr: an error
+// in a descriptors file or a ratelimit config file as it is
+// ("FILE:LINE:COL: message"), anything else after "flashgate: ".
 func errorLine(err error) string {
-	var ce *extauthz.ConfigError
+	var ce *extauthz.ConfigError // rls.ConfigError is the same type
 	if errors.As(err, &ce) && err == error(ce) {
 		return ce.Error()
 	}

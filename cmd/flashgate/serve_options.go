@@ -124,8 +124,8 @@ const (
 // Envoy configs' ext_authz timeout of 50ms, with room for the answer.
 const defaultCheckDeadline = 40 * time.Millisecond
 
-// minLocalCacheSize is the smallest --local-cache-size (window.Guard's
-// minimum budget).
+// minLocalCacheSize is the smallest --local-cache-size (guard.Guard's
+// minimum budget, package window/guard).
 const minLocalCacheSize = 64 << 10
 
 // serveConfig is serve's flags parsed, defaulted and validated once.

@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"github.com/flashgate/flashgate/extauthz"
-	"github.com/flashgate/flashgate/rls"
 	"github.com/spf13/cobra"
 )
 
@@ -62,17 +61,11 @@ func loadConfig(file string) (*extauthz.Config, error) {
 // FILE:LINE:COL: message a line, and returns a summary in their place; any
 // other error is returned as it is.
 func listErrors(w io.Writer, err error) error {
-	var lines []error
-	var ext extauthz.ConfigErrors
-	var rl rls.ConfigErrors
-	switch {
-	case errors.As(err, &ext):
-		lines = ext.Unwrap()
-	case errors.As(err, &rl):
-		lines = rl.Unwrap()
-	default:
+	var errs extauthz.ConfigErrors // rls.ConfigErrors is the same type
+	if !errors.As(err, &errs) {
 		return err
 	}
+	lines := errs.Unwrap()
 	for _, l := range lines {
 		if _, werr := fmt.Fprintln(w, l); werr != nil {
 			return fmt.Errorf("write: %w", werr)

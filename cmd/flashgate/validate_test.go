@@ -75,7 +75,7 @@ func TestValidateEveryError(t *testing.T) {
 	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors"
 	want := f + `:4:5: unknown key "zzz" in a descriptor; ` + known + "\n" +
 		f + `:5:5: unknown key "aaa" in a descriptor; ` + known + "\n" +
-		f + ":8:28: the limit must allow at least 1 request, not 0\n"
+		f + ":8:28: requests must be at least 1, not 0\n"
 	for range 5 {
 		var stdout, stderr strings.Builder
 		err := runEnv(context.Background(), []string{"validate", "--config", f},
