@@ -7,7 +7,11 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/guard"
 )
+
+// A rule is the tag of its hits: it names the Guard's penalty box for them.
+var _ guard.RuleBan = (*Rule)(nil)
 
 func TestMappingKeys(t *testing.T) {
 	cfg, err := ExampleConfig()
@@ -109,6 +113,22 @@ descriptors:
 	}
 	if src := cfg.Sources()["uid"]; src.Name != "x-uid" {
 		t.Errorf("header name %q not lower-cased", src.Name)
+	}
+}
+
+// TestMappingTag: each hit is tagged with its rule, which carries the
+// rule's policy to the layers that read it.
+func TestMappingTag(t *testing.T) {
+	cfg := parse(t, localShareYAML)
+	var m Mapping
+	cfg.Map(req{path: "/api/x", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1"}}.proto(), window.Keys{}, &m)
+	if len(m.Hits) == 0 {
+		t.Fatal("no hits")
+	}
+	for i, h := range m.Hits {
+		if r, ok := h.Tag.(*Rule); !ok || r != m.Rules[i] {
+			t.Errorf("hit %s: tag %v, want its rule", h.Rule, h.Tag)
+		}
 	}
 }
 

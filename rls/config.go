@@ -101,6 +101,10 @@ type Rule struct {
 	DetailedMetric, ValueToMetric bool
 }
 
+// PenaltyBox returns the rule's own penalty box, nil for the server's: a
+// hit tagged with r carries it to the Guard (guard.RuleBan).
+func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
+
 // Label is what metrics call the rule: its name, else its path.
 func (r *Rule) Label() string {
 	if r.Name != "" {

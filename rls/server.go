@@ -296,8 +296,8 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 			Limit:      window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window, Buckets: r.Buckets},
 			Cost:       int(cost),
 			Shadow:     c.shadow(r),
-			Ban:        r.Ban,
 			LocalShare: r.LocalShare,
+			Tag:        r,
 		})
 	}
 	// Each hit's own outcome, for its descriptor's status (see status).

@@ -129,25 +129,31 @@ var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.
 // verbatim as a Redis key. Rule is the operator-given rule name, used for
 // reporting only. A Shadow hit is counted and reported but never denies: when
 // it is over its limit the request is still admitted (and not recorded in
-// that full window). Ban, when non-nil, overrides the Guard's default
-// penalty box for this hit. LocalShare, when positive, is how many
-// admissions per window this process may make on its own for the hit while
-// the shared backend is unavailable (the failure mode's fallback); 0 means ceil(Requests
-// / fleet size). Cost is how many requests the hit counts as (Envoy's
+// that full window). Cost is how many requests the hit counts as (Envoy's
 // hits_addend): the request is admitted only if the window has room for all
 // of them, and then records them all; 0 means 1. Report, when non-nil,
 // receives what the decision learnt of this hit's own window (see
 // [HitReport]); the caller owns it, and it is written only by the Decide
 // call the hit is passed to, before it returns.
+//
+// Tag is the caller's, opaque to the contract and to every store: a layer
+// with a setting of its own per hit declares a small interface and reads it
+// from Tag (the front-ends tag a hit with its rule), so that the contract
+// names no layer's policy. A nil Tag, or one without the layer's
+// interface, takes the layer's default.
 type Hit struct {
-	Key        string
-	Rule       string
-	Limit      Limit
-	Shadow     bool
-	Ban        *Ban
+	Key    string
+	Rule   string
+	Limit  Limit
+	Shadow bool
+	Cost   int
+	// LocalShare, when positive, is how many admissions per window this
+	// process may make on its own for the hit while the shared backend is
+	// unavailable (the failure mode's fallback); 0 means ceil(Requests /
+	// fleet size).
 	LocalShare int
-	Cost       int
 	Report     *HitReport
+	Tag        any
 }
 
 // HitReport is one hit's own outcome, beside the [Decision] that describes
