@@ -7,11 +7,16 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
 	"github.com/flashgate/flashgate/window/guard"
 )
 
-// A rule is the tag of its hits: it names the Guard's penalty box for them.
-var _ guard.RuleBan = (*Rule)(nil)
+// A rule is the tag of its hits: it names the Guard's penalty box and the
+// Fallback's share for them.
+var (
+	_ guard.RuleBan      = (*Rule)(nil)
+	_ fallback.RuleShare = (*Rule)(nil)
+)
 
 func TestMappingKeys(t *testing.T) {
 	cfg, err := ExampleConfig()
@@ -132,7 +137,8 @@ func TestMappingTag(t *testing.T) {
 	}
 }
 
-// TestMappingLocalShare: each hit carries its rule's local_share.
+// TestMappingLocalShare: each hit carries its rule's local_share to the
+// Fallback.
 func TestMappingLocalShare(t *testing.T) {
 	cfg := parse(t, localShareYAML)
 	var m Mapping
@@ -142,8 +148,12 @@ func TestMappingLocalShare(t *testing.T) {
 		t.Fatalf("%d hits, want %d", len(m.Hits), len(want))
 	}
 	for i, h := range m.Hits {
-		if h.LocalShare != want[i] {
-			t.Errorf("hit %s: LocalShare %d, want %d", h.Rule, h.LocalShare, want[i])
+		r, ok := h.Tag.(fallback.RuleShare)
+		if !ok {
+			t.Fatalf("hit %s: tag %T names no local share", h.Rule, h.Tag)
+		}
+		if got := r.FallbackShare(); got != want[i] {
+			t.Errorf("hit %s: local share %d, want %d", h.Rule, got, want[i])
 		}
 	}
 }

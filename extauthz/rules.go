@@ -207,6 +207,10 @@ type Rule struct {
 // hit tagged with r carries it to the Guard (guard.RuleBan).
 func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
 
+// FallbackShare returns the rule's local_share, 0 for the fleet's share: a
+// hit tagged with r carries it to the Fallback (fallback.RuleShare).
+func (r *Rule) FallbackShare() int { return r.LocalShare }
+
 // ClientIP says how the client IP (remote_address) is found.
 type ClientIP struct {
 	// TrustedHops: 0 uses Envoy's source.address; N > 0 takes the Nth

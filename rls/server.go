@@ -291,13 +291,12 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 		c.hitOf[i] = len(c.hits)
 		c.rules = append(c.rules, r)
 		c.hits = append(c.hits, window.Hit{
-			Key:        s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
-			Rule:       r.Label(),
-			Limit:      window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window, Buckets: r.Buckets},
-			Cost:       int(cost),
-			Shadow:     c.shadow(r),
-			LocalShare: r.LocalShare,
-			Tag:        r,
+			Key:    s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
+			Rule:   r.Label(),
+			Limit:  window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window, Buckets: r.Buckets},
+			Cost:   int(cost),
+			Shadow: c.shadow(r),
+			Tag:    r,
 		})
 	}
 	// Each hit's own outcome, for its descriptor's status (see status).

@@ -529,14 +529,21 @@ func TestHitSettings(t *testing.T) {
 		}
 		return r.PenaltyBox()
 	}
-	if b := banOf(hs[0]); b == nil || *b != (window.Ban{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute}) || hs[0].LocalShare != 1 {
-		t.Errorf("tenant.user: ban %v local share %d", b, hs[0].LocalShare)
+	shareOf := func(h window.Hit) int {
+		r, ok := h.Tag.(fallback.RuleShare)
+		if !ok {
+			t.Fatalf("hit %s: tag %T names no local share", h.Rule, h.Tag)
+		}
+		return r.FallbackShare()
+	}
+	if b := banOf(hs[0]); b == nil || *b != (window.Ban{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute}) || shareOf(hs[0]) != 1 {
+		t.Errorf("tenant.user: ban %v local share %d", b, shareOf(hs[0]))
 	}
 	if b := banOf(hs[1]); b == nil || b.Enabled() {
 		t.Errorf("quiet: ban %v, want disabled", b)
 	}
-	if b := banOf(hs[2]); b != nil || hs[2].LocalShare != 0 {
-		t.Errorf("api_key: ban %v local share %d, want the server's", b, hs[2].LocalShare)
+	if b := banOf(hs[2]); b != nil || shareOf(hs[2]) != 0 {
+		t.Errorf("api_key: ban %v local share %d, want the server's", b, shareOf(hs[2]))
 	}
 }
 

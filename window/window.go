@@ -147,13 +147,8 @@ type Hit struct {
 	Limit  Limit
 	Shadow bool
 	Cost   int
-	// LocalShare, when positive, is how many admissions per window this
-	// process may make on its own for the hit while the shared backend is
-	// unavailable (the failure mode's fallback); 0 means ceil(Requests /
-	// fleet size).
-	LocalShare int
-	Report     *HitReport
-	Tag        any
+	Report *HitReport
+	Tag    any
 }
 
 // HitReport is one hit's own outcome, beside the [Decision] that describes
