@@ -269,6 +269,8 @@ type hitTag struct {
 	report window.HitReport
 }
 
+var _ window.HitReporter = (*hitTag)(nil)
+
 // ReportHit implements window.HitReporter.
 func (t *hitTag) ReportHit(r window.HitReport) { t.report = r }
 

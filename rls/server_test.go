@@ -509,6 +509,13 @@ func TestRuleFailureModes(t *testing.T) {
 	}
 }
 
+// A hit's tag names its rule's penalty box to the Guard and its local share
+// to the Fallback.
+var (
+	_ guard.RuleBan      = (*hitTag)(nil)
+	_ fallback.RuleShare = (*hitTag)(nil)
+)
+
 // TestHitSettings: ban and local_share reach the window stack's hits; a
 // rule without them leaves the server's.
 func TestHitSettings(t *testing.T) {
