@@ -117,8 +117,7 @@ func (c *Config) mapWith(req *authv3.CheckRequest, keys window.Keys, constKeys [
 			key = keys.KeyBytes(r.Name, appendJoined(buf[:0], parts[:np]))
 		}
 		m.Hits = append(m.Hits, window.Hit{
-			Key: key, Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow || shadowAll, Ban: r.Ban,
-			LocalShare: r.LocalShare,
+			Key: key, Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow || shadowAll, Tag: r,
 		})
 		m.Rules = append(m.Rules, r)
 	}

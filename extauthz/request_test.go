@@ -7,6 +7,15 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/guard"
+)
+
+// A rule is the tag of its hits: it names the Guard's penalty box and the
+// Fallback's share for them.
+var (
+	_ guard.RuleBan      = (*Rule)(nil)
+	_ fallback.RuleShare = (*Rule)(nil)
 )
 
 func TestMappingKeys(t *testing.T) {
@@ -112,7 +121,24 @@ descriptors:
 	}
 }
 
-// TestMappingLocalShare: each hit carries its rule's local_share.
+// TestMappingTag: each hit is tagged with its rule, which carries the
+// rule's policy to the layers that read it.
+func TestMappingTag(t *testing.T) {
+	cfg := parse(t, localShareYAML)
+	var m Mapping
+	cfg.Map(req{path: "/api/x", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1"}}.proto(), window.Keys{}, &m)
+	if len(m.Hits) == 0 {
+		t.Fatal("no hits")
+	}
+	for i, h := range m.Hits {
+		if r, ok := h.Tag.(*Rule); !ok || r != m.Rules[i] {
+			t.Errorf("hit %s: tag %v, want its rule", h.Rule, h.Tag)
+		}
+	}
+}
+
+// TestMappingLocalShare: each hit carries its rule's local_share to the
+// Fallback.
 func TestMappingLocalShare(t *testing.T) {
 	cfg := parse(t, localShareYAML)
 	var m Mapping
@@ -122,8 +148,12 @@ func TestMappingLocalShare(t *testing.T) {
 		t.Fatalf("%d hits, want %d", len(m.Hits), len(want))
 	}
 	for i, h := range m.Hits {
-		if h.LocalShare != want[i] {
-			t.Errorf("hit %s: LocalShare %d, want %d", h.Rule, h.LocalShare, want[i])
+		r, ok := h.Tag.(fallback.RuleShare)
+		if !ok {
+			t.Fatalf("hit %s: tag %T names no local share", h.Rule, h.Tag)
+		}
+		if got := r.FallbackShare(); got != want[i] {
+			t.Errorf("hit %s: local share %d, want %d", h.Rule, got, want[i])
 		}
 	}
 }

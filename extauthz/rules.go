@@ -203,6 +203,14 @@ type Rule struct {
 	constKey string // when nvar is 0: the joined key parts, the same for every request
 }
 
+// PenaltyBox returns the rule's own penalty box, nil for the server's: a
+// hit tagged with r carries it to the Guard (guard.RuleBan).
+func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
+
+// FallbackShare returns the rule's local_share, 0 for the fleet's share: a
+// hit tagged with r carries it to the Fallback (fallback.RuleShare).
+func (r *Rule) FallbackShare() int { return r.LocalShare }
+
 // ClientIP says how the client IP (remote_address) is found.
 type ClientIP struct {
 	// TrustedHops: 0 uses Envoy's source.address; N > 0 takes the Nth

@@ -90,7 +90,7 @@ type Rule struct {
 	// (failure_mode, local_share, ban), as in its descriptors file: set on
 	// a descriptor, they apply to its rate_limit and to the nested ones.
 	// FailureDefault means the server's failure mode; LocalShare 0 means
-	// ceil(limit / fleet size) (window.Hit.LocalShare); a nil Ban means the
+	// ceil(limit / fleet size) (see [Rule.FallbackShare]); a nil Ban means the
 	// server's penalty box.
 	FailureMode enforce.FailureMode
 	LocalShare  int
@@ -100,6 +100,14 @@ type Rule struct {
 	// nothing.
 	DetailedMetric, ValueToMetric bool
 }
+
+// PenaltyBox returns the rule's own penalty box, nil for the server's: a
+// hit tagged with r carries it to the Guard (guard.RuleBan).
+func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
+
+// FallbackShare returns the rule's local_share, 0 for the fleet's share: a
+// hit tagged with r carries it to the Fallback (fallback.RuleShare).
+func (r *Rule) FallbackShare() int { return r.LocalShare }
 
 // Label is what metrics call the rule: its name, else its path.
 func (r *Rule) Label() string {

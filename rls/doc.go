@@ -54,7 +54,7 @@
 // answers OVER_LIMIT if any is over. shadow_mode descriptors never deny.
 //
 // Statuses: each descriptor whose window the decision counted reports that
-// window's own numbers (window.Hit.Report): limit_remaining exact, and when
+// window's own numbers (window.HitReporter): limit_remaining exact, and when
 // over its limit duration_until_reset the time until it admits again, else
 // the window's length (a sliding window has no fixed reset). Where no
 // window was counted (the guard of window/guard refused on another

@@ -246,8 +246,9 @@ type call struct {
 	ms    []match
 	hitOf []int // hit index of each descriptor, -1 for none
 	hits  []window.Hit
-	// rules[j] is the rule of hits[j].
-	rules []*Rule
+	// tags[j] is hits[j]'s Tag: its rule, and what the decision learnt of
+	// its own window (Known false where it learnt nothing).
+	tags []hitTag
 	// never marks the descriptors that can never be admitted: a limit of
 	// 0, or a hits_addend above window.MaxRequests (more than any window
 	// holds). blockedAt is the first enforcing one, -1; shadowZero the
@@ -258,10 +259,20 @@ type call struct {
 	// o is the core's outcome (not asked when blocked); d is its Decision.
 	o enforce.Outcome
 	d window.Decision
-	// reports[j] is what the decision learnt of hits[j]'s own window
-	// (hits[j].Report points here); Known false where it learnt nothing.
-	reports []window.HitReport
 }
+
+// hitTag is the Tag of a call's hit: its rule, which names the hit's
+// penalty box and local share to the limiter stack, and the hit's own
+// outcome, which the store reports into it (window.HitReporter).
+type hitTag struct {
+	*Rule
+	report window.HitReport
+}
+
+var _ window.HitReporter = (*hitTag)(nil)
+
+// ReportHit implements window.HitReporter.
+func (t *hitTag) ReportHit(r window.HitReport) { t.report = r }
 
 func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 	descs := req.GetDescriptors()
@@ -289,21 +300,19 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 			continue
 		}
 		c.hitOf[i] = len(c.hits)
-		c.rules = append(c.rules, r)
+		c.tags = append(c.tags, hitTag{Rule: r})
 		c.hits = append(c.hits, window.Hit{
-			Key:        s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
-			Rule:       r.Label(),
-			Limit:      window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window, Buckets: r.Buckets},
-			Cost:       int(cost),
-			Shadow:     c.shadow(r),
-			Ban:        r.Ban,
-			LocalShare: r.LocalShare,
+			Key:    s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
+			Rule:   r.Label(),
+			Limit:  window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window, Buckets: r.Buckets},
+			Cost:   int(cost),
+			Shadow: c.shadow(r),
 		})
 	}
-	// Each hit's own outcome, for its descriptor's status (see status).
-	c.reports = make([]window.HitReport, len(c.hits))
+	// Tagged once the tags stop moving: each hit's rule, and its own
+	// outcome for its descriptor's status (see status).
 	for j := range c.hits {
-		c.hits[j].Report = &c.reports[j]
+		c.hits[j].Tag = &c.tags[j]
 	}
 	return c
 }
@@ -325,7 +334,7 @@ func (c *call) shadow(r *Rule) bool { return r.Shadow || c.s.core.Shadow() }
 
 // FailureMode is the failure mode of hits[j]'s rule: c is the
 // enforce.Policies of its hits.
-func (c *call) FailureMode(j int) enforce.FailureMode { return c.rules[j].FailureMode }
+func (c *call) FailureMode(j int) enforce.FailureMode { return c.tags[j].FailureMode }
 
 // applyReplaces drops the rules that another matched rule replaces, as
 // ratelimit does: a rule named in some match's replaces applies to none of
@@ -415,10 +424,10 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 		// blocked or admitted without a decision: nothing was counted.
 	case !c.o.Decided(j):
 		// the backend failed and this rule's failure mode is allow
-	case c.reports[j].Known:
+	case c.tags[j].report.Known:
 		// The backend (or the fallback) counted this descriptor's own
 		// window: its numbers are exact, whichever hit was binding.
-		if rep := &c.reports[j]; rep.Over {
+		if rep := &c.tags[j].report; rep.Over {
 			st.Code, st.DurationUntilReset = overCode, durationpb.New(rep.RetryAfter)
 		} else {
 			st.LimitRemaining = uint32(max(min(rep.Remaining, int(r.RequestsPerUnit)), 0))

@@ -23,6 +23,7 @@ import (
 	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/guard"
 	"github.com/flashgate/flashgate/window/memory"
 )
 
@@ -508,6 +509,13 @@ func TestRuleFailureModes(t *testing.T) {
 	}
 }
 
+// A hit's tag names its rule's penalty box to the Guard and its local share
+// to the Fallback.
+var (
+	_ guard.RuleBan      = (*hitTag)(nil)
+	_ fallback.RuleShare = (*hitTag)(nil)
+)
+
 // TestHitSettings: ban and local_share reach the window stack's hits; a
 // rule without them leaves the server's.
 func TestHitSettings(t *testing.T) {
@@ -521,14 +529,28 @@ func TestHitSettings(t *testing.T) {
 	if len(hs) != 3 {
 		t.Fatalf("%d hits, want 3", len(hs))
 	}
-	if b := hs[0].Ban; b == nil || *b != (window.Ban{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute}) || hs[0].LocalShare != 1 {
-		t.Errorf("tenant.user: ban %v local share %d", b, hs[0].LocalShare)
+	banOf := func(h window.Hit) *window.Ban {
+		r, ok := h.Tag.(guard.RuleBan)
+		if !ok {
+			t.Fatalf("hit %s: tag %T names no penalty box", h.Rule, h.Tag)
+		}
+		return r.PenaltyBox()
 	}
-	if b := hs[1].Ban; b == nil || b.Enabled() {
+	shareOf := func(h window.Hit) int {
+		r, ok := h.Tag.(fallback.RuleShare)
+		if !ok {
+			t.Fatalf("hit %s: tag %T names no local share", h.Rule, h.Tag)
+		}
+		return r.FallbackShare()
+	}
+	if b := banOf(hs[0]); b == nil || *b != (window.Ban{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute}) || shareOf(hs[0]) != 1 {
+		t.Errorf("tenant.user: ban %v local share %d", b, shareOf(hs[0]))
+	}
+	if b := banOf(hs[1]); b == nil || b.Enabled() {
 		t.Errorf("quiet: ban %v, want disabled", b)
 	}
-	if hs[2].Ban != nil || hs[2].LocalShare != 0 {
-		t.Errorf("api_key: ban %v local share %d, want the server's", hs[2].Ban, hs[2].LocalShare)
+	if b := banOf(hs[2]); b != nil || shareOf(hs[2]) != 0 {
+		t.Errorf("api_key: ban %v local share %d, want the server's", b, shareOf(hs[2]))
 	}
 }
 

@@ -30,4 +30,28 @@
 // so that nothing an attacker sends can choose a Redis Cluster slot, grow a
 // key without bound, or make two different (rule, value) pairs share a
 // window. [Admitted] is what a fallback writes back to a store.
+//
+// # Per-hit policy and results
+//
+// A [Hit] holds what every store needs (key, rule name, limit, cost,
+// shadow) and one opaque Tag for the rest. A layer with a per-rule setting
+// declares a one-method interface where it is used (guard.RuleBan for the
+// penalty box, fallback.RuleShare for the local share) and asserts it on
+// the hit's Tag; the front-ends tag each hit with the rule that made it,
+// which implements them. A per-hit result travels the same way: a store
+// reports a hit's own window to its Tag if that is a [HitReporter] (the
+// ratelimit service's tags hold a report beside the rule). So the contract
+// names no layer's policy, and a new layer adds an interface beside itself
+// and a method on the rules, not a field here. A lookup by rule name built
+// into each decorator would not do: a hit's Rule is a metrics label, not
+// unique (the ratelimit service names its rules by path, per domain), and
+// the lookup's table would have to follow every front-end's reloads. A
+// policy or a result buffer passed beside the hits would change every
+// Limiter's signature, or ride on the context (an allocation per request,
+// and out of step with the hits when the core hands the fallback only some
+// of them); a Decision holding every hit's result would not stay a small
+// value. The Tag travels with its hit, costs no allocation (a rule is a
+// pointer) and one cached type assertion where a layer reads it: the Guard
+// on a denial, the Fallback when it decides or learns a count, a store once
+// per hit.
 package window

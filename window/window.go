@@ -129,32 +129,37 @@ var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.
 // verbatim as a Redis key. Rule is the operator-given rule name, used for
 // reporting only. A Shadow hit is counted and reported but never denies: when
 // it is over its limit the request is still admitted (and not recorded in
-// that full window). Ban, when non-nil, overrides the Guard's default
-// penalty box for this hit. LocalShare, when positive, is how many
-// admissions per window this process may make on its own for the hit while
-// the shared backend is unavailable (the failure mode's fallback); 0 means ceil(Requests
-// / fleet size). Cost is how many requests the hit counts as (Envoy's
+// that full window). Cost is how many requests the hit counts as (Envoy's
 // hits_addend): the request is admitted only if the window has room for all
-// of them, and then records them all; 0 means 1. Report, when non-nil,
-// receives what the decision learnt of this hit's own window (see
-// [HitReport]); the caller owns it, and it is written only by the Decide
-// call the hit is passed to, before it returns.
+// of them, and then records them all; 0 means 1.
+//
+// Tag is the caller's, opaque to the contract and to every store: a layer
+// with a setting of its own per hit declares a small interface and reads it
+// from Tag (the front-ends tag a hit with its rule), so that the contract
+// names no layer's policy; a Tag that implements [HitReporter] receives the
+// hit's own outcome. A nil Tag, or one without a layer's interface, takes
+// that layer's default. See the package doc.
 type Hit struct {
-	Key        string
-	Rule       string
-	Limit      Limit
-	Shadow     bool
-	Ban        *Ban
-	LocalShare int
-	Cost       int
-	Report     *HitReport
+	Key    string
+	Rule   string
+	Limit  Limit
+	Shadow bool
+	Cost   int
+	Tag    any
+}
+
+// HitReporter is a hit's Tag that asks for the hit's own outcome: the
+// Decide call the hit is passed to calls ReportHit once, before it returns,
+// if it counted the hit's window (see [HitReport]).
+type HitReporter interface {
+	ReportHit(HitReport)
 }
 
 // HitReport is one hit's own outcome, beside the [Decision] that describes
 // only the binding hit: what a caller answering per hit needs (an RLS's
-// per-descriptor statuses). A limiter that counted the hit's window sets
-// Known; one that did not (the Guard refusing another key locally, a
-// failed call) leaves the report as it was, so a caller zeroes it first.
+// per-descriptor statuses). A limiter that counted the hit's window reports
+// it, Known; one that did not (the Guard refusing another key locally, a
+// failed call) reports nothing, so a caller starts from the zero report.
 type HitReport struct {
 	Known bool
 	// Count: entries in the window after the decision (a denied request
@@ -280,17 +285,18 @@ func (s *HitState) limit(h *Hit) int {
 }
 
 // Resolve turns the states of hits (st[i] of hits[i]) into their Decision
-// and writes each hit's Report. The request counts as admitted iff no
-// enforcing hit is Over. It allocates nothing.
+// and reports each hit's own outcome to its Tag if it is a [HitReporter].
+// The request counts as admitted iff no enforcing hit is Over. It allocates
+// nothing.
 func Resolve(hits []Hit, st []HitState) Decision {
 	d := Decision{Allowed: true, Index: -1, ShadowIndex: -1}
 	for i := range hits {
-		if r := hits[i].Report; r != nil {
+		if r, ok := hits[i].Tag.(HitReporter); ok {
 			rem := 0
 			if !st[i].Over {
 				rem = max(st[i].limit(&hits[i])-st[i].Count, 0)
 			}
-			*r = HitReport{Known: true, Count: st[i].Count, Remaining: rem, Over: st[i].Over, RetryAfter: st[i].RetryAfter}
+			r.ReportHit(HitReport{Known: true, Count: st[i].Count, Remaining: rem, Over: st[i].Over, RetryAfter: st[i].RetryAfter})
 		}
 	}
 	for i := range hits {

@@ -9,8 +9,9 @@
 // near the limit rather than at N times it. Its local state is an exact log
 // per key (a memory.Memory, extended by an allowance per hit):
 //
-//   - Share: each hit is enforced at its share, Hit.LocalShare, or
-//     ceil(Limit.Requests / N) by default, with N the live fleet size.
+//   - Share: each hit is enforced at its share, its rule's (read from
+//     Hit.Tag through [RuleShare]), or ceil(Limit.Requests / N) by
+//     default, with N the live fleet size.
 //   - Seed: the limiter [Fallback.Watch] returns records, for the binding
 //     hit of every decision the store made, the count it reported; until one
 //     window after that reply, the hit may admit at most

@@ -181,10 +181,21 @@ func allowance(h *window.Hit, seen int, until, now int64, n int) int {
 	return share
 }
 
-// shareOf is h's share in a fleet of n: Hit.LocalShare, or ceil(limit / n).
+// RuleShare is what the Fallback reads of a hit's Tag: how many admissions
+// per window this process may make on its own for the hit's rule while the
+// shared store cannot decide, or 0 for ceil(Limit.Requests / fleet size). A
+// front-end's rule implements it.
+type RuleShare interface {
+	FallbackShare() int
+}
+
+// shareOf is h's share in a fleet of n: its rule's (RuleShare), or
+// ceil(limit / n).
 func shareOf(h *window.Hit, n int) int {
-	if h.LocalShare > 0 {
-		return h.LocalShare
+	if r, ok := h.Tag.(RuleShare); ok {
+		if s := r.FallbackShare(); s > 0 {
+			return s
+		}
 	}
 	return ceilDiv(h.Limit.Requests, n)
 }

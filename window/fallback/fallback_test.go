@@ -37,7 +37,7 @@ func TestFallbackShare(t *testing.T) {
 		}
 	}
 	own := hit("own", 5, time.Second)
-	own.LocalShare = 4
+	own.Tag = ruleShare(4)
 	for i := range 5 {
 		if d := mustDecide(t, f, own); d.Allowed != (i < 4) {
 			t.Fatalf("request %d with local_share 4: %+v", i, d)

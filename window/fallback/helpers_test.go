@@ -29,3 +29,8 @@ func startRedis(t testing.TB) (*redistest.Server, redis.UniversalClient) {
 	t.Cleanup(func() { _ = c.Close() })
 	return s, c
 }
+
+// ruleShare is a hit's Tag naming its rule's local share.
+type ruleShare int
+
+func (r ruleShare) FallbackShare() int { return int(r) }

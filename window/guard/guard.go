@@ -25,9 +25,16 @@ type GuardOptions struct {
 	// Budget is the memory budget in bytes for the over-limit cache and the
 	// penalty box together; 0 means DefaultGuardBudget. Minimum 64 KiB.
 	Budget int64
-	// Ban is the penalty box for hits that carry none. The zero Ban
-	// disables it; use DefaultBan for serve's default.
+	// Ban is the penalty box for hits whose Tag names none (see [RuleBan]).
+	// The zero Ban disables it; use DefaultBan for serve's default.
 	Ban window.Ban
+}
+
+// RuleBan is what the Guard reads of a hit's Tag: the penalty box of the
+// hit's rule, or nil for the Guard's own (GuardOptions.Ban). A front-end's
+// rule implements it.
+type RuleBan interface {
+	PenaltyBox() *window.Ban
 }
 
 // Guard is the local over-limit cache and penalty box in front of a
@@ -201,10 +208,13 @@ func (g *Guard) denied(h *window.Hit, e *guardEntry, now int64) {
 	}
 }
 
-// banOf returns the penalty box that applies to h.
+// banOf returns the penalty box that applies to h: its rule's (RuleBan), or
+// the Guard's.
 func (g *Guard) banOf(h *window.Hit) window.Ban {
-	if h.Ban != nil {
-		return *h.Ban
+	if r, ok := h.Tag.(RuleBan); ok {
+		if b := r.PenaltyBox(); b != nil {
+			return *b
+		}
 	}
 	return g.ban
 }

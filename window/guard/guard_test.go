@@ -151,7 +151,7 @@ func TestGuardPenaltyBox(t *testing.T) {
 func TestGuardBanOverrideAndDisabled(t *testing.T) {
 	g, _, clock := newTestGuard(t, window.Ban{Threshold: 1, Window: time.Minute, Duration: time.Hour})
 	h := hit("k", 1, 10*time.Millisecond)
-	h.Ban = &window.Ban{} // this rule disables the box
+	h.Tag = ruleBan{&window.Ban{}} // this rule disables the box
 	for range 20 {
 		mustDecide(t, g, h)
 		mustDecide(t, g, h)
@@ -227,7 +227,7 @@ func TestGuardReloadLiftsBan(t *testing.T) {
 	}
 	// A reload that disables the penalty box lifts it too.
 	off := h
-	off.Ban = &window.Ban{}
+	off.Tag = ruleBan{&window.Ban{}}
 	if d := mustDecide(t, g, off); d.Source != window.SourceBackend {
 		t.Fatalf("penalty box disabled, yet the key is still refused locally: %+v", d)
 	}

@@ -3,6 +3,8 @@ package guard
 import (
 	"testing"
 
+	"github.com/flashgate/flashgate/window"
+
 	"github.com/flashgate/flashgate/window/memory"
 	"github.com/flashgate/flashgate/window/testclock"
 	"github.com/flashgate/flashgate/window/windowtest"
@@ -21,3 +23,8 @@ var (
 	hit        = windowtest.Hit
 	mustDecide = windowtest.MustDecide
 )
+
+// ruleBan is a hit's Tag naming its rule's penalty box.
+type ruleBan struct{ b *window.Ban }
+
+func (r ruleBan) PenaltyBox() *window.Ban { return r.b }

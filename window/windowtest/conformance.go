@@ -384,7 +384,7 @@ var conformanceCases = []conformanceCase{
 		lim := st.Limiter
 		var ra, rb window.HitReport
 		a, b := Hit(k.Key("uid", "u1"), 5, 10*time.Second), Hit(k.Key("ip", "u1"), 3, 10*time.Second)
-		a.Report, b.Report = &ra, &rb
+		a.Tag, b.Tag = reportTo{&ra}, reportTo{&rb}
 		for range 3 {
 			MustAllow(t, lim, "under both", a, b)
 		}
@@ -759,3 +759,8 @@ func MustDeny(t testing.TB, lim window.Limiter, what string, hits ...window.Hit)
 }
 
 func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
+
+// reportTo is a hit's Tag that keeps the hit's own outcome in *r.
+type reportTo struct{ r *window.HitReport }
+
+func (t reportTo) ReportHit(r window.HitReport) { *t.r = r }
