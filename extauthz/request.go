@@ -34,21 +34,6 @@ func (m *Mapping) Reset() {
 	m.Hits, m.Rules, m.Missing = m.Hits[:0], m.Rules[:0], nil
 }
 
-// Map computes the hits of req under c's rules, into m (reset first). It is
-// a pure function of its arguments: it never fails and never panics,
-// whatever req holds (nil included), and reads no clock.
-//
-// A rule matches when every descriptor with a value finds its pattern in the
-// request (exact, or prefix for a trailing *). A matching rule whose other
-// descriptors all find a value (present and non-empty) yields a hit keyed by keys.Key(rule name, joined parts), the parts
-// being each descriptor's pattern or the request's value; otherwise the rule
-// is skipped, or recorded in m.Missing under on_missing: deny.
-//
-// Map is safe for concurrent use on one Config with distinct Mappings.
-func (c *Config) Map(req *authv3.CheckRequest, keys window.Keys, m *Mapping) {
-	c.mapWith(req, keys, nil, false, m)
-}
-
 // constKeys returns, by rule index, the limit key of every rule whose key
 // has no part from the request (nvar 0), built with keys; "" for the others.
 // A caller that maps many requests builds it once per Config (see mapWith).
