@@ -11,7 +11,7 @@
 # "one-uni one-paced":
 # one rule, 32 workers, uniform over 100,000 users; and 3000 checks/s): the same load generator, gRPC
 # server, auto-pipeline and Redis, so the Redis CPU per check differs only by the script and the batching.
-# The patch is a measurement harness, not part of flashgate; it applies to window/pipeline.go as of
+# The patch is a measurement harness, not part of flashgate; it applies to window/redisstore/pipeline.go as of
 # the commit that added it (rebase it when that file changes).
 set -eu
 [ $# -eq 2 ] || { echo "usage: $0 OUTDIR ROUNDS" >&2; exit 2; }
