@@ -1,5 +1,5 @@
 #!/bin/bash
-# End-to-end runs of BENCHMARKS.md §5 (§2 in session 1), all in one session with the same bench flags.
+# End-to-end runs of BENCHMARKS.md §5 (§2 before it), all in one sitting with the same bench flags.
 # Build first: go build -o /tmp/fg ./cmd/flashgate        usage: scripts/bench-e2e.sh BIN OUTDIR
 # The load generator and the no-op server are flashgate-bench: $BENCH, or built here from this checkout.
 #
