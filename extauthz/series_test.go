@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -26,40 +27,10 @@ func rulesYAML(domain string, names ...string) string {
 }
 
 // checkSeries returns the "domain/rule" pairs of the flashgate_checks_total
-// series reg exports, sorted (the first ten), and how many series there are.
+// series reg exports (see enforcetest.RuleSeries).
 func checkSeries(t *testing.T, reg prometheus.Gatherer) ([]string, int) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pairs []string
-	n := 0
-	for _, mf := range mfs {
-		if mf.GetName() != "flashgate_checks_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			n++
-			var dom, rule string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "domain":
-					dom = l.GetValue()
-				case "rule":
-					rule = l.GetValue()
-				}
-			}
-			if p := dom + "/" + rule; !slices.Contains(pairs, p) {
-				pairs = append(pairs, p)
-			}
-		}
-	}
-	slices.Sort(pairs)
-	if len(pairs) > 10 { // keep failure messages short
-		pairs = append(pairs[:10], fmt.Sprintf("… %d more", len(pairs)-10))
-	}
-	return pairs, n
+	return enforcetest.RuleSeries(t, reg, "flashgate_checks_total")
 }
 
 // TestReloadDropsRuleSeries: a reload from 2000 rules to one leaves the

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -28,42 +29,11 @@ func domainYAML(domain string, values ...string) string {
 	return b.String()
 }
 
-// requestSeries returns the "domain/rule" pairs of the
-// flashgate_rls_requests_total series reg exports, sorted (the first ten),
-// and how many series there are.
+// requestSeries returns the "domain/rule" pairs of the flashgate_rls_requests_total
+// series reg exports (see enforcetest.RuleSeries).
 func requestSeries(t *testing.T, reg prometheus.Gatherer) ([]string, int) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pairs []string
-	n := 0
-	for _, mf := range mfs {
-		if mf.GetName() != "flashgate_rls_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			n++
-			var dom, rule string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "domain":
-					dom = l.GetValue()
-				case "rule":
-					rule = l.GetValue()
-				}
-			}
-			if p := dom + "/" + rule; !slices.Contains(pairs, p) {
-				pairs = append(pairs, p)
-			}
-		}
-	}
-	slices.Sort(pairs)
-	if len(pairs) > 10 { // keep failure messages short
-		pairs = append(pairs[:10], fmt.Sprintf("… %d more", len(pairs)-10))
-	}
-	return pairs, n
+	return enforcetest.RuleSeries(t, reg, "flashgate_rls_requests_total")
 }
 
 // TestReloadDropsRuleSeries: a reload from 2000 counted rules to one

@@ -3,6 +3,8 @@
 package enforcetest
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,4 +31,42 @@ func Counter(t testing.TB, g prometheus.Gatherer, family, value string) float64 
 		}
 	}
 	return 0
+}
+
+// RuleSeries returns the "domain/rule" pairs of family's series (a
+// front-end's per-rule decision counter) as g gathers them, sorted, the
+// first ten then "… N more", and how many series there are.
+func RuleSeries(t testing.TB, g prometheus.Gatherer, family string) ([]string, int) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pairs []string
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() != family {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			n++
+			var dom, rule string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "domain":
+					dom = l.GetValue()
+				case "rule":
+					rule = l.GetValue()
+				}
+			}
+			if p := dom + "/" + rule; !slices.Contains(pairs, p) {
+				pairs = append(pairs, p)
+			}
+		}
+	}
+	slices.Sort(pairs)
+	if len(pairs) > 10 { // keep failure messages short
+		pairs = append(pairs[:10], fmt.Sprintf("… %d more", len(pairs)-10))
+	}
+	return pairs, n
 }
