@@ -171,6 +171,10 @@ type HitReport struct {
 	Over bool
 	// RetryAfter: when Over, how long until it has.
 	RetryAfter time.Duration
+	// Reset: when not Over, how long until the window's oldest counted
+	// admission leaves it, so that it has room for more than Remaining (see
+	// [Decision.Reset]).
+	Reset time.Duration
 }
 
 // Counted returns the requests h counts as: Cost, or 1 for 0.
@@ -221,6 +225,14 @@ type Decision struct {
 	// RetryAfter: for a denial, how long until the binding window admits
 	// again (its oldest needed entry ages out); 0 for an admission.
 	RetryAfter time.Duration
+	// Reset: for an admission, how long until the binding window's oldest
+	// counted admission leaves it, so that it has room for one more than
+	// Remaining: the whole window for a key the request started, never more
+	// (a bucketed window: until its oldest counted sub-window leaves). 0 when
+	// the limiter does not know it (a failure mode's answer); 0 for a denial.
+	// It is what the IETF RateLimit field's t and RLS's
+	// duration_until_reset report for an admission.
+	Reset time.Duration
 	// Shadowed: some shadow hit was over its limit (a would-be denial).
 	// ShadowIndex is its index, -1 if none.
 	Shadowed    bool
