@@ -18,6 +18,9 @@
 #                against 16 requests per call
 #   flashgate-k3, -k3-warm, -k3-hot   requests of three keys each (the several-keys path, limits 5, 6, 7 or
 #                1,000,000 and up), one call per request: Ir per request, so about three textbook calls' worth
+#   flashgate-left, flashgate-16-left   one and 16 requests per call on 100 keys in turn, 5 per 1,000 s, the
+#                script's clock passed in (evalbench -step): 2.2 s apart, so that all but the first 500
+#                requests meet a full key whose oldest entry has just left the window (one trimmed, admitted)
 # Each case starts from an empty Redis with no script loaded but its own (SCRIPT FLUSH): Lua's garbage
 # collector walks every loaded script, so one case's script would cost the next.
 # Instructions are not time: cache misses, system calls and wake-ups are not in them (scripts/redis-cost.sh
@@ -75,4 +78,10 @@ done
   ir flashgate-k3 3000 -kind flashgate -keys 3
   ir flashgate-k3-warm 3000 -kind flashgate -keys 3 $WARM
   ir flashgate-k3-hot 3000 -kind flashgate -keys 3 $HOT
+}
+LEFT="-range 100 -window 1000000 -step 2200000"
+# shellcheck disable=SC2086
+{
+  ir flashgate-left 6000 -kind flashgate $LEFT
+  ir flashgate-16-left 8000 -kind flashgate -per 16 $LEFT
 }

@@ -13,9 +13,14 @@
 // request of one key). A request's key is rl:<i> for the i-th request when
 // -range is 0 (every key fresh), else rl:<random below -range>; with -keys K
 // above 1 it hits rl:<…>:0 … rl:<…>:K-1 instead, key j limited to -limit + j
-// (the several-keys path, its hits' specs distinct as a rule set's are). It
-// prints the requests, the calls, and with -cpu the Redis CPU (INFO cpu) per
-// request in µs. A reply that is an error stops it with a non-zero status.
+// (the several-keys path, its hits' specs distinct as a rule set's are). With
+// -step S (flashgate only) the i-th request passes now = a fixed instant + i·S
+// µs (the local clock's argument) and its key is rl:<i mod -range>, so that a
+// key meets time passing at a known rate: -range 100 -limit 5 -window W
+// with 400·S < W·1000 < 500·S finds every key full with its oldest entry
+// just out of the window (one trimmed, then admitted). It prints the
+// requests, the calls, and with -cpu the Redis CPU (INFO cpu) per request in
+// µs. A reply that is an error stops it with a non-zero status.
 package main
 
 import (
@@ -48,6 +53,7 @@ type config struct {
 	keys               int
 	n, keyRange        int64
 	limit, windowMS    int64
+	step               int64
 	cpu                bool
 }
 
@@ -65,6 +71,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Int64Var(&c.keyRange, "range", 0, "keys: rl:<random below range>; 0: a fresh key per request")
 	fs.Int64Var(&c.limit, "limit", 5, "the limit")
 	fs.Int64Var(&c.windowMS, "window", 1000, "the window in ms")
+	fs.Int64Var(&c.step, "step", 0, "flashgate only: request i passes now = a fixed instant + i*step µs and hits rl:<i mod range> (0: Redis TIME, random keys)")
 	fs.BoolVar(&c.cpu, "cpu", false, "print Redis's CPU per request (INFO cpu over the run)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -74,6 +81,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if c.keys > 1 && c.kind != "flashgate" {
 		return errors.New("-keys above 1 needs -kind flashgate (the textbook script takes one key)")
+	}
+	if c.step < 0 || c.step > 0 && (c.kind != "flashgate" || c.keyRange < 1) {
+		return errors.New("-step needs -kind flashgate and -range of at least 1")
 	}
 	src, err := c.source()
 	if err != nil {
@@ -178,10 +188,20 @@ func (c *config) drive(cn *conn, sha string, next, calls *atomic.Int64) error {
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	key := func(i int64) string {
-		if c.keyRange > 0 {
+		switch {
+		case c.step > 0:
+			i %= c.keyRange
+		case c.keyRange > 0:
 			i = rng.Int64N(c.keyRange)
 		}
 		return "rl:" + strconv.FormatInt(i, 10)
+	}
+	// now: "" for Redis TIME, else a fixed instant (2023-11-14) plus i steps.
+	now := func(i int64) string {
+		if c.step == 0 {
+			return ""
+		}
+		return strconv.FormatInt(1_700_000_000_000_000+i*c.step, 10)
 	}
 	for {
 		sent := 0
@@ -201,7 +221,7 @@ func (c *config) drive(cn *conn, sha string, next, calls *atomic.Int64) error {
 					args = append(args, k)
 					argv = append(argv, "0", strconv.FormatInt(c.windowMS, 10), strconv.FormatInt(c.limit, 10), member)
 				default:
-					argv = append(argv, member, "", strconv.Itoa(len(specs)))
+					argv = append(argv, member, now(i), strconv.Itoa(len(specs)))
 					for j, s := range specs {
 						if len(specs) == 1 {
 							args = append(args, k)
