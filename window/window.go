@@ -171,9 +171,10 @@ type HitReport struct {
 	Over bool
 	// RetryAfter: when Over, how long until it has.
 	RetryAfter time.Duration
-	// Reset: when not Over, how long until the window's oldest counted
-	// admission leaves it, so that it has room for more than Remaining (see
-	// [Decision.Reset]).
+	// Reset: when the request was admitted and the hit is not Over, how
+	// long until the window's oldest counted admission leaves it, so that it
+	// has room for more than Remaining (see [Decision.Reset]); 0 for every
+	// hit of a denied request.
 	Reset time.Duration
 }
 
@@ -228,10 +229,12 @@ type Decision struct {
 	// Reset: for an admission, how long until the binding window's oldest
 	// counted admission leaves it, so that it has room for one more than
 	// Remaining: the whole window for a key the request started, never more
-	// (a bucketed window: until its oldest counted sub-window leaves). 0 when
-	// the limiter does not know it (a failure mode's answer); 0 for a denial.
-	// It is what the IETF RateLimit field's t and RLS's
-	// duration_until_reset report for an admission.
+	// (a bucketed window: until its oldest counted sub-window leaves, so up
+	// to Window+Width(), that much for a key the request started). 0 when
+	// the limiter does not know it (a failure mode's answer, or a binding
+	// hit that is a shadow hit over its limit); 0 for a denial. It is what
+	// the IETF RateLimit field's t and RLS's duration_until_reset report for
+	// an admission.
 	Reset time.Duration
 	// Shadowed: some shadow hit was over its limit (a would-be denial).
 	// ShadowIndex is its index, -1 if none.
@@ -282,6 +285,11 @@ type HitState struct {
 	Over bool
 	// RetryAfter: when Over, how long until it has.
 	RetryAfter time.Duration
+	// Reset: when not Over and the request is admitted, how long until the
+	// window's oldest counted admission leaves it, after the decision (see
+	// [Decision.Reset]). A store may leave it unset for a denied request:
+	// Resolve reports none then.
+	Reset time.Duration
 	// Allowance, when Scaled, replaces the hit's Limit.Requests as the
 	// entries its window may hold in this decision (a fallback's share).
 	Allowance int
@@ -301,16 +309,25 @@ func (s *HitState) limit(h *Hit) int {
 // The request counts as admitted iff no enforcing hit is Over. It allocates
 // nothing.
 func Resolve(hits []Hit, st []HitState) Decision {
-	d := Decision{Allowed: true, Index: -1, ShadowIndex: -1}
+	d := resolve(hits, st)
 	for i := range hits {
 		if r, ok := hits[i].Tag.(HitReporter); ok {
-			rem := 0
+			rep := HitReport{Known: true, Count: st[i].Count, Over: st[i].Over, RetryAfter: st[i].RetryAfter}
 			if !st[i].Over {
-				rem = max(st[i].limit(&hits[i])-st[i].Count, 0)
+				rep.Remaining = max(st[i].limit(&hits[i])-st[i].Count, 0)
+				if d.Allowed {
+					rep.Reset = st[i].Reset
+				}
 			}
-			r.ReportHit(HitReport{Known: true, Count: st[i].Count, Remaining: rem, Over: st[i].Over, RetryAfter: st[i].RetryAfter})
+			r.ReportHit(rep)
 		}
 	}
+	return d
+}
+
+// resolve is Resolve's Decision.
+func resolve(hits []Hit, st []HitState) Decision {
+	d := Decision{Allowed: true, Index: -1, ShadowIndex: -1}
 	for i := range hits {
 		if !st[i].Over {
 			continue
@@ -336,6 +353,9 @@ func Resolve(hits []Hit, st []HitState) Decision {
 		if d.Index < 0 || rem < d.Remaining {
 			d.Index, d.Limit, d.Count, d.Remaining = i, hits[i].Limit, st[i].Count, rem
 		}
+	}
+	if i := d.Index; i >= 0 && !st[i].Over {
+		d.Reset = st[i].Reset
 	}
 	return d
 }
