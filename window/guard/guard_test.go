@@ -42,9 +42,15 @@ func newTestGuard(t *testing.T, ban window.Ban) (*Guard, *countingLimiter, *test
 func TestGuardFullUntil(t *testing.T) {
 	g, backend, clock := newTestGuard(t, window.Ban{})
 	h := hit("k", 2, time.Second)
-	mustDecide(t, g, h)
+	// The backend's admissions pass with their reset: until the oldest
+	// admission leaves.
+	if d := mustDecide(t, g, h); !d.Allowed || d.Reset != time.Second {
+		t.Fatalf("1st: %+v, want allowed with reset 1s", d)
+	}
 	clock.Advance(300 * time.Millisecond)
-	mustDecide(t, g, h)
+	if d := mustDecide(t, g, h); !d.Allowed || d.Reset != 700*time.Millisecond {
+		t.Fatalf("2nd: %+v, want allowed with reset 700ms", d)
+	}
 	d := mustDecide(t, g, h) // the backend denies: full until 1000ms
 	if d.Allowed || d.Source != window.SourceBackend || d.RetryAfter != 700*time.Millisecond {
 		t.Fatalf("3rd: %+v, want backend denial, retry 700ms", d)
@@ -54,8 +60,8 @@ func TestGuardFullUntil(t *testing.T) {
 	for range 10 {
 		clock.Advance(50 * time.Millisecond)
 		d := mustDecide(t, g, h)
-		if d.Allowed || d.Source != window.SourceLocalFull {
-			t.Fatalf("%+v: want a local full denial", d)
+		if d.Allowed || d.Source != window.SourceLocalFull || d.Reset != 0 {
+			t.Fatalf("%+v: want a local full denial, reset 0", d)
 		}
 	}
 	if d := mustDecide(t, g, h); d.RetryAfter != 200*time.Millisecond {
@@ -65,8 +71,8 @@ func TestGuardFullUntil(t *testing.T) {
 		t.Fatalf("backend called %d more times while the key was known full", got-calls)
 	}
 	clock.Advance(200 * time.Millisecond) // t=1000ms: the oldest entry ages out
-	if d := mustDecide(t, g, h); !d.Allowed {
-		t.Fatalf("at the reopening instant: %+v, want allowed", d)
+	if d := mustDecide(t, g, h); !d.Allowed || d.Reset != 300*time.Millisecond {
+		t.Fatalf("at the reopening instant: %+v, want allowed with reset 300ms (until the 2nd leaves)", d)
 	}
 	// Other keys and a changed limit are not affected.
 	if d := mustDecide(t, g, hit("other", 2, time.Second)); !d.Allowed {

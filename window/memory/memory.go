@@ -206,6 +206,18 @@ func (l *memLog) leaveAt(leave int, now int64) int64 {
 	return l.window
 }
 
+// reset returns how long from now until the log's oldest counted entry
+// leaves the window (Decision.Reset): the exact log's oldest entry's
+// age-out, or the end of the oldest live sub-window, at most the window and
+// one sub-window (a clock that stepped back recorded later instants); the
+// whole window for an empty log.
+func (l *memLog) reset(now int64) int64 {
+	if l.len() == 0 {
+		return l.window
+	}
+	return min(l.leaveAt(1, now), l.window+l.width)
+}
+
 // idle reports whether the log holds nothing that matters at now.
 func (l *memLog) idle(now int64) bool { return l.idleAt() <= now }
 
@@ -394,6 +406,7 @@ func (m *Memory) DecideWith(ctx context.Context, hits []window.Hit, o DecideOpti
 		for i := range hits {
 			if !st[i].Over {
 				st[i].Count = logs[i].len()
+				st[i].Reset = time.Duration(logs[i].reset(now))
 			}
 		}
 	} else if o.RecordDenied {

@@ -451,7 +451,9 @@ func TestAutoPipelineScriptErrorFailsOnlyItsRequest(t *testing.T) {
 
 // sendFirsts sends one batch, as a dispatcher would, of one request per key
 // (5 per minute) and returns each request's error: a reply other than the
-// first admission of a fresh key is one.
+// first admission of the request on its key is one (a batch that failed
+// midway leaves the requests before the failure recorded: their retry
+// counts them once, from then).
 func sendFirsts(t *testing.T, r *Redis, keys []string) []error {
 	t.Helper()
 	batch := make([]*pipelineCall, len(keys))
@@ -466,8 +468,9 @@ func sendFirsts(t *testing.T, r *Redis, keys []string) []error {
 			continue
 		}
 		st := make([]window.HitState, 1)
-		if err := parseReply(c.res, st); err != nil || st[0].Count != 1 || st[0].Over {
-			errs[i] = fmt.Errorf("state %+v, %v; want count 1, under", st[0], err)
+		h := hit(keys[i], 5, time.Minute)
+		if err := parseReply(c.res, []window.Hit{h}, st); err != nil || st[0].Count != 1 || st[0].Over || st[0].Reset <= 0 || st[0].Reset > time.Minute {
+			errs[i] = fmt.Errorf("state %+v, %v; want count 1, under, a reset within the window", st[0], err)
 		}
 	}
 	return errs

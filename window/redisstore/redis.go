@@ -273,7 +273,7 @@ func (r *Redis) decideOnce(ctx context.Context, by time.Time, hits []window.Hit,
 	if err != nil {
 		return fmt.Errorf("redis decide: %w", err)
 	}
-	return parseReply(res, st)
+	return parseReply(res, hits, st)
 }
 
 // decidePerKey runs the script once per key, pipelined, and undoes partial
@@ -293,7 +293,7 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []window.Hit, member, now
 	for i, c := range cmds {
 		res, err := c.Slice()
 		if err == nil {
-			err = parseReply(res, st[i:i+1])
+			err = parseReply(res, hits[i:i+1], st[i:i+1])
 		}
 		if err != nil {
 			if firstEr == nil {
@@ -386,11 +386,11 @@ func appendHitArgs(args []any, h *window.Hit) []any {
 const specLen = 21
 
 // replyLen is the length of the script's reply to one request of n keys:
-// its time, then a count and a retry-after per key.
+// its time, then a count and a retry-after or reset per key.
 func replyLen(n int) int { return 1 + 2*n }
 
-// parseReply reads the script's reply to one request into st.
-func parseReply(res []any, st []window.HitState) error {
+// parseReply reads the script's reply to one request of hits into st.
+func parseReply(res []any, hits []window.Hit, st []window.HitState) error {
 	if len(res) != replyLen(len(st)) {
 		return fmt.Errorf("redis decide: script replied %d values for %d keys", len(res), len(st))
 	}
@@ -405,8 +405,28 @@ func parseReply(res []any, st []window.HitState) error {
 		if !ok1 || !ok2 {
 			return fmt.Errorf("redis decide: script replied %T, %T for key %d, want integers", res[1+2*i], res[2+2*i], i)
 		}
-		// Retry-after is at least 1 µs for a window without room, 0 for one with.
-		st[i] = window.HitState{Count: int(count), Over: wait > 0, RetryAfter: time.Duration(wait) * time.Microsecond}
+		// A retry-after is at least 1 µs for a window without room; a window
+		// with room has minus its reset, or 0 for the whole window.
+		st[i] = window.HitState{Count: int(count)}
+		switch l := keyLimit(hits, i); {
+		case wait > 0:
+			st[i].Over, st[i].RetryAfter = true, time.Duration(wait)*time.Microsecond
+		case wait < 0:
+			st[i].Reset = min(time.Duration(-wait)*time.Microsecond, l.Window+l.Width())
+		default:
+			st[i].Reset = l.Window
+		}
 	}
 	return nil
+}
+
+// keyLimit returns the limit of the first of hits with hits[i]'s key: the
+// script counts a key by its first hit's window (see redis.lua).
+func keyLimit(hits []window.Hit, i int) window.Limit {
+	for j := range i {
+		if hits[j].Key == hits[i].Key {
+			return hits[j].Limit
+		}
+	}
+	return hits[i].Limit
 }

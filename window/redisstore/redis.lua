@@ -9,10 +9,13 @@
 --         buckets (0: an exact log; B ≥ 1: B sub-window counters), followed by an exact key's
 --         lifetime in ms, ceil(window / 1000), in decimal (Go's appendHitArgs writes it).
 --   KEYS: the request's n keys, one sorted set each.
--- Reply, per request: now (µs, a decimal string), then per key: count, retry-after (µs).
---   count: entries in the window after the decision. retry-after: 0 if the window had room for
---   the request's cost; else (nothing was added) µs until enough entries age out for the cost to
---   fit, at least 1 (the whole window if the cost exceeds the limit).
+-- Reply, per request: now (µs, a decimal string), then per key: count, then retry-after or reset.
+--   count: entries in the window after the decision. Then, when the window had no room for the
+--   request's cost (nothing was added), the retry-after: µs until enough entries age out for the
+--   cost to fit, at least 1 (the whole window if the cost exceeds the limit). When it had room,
+--   the reset of an admitted request, negated: minus µs until the key's oldest counted entry (a
+--   bucketed key: sub-window) leaves the window; 0 where the key held nothing before the request
+--   (its reset is the window, which the caller knows), and for every key of a denied request.
 --
 -- Exact log (buckets 0): member = request id, score = admission µs. A request of cost c is c
 -- entries: its member, then member.."#2" … member.."#c".
@@ -43,14 +46,15 @@
 -- Redis TIME's reply is joined into now's decimal string, an exact key's scores and lifetime go
 -- to Redis as the strings received, and now becomes a number only where a key has entries (its
 -- trim bound then by %d); Lua's tostring (%.14g) would round µs and is never used. An exact key
--- whose count has room even untrimmed is trimmed without reading a score (Redis formats every
--- score it replies); one that may be full is read from its oldest entry, which tells whether to
--- trim, whether it holds counters (scores up to SPLIT) and, when one entry must leave, the
--- retry-after. Every function and table the top level makes is made again on every call, so the
--- functions live in helpers() and buckets(), made by the first request that needs them, and a
--- one-key request is decided in place, with its fresh key's ZADD and PEXPIRE inline: folding it
--- into the several-keys loop or its key into the helpers costs a lone call more than 5% of its
--- instructions (BENCHMARKS.md §15).
+-- with entries is read from its oldest entry, one score (Redis formats every score it replies),
+-- which tells whether it holds counters (scores up to SPLIT), whether to trim, an admission's
+-- reset and, when one entry must leave, the retry-after; only an admission whose oldest entry
+-- has just left reads the next one, after the trim. A bucketed key's reset comes from the
+-- counters it reads anyway. Every function and table the top level makes is made again on every
+-- call, so the functions live in helpers() and buckets(), made by the first request that needs
+-- them, and a one-key request is decided in place, with its fresh key's ZADD and PEXPIRE inline:
+-- folding it into the several-keys loop or its key into the helpers costs a lone call more than
+-- 5% of its instructions (BENCHMARKS.md §15).
 
 -- helpers returns the functions of every path but a one-key request's fresh exact key, made by
 -- a call's first request that needs one. Its field B, the bucketed keys' functions, is made by
@@ -72,7 +76,8 @@ local function helpers()
 
     -- bload reads a bucketed key: it converts what a reload left (exact entries, another width),
     -- trims the member ids past the horizon and the counters past the window, and returns the
-    -- state: sum (the count), width, the live counters (idx -> count) and whether the width is stored.
+    -- state: sum (the count), width, the live counters (idx -> count), the oldest live one's index
+    -- (nil: none) and whether the width is stored.
     local function bload(key, now, window, nb)
       local width = math.ceil(window / nb)
       local rows = redis.call('ZRANGEBYSCORE', key, '-inf', SPLIT, 'WITHSCORES')
@@ -106,6 +111,7 @@ local function helpers()
           live[idx] = (live[idx] or 0) + 1
         end
       end
+      local first
       for idx, c in pairs(live) do
         if idx < cut then
           if stored then
@@ -114,6 +120,9 @@ local function helpers()
           live[idx] = nil
         else
           sum = sum + c
+          if not first or idx < first then
+            first = idx
+          end
         end
       end
       if #dead > 0 then
@@ -131,7 +140,7 @@ local function helpers()
         stored = true
       end
       redis.call('ZREMRANGEBYSCORE', key, ABOVE, now - math.min(HORIZON, window))
-      return { sum = sum, width = width, live = live, stored = stored }
+      return { sum = sum, width = width, live = live, first = first, stored = stored }
     end
 
     -- bretry returns µs until enough counters of a full bucketed key have left for cost to fit.
@@ -154,13 +163,26 @@ local function helpers()
       return window
     end
 
+    -- breset returns µs until the oldest live sub-window of a bucketed key leaves its window (an
+    -- admission's reset), the window for none.
+    local function breset(st, window, now)
+      if not st.first then
+        return window
+      end
+      return (st.first + 1) * st.width + window - now
+    end
+
     -- badd records a request of cost in a bucketed key, unless an earlier attempt did; it returns
     -- what it added to the count.
     local function badd(key, st, now, member, cost, window)
       if redis.call('ZADD', key, 'NX', now, member) == 0 then
         return 0
       end
-      redis.call('ZINCRBY', key, cost, bname(math.floor(now / st.width)))
+      local idx = math.floor(now / st.width)
+      if not st.first or idx < st.first then
+        st.first = idx
+      end
+      redis.call('ZINCRBY', key, cost, bname(idx))
       if not st.stored then
         redis.call('ZADD', key, st.width, WIDTH)
       end
@@ -255,7 +277,7 @@ local function helpers()
       end
       return card
     end
-    return { load = bload, retry = bretry, add = badd, remove = bremove, exact = bexact }
+    return { load = bload, retry = bretry, reset = breset, add = badd, remove = bremove, exact = bexact }
   end
 
   -- add records a request of cost in an exact key at score at (the decimal string of now), unless
@@ -292,11 +314,14 @@ local function helpers()
   end
 
   -- retry returns µs until the entries of a full key have aged out far enough for cost to fit
-  -- (at least 1: a retry-after of 0 means room).
-  local function retry(key, card, limit, cost, window, now)
+  -- (at least 1: a retry-after of 0 means room). oldest is the oldest entry's score if read.
+  local function retry(key, card, limit, cost, window, now, oldest)
     local leave = card + cost - limit -- entries that must age out
     if leave > card then
       return window
+    end
+    if leave == 1 and oldest then
+      return math.max(oldest + window - now, 1)
     end
     local r = leave == 1 and '0' or leave - 1 -- a number is formatted with %.17g, a string is not
     -- (leave is 1 where one entry must leave: the common case)
@@ -304,27 +329,48 @@ local function helpers()
     return math.max(e[2] + window - now, 1)
   end
 
-  -- load counts key's window for one hit: an exact log (nb 0) holding card entries (nil: not read
-  -- yet), trimmed, a bucketed key met by an exact hit being converted back first; or (nb = B) its
-  -- sub-window counters, returned as st.
+  -- exact converts a bucketed key back into an exact log for a hit of limit and window (see
+  -- bexact) and returns its count.
+  local function exact(key, now, window, limit)
+    h.B = h.B or buckets()
+    return h.B.exact(key, now, window, limit)
+  end
+
+  -- load counts key's window for one hit: an exact log (nb 0) holding card entries, read from its
+  -- oldest entry as a one-key request's key is (a bucketed key met by an exact hit is converted
+  -- back, a key whose oldest entry left is trimmed), returning the count, false and the oldest
+  -- entry's score where it was read and is in the window; or (nb = B) its sub-window counters,
+  -- returned as st.
   local function load(key, now, window, limit, nb, card)
     if nb == 0 then
-      card = card or redis.call('ZCARD', key)
-      if card > 0 then
-        if redis.call('ZSCORE', key, WIDTH) then
-          h.B = h.B or buckets()
-          card = h.B.exact(key, now, window, limit)
-        else
-          card = card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-        end
+      if card == 0 then
+        return 0, false
       end
-      return card, false
+      local oldest = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+      if oldest <= 1000000000000 then
+        return exact(key, now, window, limit), false
+      elseif oldest <= now - window then
+        return card - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window)), false
+      end
+      return card, false, oldest
     end
     h.B = h.B or buckets()
     local st = h.B.load(key, now, window, nb)
     return st.sum, st
   end
-  h.add, h.remove, h.retry, h.load = add, remove, retry, load
+
+  -- reset returns an admission's reset on a key as the reply carries it (see the top): minus µs
+  -- until its oldest counted entry (bucketed, st: sub-window) leaves the window, or 0 for an
+  -- exact key that held nothing (card 0).
+  local function reset(key, st, card, window, now)
+    if st then
+      return -h.B.reset(st, window, now)
+    elseif card == 0 then
+      return 0
+    end
+    return now - window - tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+  end
+  h.add, h.remove, h.retry, h.exact, h.load, h.reset = add, remove, retry, exact, load, reset
   return h
 end
 
@@ -382,10 +428,11 @@ while a <= nargv do
     local limit, window, cost, nb, ttl = llimit, lwindow, lcost, lnb, lttl
     local card, wait = 0, 0
     -- An exact key is counted (ZCARD; 0: a fresh key, most of a uniform load's: nothing to trim,
-    -- and now stays a string). One with entries that may be full is then read from its oldest
-    -- entry (ZRANGE): its score tells whether entries left the window (then the key is trimmed) or
-    -- none did, and whether the key holds sub-window counters (scores up to 1e12, SPLIT in
-    -- buckets()); when one entry must leave for the cost to fit, it gives the retry-after.
+    -- and now stays a string). One with entries is then read from its oldest entry (ZRANGE): its
+    -- score tells whether the key holds sub-window counters (scores up to 1e12, SPLIT in
+    -- buckets()), whether entries left the window (then the key is trimmed, and an admission reads
+    -- the new oldest entry for its reset) or none did; then it gives an admission's reset and,
+    -- when one entry must leave for the cost to fit, a denial's retry-after.
     if nb == 0 then
       card = call('ZCARD', key)
       local now, oldest -- now as a number; the oldest entry's score, where read and in the window
@@ -394,28 +441,21 @@ while a <= nargv do
           lastnow, lastn = nows, tonumber(nows)
         end
         now = lastn
-        if card + cost <= limit then
-          -- Room even before the trim: only the width test and the trim, no score read.
-          if call('ZSCORE', key, '\0w') then
-            H = H or helpers()
-            card = H.load(key, now, window, limit, 0, card) -- converted from counters
-          else
-            card = card - call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-          end
-        else
-          oldest = tonumber(call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
-          if oldest <= 1000000000000 then
-            H = H or helpers()
-            card, oldest = H.load(key, now, window, limit, 0, card), nil -- converted from counters
-          elseif oldest <= now - window then
-            card = card - call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-            oldest = nil -- left the window
-          end
+        oldest = tonumber(call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+        if oldest <= 1000000000000 then
+          H = H or helpers()
+          card, oldest = H.exact(key, now, window, limit), nil -- converted from counters
+        elseif oldest <= now - window then
+          card = card - call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+          oldest = nil -- left the window
         end
       end
       -- Cost 1 inline, here and in the several-keys path: most calls need only ZADD and PEXPIRE,
       -- and no helpers (see the top).
       if card + cost <= limit then
+        if card > 0 then
+          wait = now - window - (oldest or tonumber(call('ZRANGE', key, '0', '0', 'WITHSCORES')[2]))
+        end
         if cost == 1 then
           card = card + call('ZADD', key, 'NX', nows, member)
         else
@@ -432,6 +472,9 @@ while a <= nargv do
           H = H or helpers()
           wait = H.retry(key, card, limit, cost, window, now)
         end
+      else
+        -- Full, and an earlier attempt admitted the request: its reset.
+        wait = now - window - (oldest or tonumber(call('ZRANGE', key, '0', '0', 'WITHSCORES')[2]))
       end
     else
       -- A bucketed key.
@@ -444,8 +487,11 @@ while a <= nargv do
       card, st = H.load(key, now, window, limit, nb)
       if card + cost <= limit then
         card = card + H.B.add(key, st, now, member, cost, window)
+        wait = -H.B.reset(st, window, now)
       elseif card == 0 or not call('ZSCORE', key, member) then
         wait = H.B.retry(st, limit, cost, window, now)
+      else
+        wait = -H.B.reset(st, window, now) -- an earlier attempt admitted it
       end
     end
     out[o + 1], out[o + 2] = card, wait
@@ -472,7 +518,7 @@ while a <= nargv do
       end
       local limit, window, cost, nb, ttl, shadow = sp[1], sp[2], sp[3], sp[4], sp[5], sp[6]
       costs[i], ttls[i] = cost, ttl
-      local card, st
+      local card, st, oldest
       local first = 0 -- the same key earlier in this request: loaded once, by its first hit
       for j = 1, i - 1 do
         if keys[k + j] == key then
@@ -489,9 +535,11 @@ while a <= nargv do
             lastnow, lastn = nows, tonumber(nows)
           end
           now, H = lastn, H or helpers()
-          card, st = H.load(key, now, window, limit, nb, nb == 0 and card or nil)
+          card, st, oldest = H.load(key, now, window, limit, nb, card)
         end
       end
+      -- wait is the key's reply: retry-after (over), or minus the reset where the oldest entry is
+      -- known (the second loop finds the others').
       local state, wait = 1, 0 -- 1: room, add; 2: full, already holds the member; 0: over
       if card + cost > limit then
         if card > 0 and call('ZSCORE', key, member) then
@@ -504,7 +552,7 @@ while a <= nargv do
           if st then
             wait = H.B.retry(st, limit, cost, window, now)
           else
-            wait = H.retry(key, card, limit, cost, window, now)
+            wait = H.retry(key, card, limit, cost, window, now, oldest)
           end
           state = 0
           if shadow ~= 1 then
@@ -512,12 +560,15 @@ while a <= nargv do
           end
         end
       end
+      if state ~= 0 and oldest then
+        wait = now - window - oldest
+      end
       cards[i], states[i], retries[i], bstates[i], windows[i] = card, state, wait, st or false, window
     end
     for i = 1, n do
       local key = keys[k + i]
       local window, cost = windows[i], costs[i]
-      local card, state = cards[i], states[i]
+      local card, state, wait = cards[i], states[i], retries[i]
       local dup = 0 -- the same key earlier in this request: it counts once
       for j = 1, i - 1 do
         if keys[k + j] == key then
@@ -563,8 +614,19 @@ while a <= nargv do
           call('PEXPIRE', key, ttls[i])
         end
       end
-      cards[i] = card
-      out[o + 1], out[o + 2] = card, retries[i]
+      -- The reply of a key with room: no reset for a denied request; else, where the first loop did
+      -- not know it, the key's first hit's, or (a fresh key's is 0, the first over) its own.
+      if state ~= 0 then
+        if deny then
+          wait = 0
+        elseif dup > 0 and retries[dup] <= 0 then
+          wait = retries[dup]
+        elseif wait == 0 and (bstates[i] or cards[i] > 0) then
+          wait = H.reset(key, bstates[i], cards[i], window, now)
+        end
+      end
+      cards[i], retries[i] = card, wait
+      out[o + 1], out[o + 2] = card, wait
       o = o + 2
     end
     a = a + n

@@ -301,7 +301,7 @@ func TestRedisOneRoundTrip(t *testing.T) {
 	// first use, which may fall among these decisions (once per connection,
 	// not per decision).
 	for cmd, calls := range after {
-		if calls != before[cmd] && !slices.Contains([]string{"evalsha", "zremrangebyscore", "zcard", "zscore", "zadd", "pexpire", "time", "info", "hello", "client|setname"}, cmd) {
+		if calls != before[cmd] && !slices.Contains([]string{"evalsha", "zremrangebyscore", "zcard", "zrange", "zscore", "zadd", "pexpire", "time", "info", "hello", "client|setname"}, cmd) {
 			t.Errorf("unexpected command %s (%d calls)", cmd, calls-before[cmd])
 		}
 	}
@@ -767,7 +767,8 @@ func TestRedisLogStaysBounded(t *testing.T) {
 // read their hits' specs (binary, as appendHitArgs writes them), a spec
 // shared by several requests serves each alike, each exact key gets its own
 // window as its lifetime, the reply holds now as the caller gave it and per
-// key a count and a retry-after (0: room), and a malformed spec is an error
+// key a count and a retry-after (0 or below: room, then minus the reset,
+// 0 for a fresh key), and a malformed spec is an error
 // reply that names it (the caller's batch is then retried request by
 // request; see autoPipeline.send).
 func TestRedisScriptSpecs(t *testing.T) {
@@ -779,11 +780,12 @@ func TestRedisScriptSpecs(t *testing.T) {
 		return appendHitArgs(nil, &window.Hit{Limit: window.Limit{Requests: limit, Window: win}, Shadow: shadow})[0]
 	}
 	const now = "1700000000000000"
-	res, err := c.Eval(ctx, slidingLua, []string{a, b, a, a, d},
+	res, err := c.Eval(ctx, slidingLua, []string{a, b, a, a, d, a, b},
 		"m1", now, 1, spec(2, time.Minute, false), // a: 1 of 2
 		"m2", now, 1, spec(1, 1500*time.Microsecond, false), // b: 1 of 1, a 1.5 ms window
 		"m3", now, 1, spec(2, time.Minute, false), // a: 2 of 2
 		"m4", now, 2, spec(2, time.Minute, false), spec(1, time.Minute, true), // a full: denied, though d (shadow) has room
+		"m5", now, 2, spec(5, time.Minute, false), spec(1, 1500*time.Microsecond, false), // b full: denied, no reset for a
 	).Slice()
 	if err != nil {
 		t.Fatalf("EVAL: %v", err)
@@ -791,8 +793,9 @@ func TestRedisScriptSpecs(t *testing.T) {
 	want := []any{
 		now, int64(1), int64(0),
 		now, int64(1), int64(0),
-		now, int64(2), int64(0),
+		now, int64(2), int64(-60000000), // until m1 leaves
 		now, int64(2), int64(60000000), int64(0), int64(0),
+		now, int64(2), int64(0), int64(1), int64(1500),
 	}
 	if !slices.Equal(res, want) {
 		t.Fatalf("reply %v, want %v", res, want)

@@ -63,15 +63,22 @@ func timedDecide(t *testing.T, lim window.Limiter, hits ...window.Hit) (window.D
 }
 
 // checkRetryAfter checks a denial's retry-after against the instants of the
-// entry that must leave (entry) and of the denial (at): it must lie within
+// entry that must leave (entry) and of the denial (at) (see checkLeave).
+func checkRetryAfter(t *testing.T, what string, d window.Decision, entry, at interval, w time.Duration) {
+	t.Helper()
+	checkLeave(t, what, "retry-after", d.RetryAfter, entry, at, w)
+}
+
+// checkLeave checks got, how long from a decision (at) until an entry made
+// within entry leaves a window of w: it must lie within
 // [entry.start+w-at.end, entry.end+w-at.start], give or take the
 // microsecond rounding of Redis scores.
-func checkRetryAfter(t *testing.T, what string, d window.Decision, entry, at interval, w time.Duration) {
+func checkLeave(t *testing.T, what, name string, got time.Duration, entry, at interval, w time.Duration) {
 	t.Helper()
 	lo := entry.start.Add(w).Sub(at.end) - time.Millisecond
 	hi := entry.end.Add(w).Sub(at.start) + time.Millisecond
-	if d.RetryAfter < lo || d.RetryAfter > hi {
-		t.Fatalf("%s: retry-after %s, want within [%s, %s]", what, d.RetryAfter, lo, hi)
+	if got < lo || got > hi {
+		t.Fatalf("%s: %s %s, want within [%s, %s]", what, name, got, lo, hi)
 	}
 }
 
@@ -81,7 +88,8 @@ func Run(t *testing.T, factories ...Factory) {
 	for _, f := range factories {
 		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
-			for _, tc := range append(conformanceCases[:len(conformanceCases):len(conformanceCases)], bucketedCases...) {
+			cases := append(conformanceCases[:len(conformanceCases):len(conformanceCases)], bucketedCases...)
+			for _, tc := range append(cases, resetCases...) {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
 					st := f.New(t)
@@ -388,11 +396,12 @@ var conformanceCases = []conformanceCase{
 		for range 3 {
 			MustAllow(t, lim, "under both", a, b)
 		}
-		if want := (window.HitReport{Known: true, Count: 3, Remaining: 2}); ra != want {
-			t.Fatalf("hit 0 after 3 admissions reports %+v, want %+v", ra, want)
+		// Reset: until the first admission leaves (the reset cases check it).
+		if want := (window.HitReport{Known: true, Count: 3, Remaining: 2, Reset: ra.Reset}); ra != want || ra.Reset <= 0 || ra.Reset > 10*time.Second {
+			t.Fatalf("hit 0 after 3 admissions reports %+v, want %+v with a reset in (0, 10s]", ra, want)
 		}
-		if want := (window.HitReport{Known: true, Count: 3, Remaining: 0}); rb != want {
-			t.Fatalf("hit 1 after 3 admissions reports %+v, want %+v", rb, want)
+		if want := (window.HitReport{Known: true, Count: 3, Remaining: 0, Reset: rb.Reset}); rb != want || rb.Reset <= 0 || rb.Reset > 10*time.Second {
+			t.Fatalf("hit 1 after 3 admissions reports %+v, want %+v with a reset in (0, 10s]", rb, want)
 		}
 		d := MustDeny(t, lim, "hit 1 full", a, b)
 		if d.Index != 1 {
