@@ -17,8 +17,8 @@ import (
 // mixing exact and bucketed hits, costs, shadow hits, repeated keys (of
 // either kind), bucket-count changes and conversions both ways, on Memory
 // and on the Redis script (ClockLocal on the same injected clock), and
-// requires the same decision every time: the two
-// implementations of the bounded-memory window are one semantics.
+// requires the same decision and the same report of each hit every time:
+// the two implementations of the bounded-memory window are one semantics.
 func TestBucketedRedisMatchesMemory(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
@@ -66,10 +66,22 @@ func TestBucketedRedisMatchesMemory(t *testing.T) {
 		for j := range hits {
 			hits[j] = mk()
 		}
+		mem, red := make([]window.HitReport, len(hits)), make([]window.HitReport, len(hits))
+		for j := range hits {
+			hits[j].Tag = reportInto{&mem[j]}
+		}
 		want := mustDecide(t, m, hits...)
+		for j := range hits {
+			hits[j].Tag = reportInto{&red[j]}
+		}
 		got := mustDecide(t, r, hits...)
 		if got != want {
 			t.Fatalf("request %d %s:\nredis  %+v\nmemory %+v", i, describe(hits), got, want)
+		}
+		for j := range hits {
+			if red[j] != mem[j] {
+				t.Fatalf("request %d %s: hit %d reports\nredis  %+v\nmemory %+v", i, describe(hits), j, red[j], mem[j])
+			}
 		}
 		if got.Allowed {
 			allowed++
@@ -81,6 +93,11 @@ func TestBucketedRedisMatchesMemory(t *testing.T) {
 		t.Fatalf("%d allowed, %d denied: the sequence does not test both", allowed, denied)
 	}
 }
+
+// reportInto is a hit's Tag that keeps the hit's own outcome in *r.
+type reportInto struct{ r *window.HitReport }
+
+func (t reportInto) ReportHit(r window.HitReport) { *t.r = r }
 
 func describe(hits []window.Hit) string {
 	s := ""
