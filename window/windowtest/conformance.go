@@ -559,10 +559,7 @@ var bucketedCases = []conformanceCase{
 		lim := st.Limiter
 		const w, width = time.Second, 500 * time.Millisecond
 		h := Bucketed(k.Key("uid", "u1"), 3, w, 2)
-		// Start just after a sub-window boundary (they are aligned on the
-		// Unix epoch, on the limiter's clock: this machine's).
-		b0 := time.Now().Truncate(width).Add(width)
-		sleepUntil(b0.Add(10 * time.Millisecond))
+		b0 := nextSubWindow(width)
 		var last interval
 		for i := range 3 {
 			d, at := timedDecide(t, lim, h)
@@ -768,6 +765,15 @@ func MustDeny(t testing.TB, lim window.Limiter, what string, hits ...window.Hit)
 }
 
 func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
+
+// nextSubWindow waits until just after the next start of a sub-window of
+// width and returns that start. Sub-windows are aligned on the Unix epoch,
+// on the limiter's clock: this machine's.
+func nextSubWindow(width time.Duration) time.Time {
+	b0 := time.Now().Truncate(width).Add(width)
+	sleepUntil(b0.Add(10 * time.Millisecond))
+	return b0
+}
 
 // reportTo is a hit's Tag that keeps the hit's own outcome in *r.
 type reportTo struct{ r *window.HitReport }

@@ -73,10 +73,7 @@ var resetCases = []conformanceCase{
 		lim := st.Limiter
 		const w, width = time.Second, 500 * time.Millisecond
 		h := Bucketed(k.Key("uid", "u1"), 5, w, 2)
-		// Sub-windows are aligned on the Unix epoch, on the limiter's clock:
-		// this machine's.
-		b0 := time.Now().Truncate(width).Add(width)
-		sleepUntil(b0.Add(10 * time.Millisecond))
+		b0 := nextSubWindow(width)
 		d, a := timedDecide(t, lim, h)
 		if !a.before(b0.Add(width)) {
 			return false // not in the sub-window it started in
