@@ -354,27 +354,9 @@ func (a *Answer) Value(k Field) string {
 	case FieldRetryAfter:
 		return strconv.FormatInt(a.RetryAfterSeconds(), 10)
 	case FieldPolicy:
-		var b []byte
-		for i, p := range a.Policies {
-			if !a.firstPolicy(i) {
-				continue
-			}
-			if len(b) > 0 {
-				b = append(b, ", "...)
-			}
-			b = append(b, p.item...)
-		}
-		return string(b)
+		return string(AppendPolicies(nil, a.Policies))
 	case FieldRateLimit:
-		var b []byte
-		for i := range a.States {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			s := &a.States[i]
-			b = s.Policy.AppendState(b, s.Remaining, s.T)
-		}
-		return string(b)
+		return string(AppendStates(nil, a.States))
 	case FieldLimit, FieldRemaining, FieldReset:
 		s := a.binding()
 		switch {
@@ -394,14 +376,43 @@ func (a *Answer) Value(k Field) string {
 	return ""
 }
 
-// firstPolicy reports whether Policies[i] is the first with its item.
-func (a *Answer) firstPolicy(i int) bool {
-	for _, q := range a.Policies[:i] {
-		if q == a.Policies[i] || q.item == a.Policies[i].item {
+// AppendPolicies appends the RateLimit-Policy value of ps: their items, in
+// order, an item that appeared already left out.
+func AppendPolicies(b []byte, ps []*Policy) []byte {
+	start := len(b)
+	for i, p := range ps {
+		if !firstPolicy(ps, i) {
+			continue
+		}
+		if len(b) > start {
+			b = append(b, ", "...)
+		}
+		b = append(b, p.item...)
+	}
+	return b
+}
+
+// firstPolicy reports whether ps[i] is the first with its item.
+func firstPolicy(ps []*Policy, i int) bool {
+	for _, q := range ps[:i] {
+		if q == ps[i] || q.item == ps[i].item {
 			return false
 		}
 	}
 	return true
+}
+
+// AppendStates appends the RateLimit value of states: their items, in
+// order.
+func AppendStates(b []byte, states []State) []byte {
+	for i := range states {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		s := &states[i]
+		b = s.Policy.AppendState(b, s.Remaining, s.T)
+	}
+	return b
 }
 
 // Headers calls add with each header field a carries under f, in order

@@ -96,39 +96,100 @@ func HeaderValues(t testing.TB, hs []*corev3.HeaderValue) http.Header {
 	return h
 }
 
-// CheckHeaders checks the rate-limit header fields of h, an answer's
-// headers, against the draft's grammar (RFC 8941 Lists of sf-strings with
-// integer parameters: RateLimit-Policy's q and w, RateLimit's r and t),
-// against each other (every RateLimit item names a listed policy, r ≤ q,
-// 1 ≤ t; the x family repeats the binding state; Retry-After is whole
-// seconds, at least 1 and never earlier than the binding state's t) and
-// against w. It returns what it read.
-func CheckHeaders(t testing.TB, h http.Header, w Want) Got {
+// ReadHeaders reads the rate-limit header fields of h, an answer's
+// headers, whichever it carries, and checks them against the draft's
+// grammar (RFC 8941 Lists of sf-strings with Integer parameters: exactly q
+// ≥ 0 and w ≥ 1 for RateLimit-Policy, r ≥ 0 and t ≥ 1 for RateLimit) and
+// against each other: every RateLimit item names a listed policy, with r ≤
+// q; the x family comes whole, in whole numbers, and repeats a RateLimit
+// item when there is one; Retry-After is whole seconds, at least 1, and
+// the x family's reset of a denial is the Retry-After (the denying
+// policy's t is never later).
+func ReadHeaders(t testing.TB, h http.Header) Got {
 	t.Helper()
 	got := Got{Limit: -1, Remaining: -1, Reset: -1, RetryAfter: -1}
-	one := func(name string) (string, bool) {
-		vs := h.Values(name)
-		if len(vs) > 1 {
-			t.Errorf("%s: %d field lines, want one", name, len(vs))
-		}
-		if len(vs) == 0 {
-			return "", false
-		}
-		return vs[0], true
+	if v, ok := oneValue(t, h, enforce.HeaderRateLimitPolicy); ok {
+		got.Policies = parsePolicies(t, v)
 	}
+	if v, ok := oneValue(t, h, enforce.HeaderRateLimit); ok {
+		if h.Get(enforce.HeaderRateLimitPolicy) == "" {
+			t.Errorf("%s %q without %s", enforce.HeaderRateLimit, v, enforce.HeaderRateLimitPolicy)
+		}
+		got.States = parseStates(t, v, got.Policies)
+	}
+	xs := 0
+	for _, name := range []string{enforce.HeaderLimit, enforce.HeaderRemaining, enforce.HeaderReset} {
+		if len(h.Values(name)) > 0 {
+			xs++
+		}
+	}
+	switch xs {
+	case 0:
+	case 3:
+		got.Limit = wholeNumber(t, h, enforce.HeaderLimit)
+		got.Remaining = wholeNumber(t, h, enforce.HeaderRemaining)
+		got.Reset = wholeNumber(t, h, enforce.HeaderReset)
+		if got.Reset < 1 {
+			t.Errorf("x-ratelimit-reset %d, want at least 1", got.Reset)
+		}
+		if got.Remaining > got.Limit {
+			t.Errorf("x-ratelimit-remaining %d above x-ratelimit-limit %d", got.Remaining, got.Limit)
+		}
+		if got.States != nil && !got.xRepeatsState() {
+			t.Errorf("the x family (limit %d, remaining %d, reset %d) repeats no RateLimit item of %v under %v",
+				got.Limit, got.Remaining, got.Reset, got.States, got.Policies)
+		}
+	default:
+		t.Errorf("%d of the 3 x-ratelimit-* fields, want all or none", xs)
+	}
+	if len(h.Values(enforce.HeaderRetryAfter)) > 0 {
+		got.RetryAfter = wholeNumber(t, h, enforce.HeaderRetryAfter)
+		if got.RetryAfter < 1 {
+			t.Errorf("retry-after %d, want at least 1", got.RetryAfter)
+		}
+		if got.Reset >= 0 && got.Reset != got.RetryAfter {
+			t.Errorf("x-ratelimit-reset %d of a denial, want its retry-after %d", got.Reset, got.RetryAfter)
+		}
+	}
+	return got
+}
+
+// xRepeatsState reports whether the x family is some RateLimit item's.
+func (g *Got) xRepeatsState() bool {
+	for _, s := range g.States {
+		for _, p := range g.Policies {
+			if p.Name == s.Name && p.Quota == g.Limit && s.Remaining == g.Remaining && s.T == g.Reset {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// State returns the RateLimit item of the policy named name.
+func (g *Got) State(name string) (State, bool) {
+	for _, s := range g.States {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return State{}, false
+}
+
+// CheckHeaders reads h as [ReadHeaders] does and checks it against w: the
+// families sent, the policies and states listed (in order), the x family
+// of the binding state, the Retry-After and content-type of a denial
+// (never earlier than the denying state's t), the shadow mark. It returns
+// what it read.
+func CheckHeaders(t testing.TB, h http.Header, w Want) Got {
+	t.Helper()
+	got := ReadHeaders(t, h)
 	absent := func(name, why string) {
-		if v, ok := one(name); ok {
+		if v, ok := oneValue(t, h, name); ok {
 			t.Errorf("%s: %q, want none (%s)", name, v, why)
 		}
 	}
-
 	if w.Families.IETF() {
-		if v, ok := one(enforce.HeaderRateLimitPolicy); ok {
-			got.Policies = parsePolicies(t, v)
-		}
-		if v, ok := one(enforce.HeaderRateLimit); ok {
-			got.States = parseStates(t, v, got.Policies)
-		}
 		comparePolicies(t, got.Policies, w.Policies)
 		compareStates(t, got.States, w.States, got.Policies)
 	} else {
@@ -161,9 +222,6 @@ func CheckHeaders(t testing.TB, h http.Header, w Want) Got {
 	}
 
 	if w.Families.X() && bind != nil {
-		got.Limit = wholeNumber(t, h, enforce.HeaderLimit)
-		got.Remaining = wholeNumber(t, h, enforce.HeaderRemaining)
-		got.Reset = wholeNumber(t, h, enforce.HeaderReset)
 		if got.Limit != bindPolicy.Quota || got.Remaining != bind.Remaining {
 			t.Errorf("x-ratelimit-limit %d, -remaining %d; want %d, %d (the binding %s)", got.Limit, got.Remaining, bindPolicy.Quota, bind.Remaining, w.Binding)
 		}
@@ -181,7 +239,6 @@ func CheckHeaders(t testing.TB, h http.Header, w Want) Got {
 	}
 
 	if w.Denied {
-		got.RetryAfter = wholeNumber(t, h, enforce.HeaderRetryAfter)
 		switch {
 		case got.RetryAfter < 1:
 			t.Errorf("retry-after %d, want at least 1", got.RetryAfter)
@@ -190,10 +247,7 @@ func CheckHeaders(t testing.TB, h http.Header, w Want) Got {
 		case bind != nil && bind.T > got.RetryAfter:
 			t.Errorf("retry-after %d is earlier than the denying %s's t %d", got.RetryAfter, w.Binding, bind.T)
 		}
-		if got.Reset >= 0 && got.Reset != got.RetryAfter {
-			t.Errorf("x-ratelimit-reset %d of a denial, want retry-after %d", got.Reset, got.RetryAfter)
-		}
-		if v, _ := one(enforce.HeaderContentType); v != enforce.ProblemContentType {
+		if v, _ := oneValue(t, h, enforce.HeaderContentType); v != enforce.ProblemContentType {
 			t.Errorf("content-type %q, want %s", v, enforce.ProblemContentType)
 		}
 	} else {
@@ -202,13 +256,27 @@ func CheckHeaders(t testing.TB, h http.Header, w Want) Got {
 	}
 
 	if w.Shadow {
-		if v, _ := one(enforce.HeaderShadow); v != "1" {
+		if v, _ := oneValue(t, h, enforce.HeaderShadow); v != "1" {
 			t.Errorf("x-ratelimit-shadow %q, want 1", v)
 		}
 	} else {
 		absent(enforce.HeaderShadow, "not a shadow admission")
 	}
 	return got
+}
+
+// oneValue returns name's value in h, failing t if it has several field
+// lines.
+func oneValue(t testing.TB, h http.Header, name string) (string, bool) {
+	t.Helper()
+	vs := h.Values(name)
+	if len(vs) > 1 {
+		t.Errorf("%s: %d field lines, want one", name, len(vs))
+	}
+	if len(vs) == 0 {
+		return "", false
+	}
+	return vs[0], true
 }
 
 // maxT is the largest t a state of p may have: its window for an
