@@ -306,59 +306,65 @@ func wholeNumber(t testing.TB, h http.Header, name string) int64 {
 	return n
 }
 
-// parsePolicies reads a RateLimit-Policy value: a non-empty List of
-// sf-strings, each with exactly the Integer parameters q ≥ 0 and w ≥ 1,
-// names unique.
-func parsePolicies(t testing.TB, v string) []Policy {
+// namedItem is a member of a rate-limit field: a policy's name and its
+// two Integer parameters.
+type namedItem struct {
+	name string
+	a, b int64
+}
+
+// parseNamed reads v, field's value: a non-empty List of sf-strings, each
+// with exactly the Integer parameters ka ≥ leastA and kb ≥ leastB.
+func parseNamed(t testing.TB, field, v, ka string, leastA int64, kb string, leastB int64) []namedItem {
 	t.Helper()
-	items := mustList(t, enforce.HeaderRateLimitPolicy, v)
-	var out []Policy
-	for _, it := range items {
-		name, ok := itemName(t, enforce.HeaderRateLimitPolicy, v, it)
+	var out []namedItem
+	for _, it := range mustList(t, field, v) {
+		name, ok := itemName(t, field, v, it)
 		if !ok {
 			continue
 		}
-		q := intParam(t, enforce.HeaderRateLimitPolicy, it, "q", 0)
-		win := intParam(t, enforce.HeaderRateLimitPolicy, it, "w", 1)
-		onlyParams(t, enforce.HeaderRateLimitPolicy, it, "q", "w")
-		for _, p := range out {
-			if p.Name == name {
-				t.Errorf("%s %q: policy %q listed twice", enforce.HeaderRateLimitPolicy, v, name)
-			}
-		}
-		out = append(out, Policy{Name: name, Quota: q, Window: win})
+		a, b := intParam(t, field, it, ka, leastA), intParam(t, field, it, kb, leastB)
+		onlyParams(t, field, it, ka, kb)
+		out = append(out, namedItem{name, a, b})
 	}
 	return out
 }
 
-// parseStates reads a RateLimit value: a non-empty List of sf-strings,
-// each naming a policy of policies, with exactly the Integer parameters
-// 0 ≤ r ≤ q and t ≥ 1.
+// parsePolicies reads a RateLimit-Policy value: q ≥ 0 and w ≥ 1, names
+// unique.
+func parsePolicies(t testing.TB, v string) []Policy {
+	t.Helper()
+	var out []Policy
+	for _, it := range parseNamed(t, enforce.HeaderRateLimitPolicy, v, "q", 0, "w", 1) {
+		for _, p := range out {
+			if p.Name == it.name {
+				t.Errorf("%s %q: policy %q listed twice", enforce.HeaderRateLimitPolicy, v, it.name)
+			}
+		}
+		out = append(out, Policy{Name: it.name, Quota: it.a, Window: it.b})
+	}
+	return out
+}
+
+// parseStates reads a RateLimit value: each item names a policy of
+// policies, with 0 ≤ r ≤ q and t ≥ 1.
 func parseStates(t testing.TB, v string, policies []Policy) []State {
 	t.Helper()
-	items := mustList(t, enforce.HeaderRateLimit, v)
 	var out []State
-	for _, it := range items {
-		name, ok := itemName(t, enforce.HeaderRateLimit, v, it)
-		if !ok {
-			continue
-		}
-		r := intParam(t, enforce.HeaderRateLimit, it, "r", 0)
-		tt := intParam(t, enforce.HeaderRateLimit, it, "t", 1)
-		onlyParams(t, enforce.HeaderRateLimit, it, "r", "t")
+	for _, it := range parseNamed(t, enforce.HeaderRateLimit, v, "r", 0, "t", 1) {
 		found := false
 		for _, p := range policies {
-			if p.Name == name {
+			if p.Name == it.name {
 				found = true
-				if r > p.Quota {
-					t.Errorf("%s %q: %q has r=%d above its policy's q=%d", enforce.HeaderRateLimit, v, name, r, p.Quota)
+				if it.a > p.Quota {
+					t.Errorf("%s %q: %q has r=%d above its policy's q=%d", enforce.HeaderRateLimit, v, it.name, it.a, p.Quota)
 				}
 			}
 		}
 		if !found && policies != nil {
-			t.Errorf("%s %q: %q is not a policy of RateLimit-Policy", enforce.HeaderRateLimit, v, name)
+			t.Errorf("%s %q: %q is not a policy of RateLimit-Policy", enforce.HeaderRateLimit, v, it.name)
 		}
-		out = append(out, State{Name: name, Remaining: r, T: tt})
+		out = append(out, State{Name: it.name, Remaining: it.a, T: it.b})
 	}
 	return out
 }
