@@ -244,6 +244,27 @@ func (p *Policy) AdmitT(reset time.Duration) int64 {
 	return max(min(ceilSeconds(reset), p.window), 1)
 }
 
+// Reported returns p's state as a window's own report says it (a hit's
+// window.HitReport): over its limit, nothing remaining and t its
+// retry-after; else what remains (at most the quota) and AdmitT of its
+// reset.
+func (p *Policy) Reported(r window.HitReport) State {
+	if r.Over {
+		return State{Policy: p, T: RetrySeconds(r.RetryAfter)}
+	}
+	return State{Policy: p, Remaining: min(max(r.Remaining, 0), p.quota), T: p.AdmitT(r.Reset)}
+}
+
+// Decided returns p's state as a decision of which it is the binding limit
+// says it: a denial's nothing remaining and t its retry-after; an
+// admission's remaining (at most the quota) and AdmitT of its reset.
+func (p *Policy) Decided(d *window.Decision) State {
+	if !d.Allowed {
+		return State{Policy: p, T: RetrySeconds(d.RetryAfter)}
+	}
+	return State{Policy: p, Remaining: min(max(d.Remaining, 0), p.quota), T: p.AdmitT(d.Reset)}
+}
+
 // RetrySeconds is a denial's Retry-After for retryAfter, and t of the
 // denying policy: whole seconds rounded up, at least 1.
 func RetrySeconds(retryAfter time.Duration) int64 { return max(ceilSeconds(retryAfter), 1) }

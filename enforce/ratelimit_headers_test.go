@@ -202,3 +202,21 @@ func TestProblem(t *testing.T) {
 		t.Errorf("body without a policy: %s", b)
 	}
 }
+
+func TestStates(t *testing.T) {
+	p := enforce.NewPolicy("p", window.Limit{Requests: 5, Window: time.Minute})
+	for name, tc := range map[string]struct {
+		got, want enforce.State
+	}{
+		"reported room":          {p.Reported(window.HitReport{Known: true, Remaining: 3, Reset: 20 * time.Second}), enforce.State{Policy: p, Remaining: 3, T: 20}},
+		"reported unknown reset": {p.Reported(window.HitReport{Known: true, Remaining: 3}), enforce.State{Policy: p, Remaining: 3, T: 60}},
+		"reported over":          {p.Reported(window.HitReport{Known: true, Over: true, RetryAfter: 1500 * time.Millisecond}), enforce.State{Policy: p, T: 2}},
+		"reported a fallback's share above the quota": {p.Reported(window.HitReport{Known: true, Remaining: 9}), enforce.State{Policy: p, Remaining: 5, T: 60}},
+		"decided admission":                           {p.Decided(&window.Decision{Allowed: true, Remaining: 4, Reset: time.Minute}), enforce.State{Policy: p, Remaining: 4, T: 60}},
+		"decided denial":                              {p.Decided(&window.Decision{Remaining: 0, RetryAfter: 5 * time.Minute}), enforce.State{Policy: p, T: 300}},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %+v, want %+v", name, tc.got, tc.want)
+		}
+	}
+}

@@ -262,21 +262,21 @@ func (m *Mapping) plan(rs *ruleSet, o *enforce.Outcome) *plan {
 		if o == nil {
 			continue
 		}
-		pol := rr.policy
-		switch rep := &m.tags[j].report; {
+		var st enforce.State
+		switch rep := m.tags[j].report; {
+		case j == bind && !d.Allowed:
+			st = rr.policy.Decided(d)
+		case rep.Known && o.Decided(j):
+			st = rr.policy.Reported(rep) // a shadow hit over its limit: its would-be state
 		case j == bind:
-			p.Binding = len(p.States)
-			if d.Allowed {
-				p.addState(rr, d.Remaining, pol.AdmitT(d.Reset))
-			} else {
-				p.addState(rr, 0, enforce.RetrySeconds(d.RetryAfter))
-			}
-		case !rep.Known || !o.Decided(j):
-		case rep.Over:
-			p.addState(rr, 0, enforce.RetrySeconds(rep.RetryAfter))
+			st = rr.policy.Decided(d)
 		default:
-			p.addState(rr, rep.Remaining, pol.AdmitT(rep.Reset))
+			continue
 		}
+		if j == bind {
+			p.Binding = len(p.States)
+		}
+		p.addState(rr, st.Remaining, st.T)
 	}
 	return p
 }

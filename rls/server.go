@@ -444,34 +444,31 @@ func (c *call) answer(over bool) enforce.Answer {
 		}
 		p := r.policyOf()
 		a.Policies = append(a.Policies, p)
-		j := c.hitOf[i]
-		switch rep := c.report(j); {
-		case c.never[i]: // a shadow limit that never fits: its would-be state
+		if c.never[i] { // a shadow limit that never fits: its would-be state
 			a.States = append(a.States, enforce.State{Policy: p, T: p.Window()})
-		case c.out != decided || !c.o.Decided(j):
-		case i == bind && d.Allowed:
-			a.Binding = len(a.States)
-			a.States = append(a.States, enforce.State{Policy: p, Remaining: min(d.Remaining, p.Quota()), T: p.AdmitT(d.Reset)})
-		case i == bind:
-			a.Binding = len(a.States)
-			a.States = append(a.States, enforce.State{Policy: p, T: enforce.RetrySeconds(d.RetryAfter)})
-		case !rep.Known:
-		case rep.Over:
-			a.States = append(a.States, enforce.State{Policy: p, T: enforce.RetrySeconds(rep.RetryAfter)})
-		default:
-			a.States = append(a.States, enforce.State{Policy: p, Remaining: min(rep.Remaining, p.Quota()), T: p.AdmitT(rep.Reset)})
+			continue
 		}
+		j := c.hitOf[i]
+		if c.out != decided || !c.o.Decided(j) {
+			continue
+		}
+		var st enforce.State
+		switch rep := c.tags[j].report; {
+		case i == bind && !d.Allowed:
+			st = p.Decided(d)
+		case rep.Known:
+			st = p.Reported(rep) // a shadow limit over: its would-be state
+		case i == bind:
+			st = p.Decided(d)
+		default:
+			continue
+		}
+		if i == bind {
+			a.Binding = len(a.States)
+		}
+		a.States = append(a.States, st)
 	}
 	return a
-}
-
-// report is what the decision reported of hit j's window; the zero report
-// for none (j < 0).
-func (c *call) report(j int) window.HitReport {
-	if j < 0 {
-		return window.HitReport{}
-	}
-	return c.tags[j].report
 }
 
 // status is descriptor i's status: its own window's numbers where the
