@@ -394,12 +394,13 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	}
 	c.count()
 	a := c.answer(over)
+	compat := c.s.opts.ResponseHeaders && c.out != failedAllow && c.out != failedDeny
 	a.Headers(c.s.core.Headers(), func(k, v string) {
-		if !c.s.compat[k] {
+		if !compat || !c.s.compat[k] {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: v})
 		}
 	})
-	if c.s.opts.ResponseHeaders && c.out != failedAllow && c.out != failedDeny {
+	if compat {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, limitHeaders(c.s.opts.HeaderNames, resp.Statuses, c.binding())...)
 	}
 	if over {
