@@ -319,7 +319,8 @@ func TestBoundedCache(t *testing.T) {
 	if v := c.put(1, 99); v != 10 {
 		t.Errorf("put of a present key returned %d, want the stored 10", v)
 	}
-	for k := 3; k < 5; k++ { // full: not stored
+	stored, dropped = stored[:3], nil // 99 was full: neither stored nor dropped
+	for k := 3; k < 5; k++ {          // full: not stored
 		if c.put(k, k*10); len(c.m) != 3 {
 			t.Fatalf("%d kept, want 3", len(c.m))
 		}
@@ -330,6 +331,14 @@ func TestBoundedCache(t *testing.T) {
 	c.put(5, 50) // the third value not stored: empties the cache
 	if len(c.m) != 0 || len(dropped) != 3 || len(stored) != 3 {
 		t.Errorf("after max misses: %d kept, dropped %v, stored %v", len(c.m), dropped, stored)
+	}
+	// Every value stored is kept or dropped: 6 is kept, 0 to 2 were
+	// dropped, and 1's second value, stored with room, was not kept.
+	stored, dropped = nil, nil
+	c.put(6, 60)
+	c.put(6, 61)
+	if _, ok := c.get(6); !ok || !slices.Equal(stored, []int{60, 61}) || !slices.Equal(dropped, []int{61}) {
+		t.Errorf("stored %v, dropped %v; want 60 and 61 stored, 61 dropped", stored, dropped)
 	}
 	if c.put(6, 60); len(c.m) != 1 {
 		t.Errorf("after emptying, a put is not kept")

@@ -531,8 +531,10 @@ func (rs *ruleSet) policyHeader(p *plan) *corev3.HeaderValueOption {
 // boundedCache maps small keys to values that are the same whenever they
 // are built, keeping at most max: when full, a value is not stored, and
 // every max-th value not stored empties it, so that it follows a working
-// set that moves. stored is called for a value as it is stored, dropped as
-// it is dropped (under the cache's lock). Safe for concurrent use.
+// set that moves. stored is called for a value before it is stored
+// (outside the lock when there is room, as encoding takes a while),
+// dropped for one stored before that is dropped or not kept. Safe for
+// concurrent use.
 type boundedCache[K comparable, V any] struct {
 	max             int
 	stored, dropped func(V)
@@ -556,12 +558,25 @@ func (c *boundedCache[K, V]) get(k K) (V, bool) {
 
 // put stores v under k and returns it, or returns the value k has.
 func (c *boundedCache[K, V]) put(k K, v V) V {
+	c.mu.RLock()
+	early := len(c.m) < c.max && c.stored != nil
+	c.mu.RUnlock()
+	if early {
+		c.stored(v)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	notKept := func() {
+		if early && c.dropped != nil {
+			c.dropped(v)
+		}
+	}
 	if old, ok := c.m[k]; ok {
+		notKept()
 		return old
 	}
 	if len(c.m) >= c.max {
+		notKept()
 		if c.misses++; c.misses >= c.max {
 			for _, old := range c.m {
 				if c.dropped != nil {
@@ -573,7 +588,7 @@ func (c *boundedCache[K, V]) put(k K, v V) V {
 		}
 		return v
 	}
-	if c.stored != nil {
+	if !early && c.stored != nil {
 		c.stored(v)
 	}
 	c.m[k] = v
