@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 
+	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/extauthz"
 )
 
@@ -196,12 +199,18 @@ func mustAllowed(t testing.TB, a answer, wantLimit int, what string) {
 	if rem, err := strconv.Atoi(h["x-ratelimit-remaining"]); err != nil || rem < 0 || rem >= wantLimit {
 		t.Errorf("%s: allowed with x-ratelimit-remaining %q, want 0..%d", what, h["x-ratelimit-remaining"], wantLimit-1)
 	}
+	// The IETF fields as the draft spells them, the x family one of their
+	// items.
+	if got := enforcetest.ReadHeaders(t, enforcetest.GRPCHeaders(t, a.Resp.GetOkResponse().GetResponseHeadersToAdd())); len(got.States) == 0 {
+		t.Errorf("%s: allowed without a RateLimit field (headers %v)", what, h)
+	}
 }
 
 // mustDenied fails unless a is a denial as the README spells it:
 // RESOURCE_EXHAUSTED, HTTP 429, retry-after ≥ 1 whole seconds,
 // x-ratelimit-limit (wantLimit unless 0), x-ratelimit-remaining 0,
-// x-ratelimit-reset, content-type application/json and the JSON body.
+// x-ratelimit-reset, RateLimit-Policy and RateLimit with the refusing rule
+// at r=0, content-type application/problem+json and the problem body.
 func mustDenied(t testing.TB, a answer, wantLimit int, what string) {
 	t.Helper()
 	if a.Verdict() != vDenied {
@@ -210,7 +219,20 @@ func mustDenied(t testing.TB, a answer, wantLimit int, what string) {
 	}
 	if err := checkDeniedShape(a, wantLimit); err != nil {
 		t.Errorf("%s: %v", what, err)
+		return
 	}
+	h := enforcetest.GRPCHeaders(t, a.Resp.GetDeniedResponse().GetHeaders())
+	enforcetest.ReadHeaders(t, h)
+	enforcetest.CheckProblem(t, h, a.Resp.GetDeniedResponse().GetBody(), 429, a.denier())
+}
+
+// denier returns the rule a denial's body names.
+func (a answer) denier() string {
+	var body struct {
+		Rule string `json:"rule"`
+	}
+	_ = json.Unmarshal([]byte(a.Resp.GetDeniedResponse().GetBody()), &body)
+	return body.Rule
 }
 
 // checkDeniedShape checks a denial's HTTP response against the README's contract.
@@ -236,18 +258,31 @@ func checkDeniedShape(a answer, wantLimit int) error {
 	if n, err := strconv.Atoi(h["x-ratelimit-reset"]); err != nil || n < 0 {
 		problems = append(problems, fmt.Sprintf("x-ratelimit-reset %q is not whole seconds", h["x-ratelimit-reset"]))
 	}
-	if !strings.HasPrefix(h["content-type"], "application/json") {
-		problems = append(problems, fmt.Sprintf("content-type %q, want application/json", h["content-type"]))
+	if h["content-type"] != enforce.ProblemContentType {
+		problems = append(problems, fmt.Sprintf("content-type %q, want %s", h["content-type"], enforce.ProblemContentType))
 	}
 	var body struct {
-		Error        string `json:"error"`
-		Rule         string `json:"rule"`
-		RetryAfterMS *int64 `json:"retry_after_ms"`
+		Type             string   `json:"type"`
+		Status           int      `json:"status"`
+		ViolatedPolicies []string `json:"violated-policies"`
+		Error            string   `json:"error"`
+		Rule             string   `json:"rule"`
+		RetryAfterMS     *int64   `json:"retry_after_ms"`
 	}
 	if err := json.Unmarshal([]byte(d.GetBody()), &body); err != nil {
 		problems = append(problems, fmt.Sprintf("body %q is not JSON: %v", d.GetBody(), err))
-	} else if body.Error != "too_many_requests" || body.Rule == "" || body.RetryAfterMS == nil || *body.RetryAfterMS < 0 {
-		problems = append(problems, fmt.Sprintf("body %q, want {\"error\":\"too_many_requests\",\"rule\":…,\"retry_after_ms\":N}", d.GetBody()))
+	} else if body.Type != enforce.ProblemType || body.Status != 429 || len(body.ViolatedPolicies) != 1 || body.ViolatedPolicies[0] != body.Rule ||
+		body.Error != "too_many_requests" || body.Rule == "" || body.RetryAfterMS == nil || *body.RetryAfterMS < 0 {
+		problems = append(problems, fmt.Sprintf("body %q, want the quota-exceeded problem with status 429, violated-policies [rule] and \"error\":\"too_many_requests\",\"rule\":…,\"retry_after_ms\":N", d.GetBody()))
+	}
+	if _, err := enforcetest.ParseList(h[enforce.HeaderRateLimitPolicy]); err != nil || h[enforce.HeaderRateLimitPolicy] == "" {
+		problems = append(problems, fmt.Sprintf("ratelimit-policy %q is not a structured-field list (%v)", h[enforce.HeaderRateLimitPolicy], err))
+	}
+	if items, err := enforcetest.ParseList(h[enforce.HeaderRateLimit]); err != nil || !slices.ContainsFunc(items, func(it enforcetest.Item) bool {
+		r, _ := it.Param("r")
+		return it.Value.Str == body.Rule && r.Kind == enforcetest.KindInteger && r.Int == 0
+	}) {
+		problems = append(problems, fmt.Sprintf("ratelimit %q names no %q at r=0 (%v)", h[enforce.HeaderRateLimit], body.Rule, err))
 	}
 	if problems != nil {
 		return fmt.Errorf("denial outside the contract: %s (headers %v)", strings.Join(problems, "; "), h)

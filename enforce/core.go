@@ -37,6 +37,10 @@ type Options struct {
 	// but admit everything. The front-ends read it through [Front.Shadow]
 	// when they make hits.
 	Shadow bool
+	// Headers are the families of rate-limit header fields every
+	// front-end's answers carry (--ratelimit-headers); the zero value is
+	// FamiliesBoth.
+	Headers Families
 	// Registerer receives the core's metrics and the front-ends'; nil means
 	// a new private registry. The global registry is never used implicitly.
 	Registerer prometheus.Registerer
@@ -78,6 +82,9 @@ type Core struct {
 func New(opts Options) (*Core, error) {
 	if opts.Limiter == nil {
 		return nil, errors.New("enforce: no limiter given")
+	}
+	if opts.Headers > FamiliesNone {
+		return nil, fmt.Errorf("enforce: unknown rate-limit header families %d", uint8(opts.Headers))
 	}
 	if opts.FailureMode == FailureDefault {
 		opts.FailureMode = FailureLocal
@@ -135,6 +142,10 @@ type Front struct {
 
 // Shadow reports whether every rule is in shadow mode (Options.Shadow).
 func (f *Front) Shadow() bool { return f.c.opts.Shadow }
+
+// Headers returns the families of rate-limit header fields the answers
+// carry (Options.Headers).
+func (f *Front) Headers() Families { return f.c.opts.Headers }
 
 // Mode resolves a rule's failure mode: m, or the core's default for
 // FailureDefault.

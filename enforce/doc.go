@@ -32,4 +32,45 @@
 // local_share and ban (the Check functions, each refusing with a
 // [FieldError] that the front-end's parser places at FILE:LINE:COL), and
 // [ValidHeaderName] and [ReservedRulePrefix].
+//
+// # Rate-limit headers
+//
+// Every front-end's answers carry the same rate-limit header fields, made
+// here (ratelimit_headers.go) from an [Answer]; [Families] chooses which
+// (serve's --ratelimit-headers: both, ietf, x, none; default both):
+//
+//   - IETF (draft-ietf-httpapi-ratelimit-headers-10): RateLimit-Policy
+//     lists, in rule order, a [Policy] item `"<rule>";q=<requests>;w=<window
+//     seconds>` for every rule that applies to the request (an identical
+//     item once); RateLimit lists `"<rule>";r=<remaining>;t=<seconds>` for
+//     every rule whose window the decision counted (window.HitReport), the
+//     binding rule's from the Decision. A policy's name is its rule's name,
+//     never a request value; a byte an sf-string cannot hold (outside
+//     printable ASCII) and '%' are percent-encoded ([PolicyName]). A
+//     sub-second window is w=1: w is rounded up to whole seconds, as t is.
+//   - x: x-ratelimit-limit, -remaining and -reset of the binding rule (the
+//     refusing one of a denial, else the one with the fewest requests
+//     remaining).
+//
+// t of an admitted window is how long until its oldest counted admission
+// leaves it (window.Decision.Reset, HitReport.Reset), whole seconds rounded
+// up, 1 to w; when the limiter does not know it (Reset 0), the whole
+// window: a client that waits that long finds room. t of a window over its
+// limit is its retry-after, rounded up, at least 1 (a penalty box's makes
+// it longer than the window). A denial adds Retry-After, the same seconds,
+// never earlier than the refusing policy's t, content-type
+// application/problem+json, and the RFC 9457 body of [Policy.AppendProblem]
+// (type [ProblemType], violated-policies, and the members error, rule and
+// retry_after_ms that the body had before it was a problem).
+//
+// What answers that did not come from one decision carry:
+//   - shadow (a would-be denial admitted): the would-be values, an over
+//     limit window with r=0 and its retry-after as t, and
+//     x-ratelimit-shadow: 1, which marks the answer whatever the families;
+//   - a refusal without a decision (failure mode deny, on_missing: deny):
+//     the refusing rule's policy alone, r=0, t and Retry-After 1 s;
+//   - failure mode allow (admitted without a decision): RateLimit-Policy of
+//     the request's rules and nothing else, no state being known;
+//   - failure mode local: the fallback's decision, as above, for the rules
+//     it decided; the others' policies without a state.
 package enforce

@@ -61,7 +61,13 @@ func TestReloader(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.txt")
 	write := func(s string) {
 		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		// Whole at once, as a ConfigMap swaps it: a watch that read a file
+		// half written would install its empty start.
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
 			t.Fatal(err)
 		}
 	}

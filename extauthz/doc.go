@@ -1,8 +1,13 @@
 // Package extauthz is flashgate's Envoy ext_authz (gRPC, API v3) server: it
 // loads the descriptors file, maps each CheckRequest to rate-limit hits,
-// asks a window.Limiter, and answers OK (with x-ratelimit-limit and
-// x-ratelimit-remaining) or a 429 (with retry-after, x-ratelimit-*, and a JSON
-// body naming the rule).
+// asks a window.Limiter, and answers OK or a 429 (with retry-after and an
+// RFC 9457 application/problem+json body naming the rule), both with the
+// rate-limit headers package enforce defines: RateLimit-Policy and
+// RateLimit (one item per rule that decided), x-ratelimit-limit,
+// -remaining and -reset of the binding rule, as the families of
+// enforce.Options.Headers say. OK headers go in
+// OkHttpResponse.response_headers_to_add (to the client), a denial's in
+// DeniedHttpResponse.headers; header names are lower case.
 //
 // # API
 //

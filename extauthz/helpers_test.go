@@ -2,8 +2,9 @@ package extauthz
 
 import (
 	"context"
+	"net/http"
+	"slices"
 	"strconv"
-	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -112,6 +113,9 @@ type answer struct {
 	status  int // HTTP status of a denial
 	headers map[string]string
 	body    string
+	list    []string // "name: value", in order
+	hdr     http.Header
+	got     enforcetest.Got // the rate-limit fields, read
 }
 
 func read(t testing.TB, resp *authv3.CheckResponse, err error) answer {
@@ -136,11 +140,13 @@ func read(t testing.TB, resp *authv3.CheckResponse, err error) answer {
 		t.Fatalf("response has no http_response: %v", resp)
 	}
 	for _, h := range hs {
-		if _, dup := a.headers[h.GetHeader().GetKey()]; dup {
-			t.Errorf("header %s set twice", h.GetHeader().GetKey())
-		}
 		a.headers[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+		a.list = append(a.list, h.GetHeader().GetKey()+": "+h.GetHeader().GetValue())
 	}
+	// Lower-case names, each once, and rate-limit fields as the draft
+	// spells them, consistent with each other.
+	a.hdr = enforcetest.GRPCHeaders(t, hs)
+	a.got = enforcetest.ReadHeaders(t, a.hdr)
 	if a.allowed != (a.code == codes.OK) {
 		t.Errorf("allowed %v with status %v", a.allowed, a.code)
 	}
@@ -215,14 +221,17 @@ func wantDenied(t testing.TB, a answer, rule string, limit int) {
 	if got := a.headers["x-ratelimit-limit"]; got != strconv.Itoa(limit) {
 		t.Errorf("x-ratelimit-limit %q, want %d", got, limit)
 	}
-	if a.headers["x-ratelimit-remaining"] != "0" || a.headers["content-type"] != "application/json" {
+	if a.headers["x-ratelimit-remaining"] != "0" {
 		t.Errorf("headers %v", a.headers)
 	}
 	if ra := atoi(t, a.headers["retry-after"]); ra < 1 || a.headers["x-ratelimit-reset"] != a.headers["retry-after"] {
 		t.Errorf("retry-after %d, reset %s", ra, a.headers["x-ratelimit-reset"])
 	}
-	prefix := `{"error":"too_many_requests","rule":"` + rule + `","retry_after_ms":`
-	if !strings.HasPrefix(a.body, prefix) || !strings.HasSuffix(a.body, "}") {
-		t.Errorf("body %s", a.body)
+	if st, ok := a.got.State(rule); !ok || st.Remaining != 0 || st.T != int64(atoi(t, a.headers["retry-after"])) {
+		t.Errorf("ratelimit %q: want %s with r=0 and t the retry-after", a.headers["ratelimit"], rule)
 	}
+	if !slices.ContainsFunc(a.got.Policies, func(p enforcetest.Policy) bool { return p.Name == rule && p.Quota == int64(limit) }) {
+		t.Errorf("ratelimit-policy %q: want %s with q=%d", a.headers["ratelimit-policy"], rule, limit)
+	}
+	enforcetest.CheckProblem(t, a.hdr, a.body, 429, rule)
 }

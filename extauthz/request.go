@@ -21,7 +21,32 @@ type Mapping struct {
 	// Missing is a matching rule with on_missing: deny whose value the
 	// request lacks (an enforcing one if any, else a shadow one); nil if none.
 	Missing *Rule
+
+	// tags[i] is Hits[i]'s Tag: its rule, and the hit's own outcome that
+	// the limiter reports into it.
+	tags []hitTag
+	// answer is the scratch in which the server gathers what its response
+	// says (see plan).
+	answer plan
 }
+
+// hitTag is the Tag of a hit: its rule, which names the hit's penalty box
+// and local share to the limiter stack, and the hit's own outcome, which
+// the limiter reports into it (window.HitReporter) for the response's
+// RateLimit field.
+type hitTag struct {
+	*Rule
+	report window.HitReport
+}
+
+var _ window.HitReporter = (*hitTag)(nil)
+
+// ReportHit implements window.HitReporter.
+func (t *hitTag) ReportHit(r window.HitReport) { t.report = r }
+
+// Report returns what the last decision on m's hits reported of Hits[i]'s
+// own window; Known is false when it reported nothing.
+func (m *Mapping) Report(i int) window.HitReport { return m.tags[i].report }
 
 // FailureMode returns the failure mode of Hits[i]'s rule (its own, or
 // enforce.FailureDefault): m is the enforce.Policies of its hits.
@@ -31,7 +56,9 @@ func (m *Mapping) FailureMode(i int) enforce.FailureMode { return m.Rules[i].Fai
 func (m *Mapping) Reset() {
 	clear(m.Hits)
 	clear(m.Rules)
-	m.Hits, m.Rules, m.Missing = m.Hits[:0], m.Rules[:0], nil
+	clear(m.tags)
+	m.Hits, m.Rules, m.tags, m.Missing = m.Hits[:0], m.Rules[:0], m.tags[:0], nil
+	m.answer.reset()
 }
 
 // constKeys returns, by rule index, the limit key of every rule whose key
@@ -102,9 +129,14 @@ func (c *Config) mapWith(req *authv3.CheckRequest, keys window.Keys, constKeys [
 			key = keys.KeyBytes(r.Name, appendJoined(buf[:0], parts[:np]))
 		}
 		m.Hits = append(m.Hits, window.Hit{
-			Key: key, Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow || shadowAll, Tag: r,
+			Key: key, Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow || shadowAll,
 		})
 		m.Rules = append(m.Rules, r)
+		m.tags = append(m.tags, hitTag{Rule: r})
+	}
+	// Tagged once the tags stop moving.
+	for i := range m.Hits {
+		m.Hits[i].Tag = &m.tags[i]
 	}
 }
 

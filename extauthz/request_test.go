@@ -122,7 +122,8 @@ descriptors:
 }
 
 // TestMappingTag: each hit is tagged with its rule, which carries the
-// rule's policy to the layers that read it.
+// rule's policy to the layers that read it, and receives the hit's own
+// outcome.
 func TestMappingTag(t *testing.T) {
 	cfg := parse(t, localShareYAML)
 	var m Mapping
@@ -131,9 +132,21 @@ func TestMappingTag(t *testing.T) {
 		t.Fatal("no hits")
 	}
 	for i, h := range m.Hits {
-		if r, ok := h.Tag.(*Rule); !ok || r != m.Rules[i] {
+		if tag, ok := h.Tag.(*hitTag); !ok || tag.Rule != m.Rules[i] {
 			t.Errorf("hit %s: tag %v, want its rule", h.Rule, h.Tag)
 		}
+		r, ok := h.Tag.(window.HitReporter)
+		if !ok {
+			t.Fatalf("hit %s: tag %T takes no report", h.Rule, h.Tag)
+		}
+		r.ReportHit(window.HitReport{Known: true, Remaining: i})
+		if got := m.Report(i); !got.Known || got.Remaining != i {
+			t.Errorf("hit %s: report %+v, want remaining %d", h.Rule, got, i)
+		}
+	}
+	m.Reset()
+	if len(m.tags) != 0 || cap(m.tags) == 0 {
+		t.Errorf("Reset left %d tags (capacity %d)", len(m.tags), cap(m.tags))
 	}
 }
 
@@ -186,6 +199,7 @@ descriptors:
 		t.Fatalf("hits: %d and %d, want 2 each", len(per.Hits), len(pre.Hits))
 	}
 	for i := range per.Hits {
+		per.Hits[i].Tag, pre.Hits[i].Tag = nil, nil // each Mapping's own
 		if per.Hits[i] != pre.Hits[i] {
 			t.Errorf("hit %d: %+v per request, %+v prebuilt", i, per.Hits[i], pre.Hits[i])
 		}

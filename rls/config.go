@@ -99,6 +99,19 @@ type Rule struct {
 	// flashgate's metric labels never carry request values, so they change
 	// nothing.
 	DetailedMetric, ValueToMetric bool
+
+	// policy is the rule as the rate-limit headers name it, built when the
+	// rule is loaded (nil for an unlimited one; see policyOf).
+	policy *enforce.Policy
+}
+
+// policyOf returns the rule's rate-limit header policy: named by its
+// Label, its requests per unit a window.
+func (r *Rule) policyOf() *enforce.Policy {
+	if r.policy != nil {
+		return r.policy
+	}
+	return enforce.NewPolicy(r.Label(), window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window})
 }
 
 // PenaltyBox returns the rule's own penalty box, nil for the server's: a

@@ -76,9 +76,24 @@
 // else the core's) decides: OVER_LIMIT if an enforcing rule's mode is
 // deny; else the rules of mode local by the in-process fallback; else OK.
 //
-// Response headers (Options.ResponseHeaders) are named as ratelimit's
-// defaults, RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset, unless
-// Options.HeaderNames says otherwise.
+// Every answer's response_headers_to_add carries the rate-limit headers
+// of the core's families (enforce.Options.Headers, see package enforce):
+// RateLimit-Policy of every descriptor with a limit (a policy named by
+// its rule's Label, "override" for a request's own limit), RateLimit of
+// each whose window the decision counted, x-ratelimit-limit, -remaining
+// and -reset of the binding descriptor (the refusing one, else the one
+// with the fewest remaining), and on OVER_LIMIT retry-after and
+// content-type application/problem+json with the problem in raw_body,
+// which Envoy's ratelimit filter sends as the 429's body (its status
+// member says 429, Envoy's default rate_limited_status). A limit that can
+// never fit (requests_per_unit: 0) refuses with t and retry-after of its
+// window. Envoy adds these headers to the client's response on OK as on
+// OVER_LIMIT.
+//
+// ratelimit's own response headers (Options.ResponseHeaders) are added
+// after them, named as ratelimit's defaults, RateLimit-Limit,
+// RateLimit-Remaining and RateLimit-Reset, unless Options.HeaderNames says
+// otherwise; a name of ours they take is sent once, as theirs.
 //
 // Metrics (labels from the config only): flashgate_rls_requests_total
 // {domain,rule,decision}, flashgate_rls_request_duration_seconds,

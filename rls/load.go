@@ -509,6 +509,9 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 				return p.errAt(inh.localShareAt, "%s", err)
 			}
 		}
+		if !r.Unlimited {
+			r.policy = r.policyOf()
+		}
 		child.rule = r
 		d.rules = append(d.rules, r)
 	}

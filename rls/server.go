@@ -106,6 +106,10 @@ type Server struct {
 	now     func() time.Time
 	metrics *metrics
 	cfg     atomic.Pointer[Config]
+	// compat are the names of ratelimit's response headers
+	// (Options.ResponseHeaders), lower case: the rate-limit headers leave
+	// out a field of the same name.
+	compat map[string]bool
 
 	// installMu orders installs: the metric series a config drops are
 	// those of the config it replaced.
@@ -136,6 +140,13 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("rls: %w", err)
 	}
 	s := &Server{opts: opts, core: front, log: opts.Core.Logger(), now: opts.Core.Clock(), metrics: newMetrics(front.Metrics())}
+	if opts.ResponseHeaders {
+		// ratelimit's headers, when named as ours, are sent once: theirs.
+		s.compat = map[string]bool{}
+		for _, n := range []string{opts.HeaderNames.Limit, opts.HeaderNames.Remaining, opts.HeaderNames.Reset} {
+			s.compat[strings.ToLower(n)] = true
+		}
+	}
 	s.install(cfg)
 	return s, nil
 }
@@ -382,10 +393,83 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	c.count()
-	if c.s.opts.ResponseHeaders && c.out != failedAllow && c.out != failedDeny {
-		resp.ResponseHeadersToAdd = limitHeaders(c.s.opts.HeaderNames, resp.Statuses, c.binding())
+	a := c.answer(over)
+	compat := c.s.opts.ResponseHeaders && c.out != failedAllow && c.out != failedDeny
+	a.Headers(c.s.core.Headers(), func(k, v string) {
+		if !compat || !c.s.compat[k] {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: v})
+		}
+	})
+	if compat {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, limitHeaders(c.s.opts.HeaderNames, resp.Statuses, c.binding())...)
+	}
+	if over {
+		resp.RawBody = []byte(a.Problem())
 	}
 	return resp
+}
+
+// answer is what the call's rate-limit headers say (see the package doc):
+// the policy of every descriptor with a limit; the state of each whose
+// window the decision counted, the binding one's as the Decision says
+// it, which the x family reports; a refusal without a decision (a limit
+// that can never fit, failure mode deny) names the refusing descriptor's
+// alone.
+func (c *call) answer(over bool) enforce.Answer {
+	a := enforce.Answer{Binding: -1, Denied: over}
+	refusal := func(r *Rule, retry time.Duration) enforce.Answer {
+		p := r.policyOf()
+		a.Policies, a.Binding, a.RetryAfter = []*enforce.Policy{p}, 0, retry
+		a.States = []enforce.State{{Policy: p, T: enforce.RetrySeconds(retry)}}
+		return a
+	}
+	switch c.out {
+	case blocked:
+		// It never admits: retry no sooner than a window.
+		return refusal(c.ms[c.blockedAt].limit(), c.ms[c.blockedAt].limit().Window)
+	case failedDeny:
+		for i, j := range c.hitOf {
+			if j == c.o.Denier {
+				return refusal(c.ms[i].limit(), time.Second)
+			}
+		}
+	}
+	bind := c.binding()
+	d := &c.d
+	a.RetryAfter = d.RetryAfter
+	a.Shadow = !over && (d.Shadowed || c.o.ShadowDeny || c.shadowZero >= 0)
+	for i := range c.ms {
+		r := c.ms[i].limit()
+		if r == nil || r.Unlimited {
+			continue
+		}
+		p := r.policyOf()
+		a.Policies = append(a.Policies, p)
+		if c.never[i] { // a shadow limit that never fits: its would-be state
+			a.States = append(a.States, enforce.State{Policy: p, T: p.Window()})
+			continue
+		}
+		j := c.hitOf[i]
+		if c.out != decided || !c.o.Decided(j) {
+			continue
+		}
+		var st enforce.State
+		switch rep := c.tags[j].report; {
+		case i == bind && !d.Allowed:
+			st = p.Decided(d)
+		case rep.Known:
+			st = p.Reported(rep) // a shadow limit over: its would-be state
+		case i == bind:
+			st = p.Decided(d)
+		default:
+			continue
+		}
+		if i == bind {
+			a.Binding = len(a.States)
+		}
+		a.States = append(a.States, st)
+	}
+	return a
 }
 
 // status is descriptor i's status: its own window's numbers where the

@@ -32,7 +32,8 @@ func TestCheckAllowedThenDenied(t *testing.T) {
 	if !strings.Contains(lines[4], "x-ratelimit-remaining: 0") {
 		t.Errorf("line 5 = %q, want remaining 0", lines[4])
 	}
-	for _, want := range []string{"#6 denied 429 ", "retry-after: 1", "x-ratelimit-remaining: 0", `body: {"error":"too_many_requests"`} {
+	for _, want := range []string{"#6 denied 429 ", "retry-after: 1", "x-ratelimit-remaining: 0", `ratelimit: "per_uid";r=0;t=1`,
+		"content-type: application/problem+json", `"error":"too_many_requests"`} {
 		if !strings.Contains(lines[5], want) {
 			t.Errorf("line 6 = %q, want %q in it", lines[5], want)
 		}

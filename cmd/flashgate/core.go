@@ -9,13 +9,14 @@ import (
 )
 
 // newCore builds the enforcement core every front-end of serve shares: b's
-// limiter stack and fallback, the failure mode and shadow flags, reg and
-// log.
+// limiter stack and fallback, the failure mode, shadow and rate-limit
+// header flags, reg and log.
 func newCore(o *serveConfig, b *backend, reg prometheus.Registerer, log *slog.Logger) (*enforce.Core, error) {
 	opts := enforce.Options{
 		Limiter:     b.limiter,
 		FailureMode: o.failureMode,
 		Shadow:      o.shadow,
+		Headers:     o.headers,
 		Registerer:  reg,
 		Logger:      log,
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -16,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window/redistest"
 )
@@ -73,6 +75,17 @@ func TestServeRLS(t *testing.T) {
 					t.Fatalf("ShouldRateLimit: %v", err)
 				}
 				codes = append(codes, resp.GetOverallCode().String())
+				// The rate-limit headers of --ratelimit-headers (both), as
+				// the draft spells them, beside ratelimit's.
+				var ours []*corev3.HeaderValue
+				for _, h := range resp.GetResponseHeadersToAdd() {
+					if h.GetKey() == strings.ToLower(h.GetKey()) {
+						ours = append(ours, h)
+					}
+				}
+				if got := enforcetest.ReadHeaders(t, enforcetest.HeaderValues(t, ours)); len(got.States) != 1 || got.Limit != 2 {
+					t.Errorf("rate-limit headers %v, want one RateLimit item and x-ratelimit-limit 2", ours)
+				}
 				for _, h := range resp.GetResponseHeadersToAdd() {
 					if h.GetKey() == remainingHeader {
 						remaining = append(remaining, h.GetValue())

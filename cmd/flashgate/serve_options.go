@@ -44,6 +44,7 @@ type serveOptions struct {
 	localCacheSize byteSize
 	memoryMaxKeys  int
 	shadow         bool
+	headers        string
 
 	breakerFailures int
 	breakerRate     float64
@@ -92,6 +93,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.Var(&o.localCacheSize, "local-cache-size", "memory budget of the local over-limit cache and penalty box (e.g. 32MiB)")
 	f.IntVar(&o.memoryMaxKeys, "memory-max-keys", 0, "keys the memory backend (and the local failure mode) track at most (0: the window package's default)")
 	f.BoolVar(&o.shadow, "shadow", false, "decide and count, but admit everything (x-ratelimit-shadow: 1 on would-be denials)")
+	f.StringVar(&o.headers, "ratelimit-headers", enforce.FamiliesBoth.String(), "rate-limit headers on every answer (ext_authz, RLS): both (the IETF RateLimit and RateLimit-Policy, and x-ratelimit-limit, -remaining, -reset), ietf, x or none; a 429 always has retry-after and its problem+json body")
 	f.IntVar(&o.breakerFailures, "breaker-failures", guard.DefaultBreakerConnFailures, "connection errors in a row (Redis refused or reset: down, not slow) that open the circuit breaker at once; negative: no breaker")
 	f.Float64Var(&o.breakerRate, "breaker-failure-rate", guard.DefaultBreakerFailureRate, "share of failed Redis calls (errors and timeouts) within a second that opens the circuit breaker")
 	f.IntVar(&o.breakerMinCalls, "breaker-min-calls", guard.DefaultBreakerMinCalls, "calls within a second before --breaker-failure-rate can open the breaker")
@@ -133,6 +135,7 @@ type serveConfig struct {
 	serveOptions
 	clock         redisstore.Clock
 	failureMode   enforce.FailureMode
+	headers       enforce.Families
 	redisModeName string
 	ban           window.Ban
 	keys          window.Keys
@@ -191,6 +194,9 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 		return nil, fmt.Errorf("--failure-mode: %w", err)
 	}
 	c.failureMode = fm
+	if c.headers, err = enforce.ParseFamilies(o.headers); err != nil {
+		return nil, fmt.Errorf("--ratelimit-headers %q: want both, ietf, x or none", o.headers)
+	}
 	if o.banThreshold < 0 || o.banWindow < 0 || o.banDuration < 0 {
 		return nil, fmt.Errorf("--ban-threshold, --ban-window and --ban-duration must not be negative")
 	}

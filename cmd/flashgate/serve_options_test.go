@@ -118,6 +118,9 @@ func TestServeFlagCombinations(t *testing.T) {
 		"rls bad name":              {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X L,X-R,X-T"}, "not a valid HTTP header name"},
 		"rls same names":            {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X-L,X-L,X-T"}, "must differ"},
 		"rls same names but case":   {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X-L,x-l,X-T"}, "must differ"},
+		"ietf headers only":         {[]string{"--ratelimit-headers", "ietf"}, ""},
+		"no rate-limit headers":     {[]string{"--ratelimit-headers", "none"}, ""},
+		"unknown header families":   {[]string{"--ratelimit-headers", "draft-03"}, `--ratelimit-headers "draft-03": want both, ietf, x or none`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

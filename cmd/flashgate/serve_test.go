@@ -494,3 +494,30 @@ func TestServeRedisCluster(t *testing.T) {
 		t.Errorf("logs do not name the cluster mode:\n%s", s.logs)
 	}
 }
+
+// TestServeRateLimitHeaders: --ratelimit-headers chooses the families of
+// rate-limit headers the answers carry.
+func TestServeRateLimitHeaders(t *testing.T) {
+	for flag, want := range map[string]struct{ has, lacks []string }{
+		"both": {has: []string{`ratelimit-policy: "coupon_per_uid";q=5;w=60`, `ratelimit: "coupon_per_uid";r=4;t=`, "x-ratelimit-limit: 5"}},
+		"ietf": {has: []string{`ratelimit-policy: "coupon_per_uid";q=5;w=60`}, lacks: []string{"x-ratelimit-"}},
+		"x":    {has: []string{"x-ratelimit-limit: 5", "x-ratelimit-reset: "}, lacks: []string{"ratelimit-policy", " ratelimit: "}},
+		"none": {lacks: []string{"ratelimit"}},
+	} {
+		t.Run(flag, func(t *testing.T) {
+			s := startServe(t, "--config", exampleStretched(t), "--ratelimit-headers", flag)
+			waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
+			l := checkLines(t, s.grpcAddr, "alice", 1)[0]
+			for _, h := range want.has {
+				if !strings.Contains(l, h) {
+					t.Errorf("%q lacks %q", l, h)
+				}
+			}
+			for _, h := range want.lacks {
+				if strings.Contains(l, h) {
+					t.Errorf("%q has %q", l, h)
+				}
+			}
+		})
+	}
+}

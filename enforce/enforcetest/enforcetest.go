@@ -1,5 +1,8 @@
-// Package enforcetest reads the enforcement core's metrics in tests, as
-// /metrics shows them.
+// Package enforcetest is what the tests of every front-end share about
+// the enforcement core's answers: it reads the core's metrics as /metrics
+// shows them, and checks the rate-limit header fields and the denial's
+// body an answer carries (CheckHeaders, CheckProblem) with a strict RFC
+// 8941 structured-field parser (ParseList), as a client would read them.
 package enforcetest
 
 import (

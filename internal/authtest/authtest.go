@@ -2,11 +2,11 @@ package authtest
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -14,8 +14,10 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
+	"github.com/flashgate/flashgate/window"
 )
 
 // StartGRPC serves auth, with health SERVING, on a loopback port until the
@@ -41,11 +43,15 @@ func StartGRPC(t testing.TB, auth authv3.AuthorizationServer) string {
 }
 
 // LimitAuth is an ext_authz server that admits the first Limit requests of
-// each x-uid, for ever, and denies the rest with a 429 built as the README
-// describes; it records what it saw. It is safe for concurrent use.
+// each x-uid, for ever, and denies the rest with a 429; it answers as
+// flashgate's server does for a rule per_uid of Limit requests a second
+// (its rate-limit headers, both families, and its problem+json body, made
+// by package enforce) and records what it saw. It is safe for concurrent
+// use.
 type LimitAuth struct {
 	authv3.UnimplementedAuthorizationServer
-	limit int
+	limit  int
+	policy *enforce.Policy
 
 	// mu guards the fields below.
 	mu    sync.Mutex
@@ -58,7 +64,8 @@ var _ authv3.AuthorizationServer = (*LimitAuth)(nil)
 
 // NewLimitAuth returns a LimitAuth that admits limit requests per x-uid.
 func NewLimitAuth(limit int) *LimitAuth {
-	return &LimitAuth{limit: limit, count: map[string]int{}, ips: map[string]bool{}}
+	return &LimitAuth{limit: limit, count: map[string]int{}, ips: map[string]bool{},
+		policy: enforce.NewPolicy("per_uid", window.Limit{Requests: limit, Window: time.Second})}
 }
 
 // Counts returns how many requests each x-uid sent (the header's value; ""
@@ -98,29 +105,25 @@ func (a *LimitAuth) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.
 	a.ips[req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()] = true
 	a.last = req
 	a.mu.Unlock()
-	limit := fmt.Sprint(a.limit)
-	if n <= a.limit {
+	ans := enforce.Answer{Policies: []*enforce.Policy{a.policy}, Binding: 0,
+		States: []enforce.State{{Policy: a.policy, Remaining: a.limit - n, T: 1}}}
+	if n > a.limit {
+		ans.States[0].Remaining, ans.Denied, ans.RetryAfter = 0, true, time.Second
+	}
+	var hs []*corev3.HeaderValueOption
+	ans.Headers(enforce.FamiliesBoth, func(k, v string) { hs = append(hs, Header(k, v)) })
+	if !ans.Denied {
 		return &authv3.CheckResponse{
-			Status: &status.Status{Code: int32(codes.OK)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-				ResponseHeadersToAdd: []*corev3.HeaderValueOption{
-					Header("x-ratelimit-limit", limit),
-					Header("x-ratelimit-remaining", fmt.Sprint(a.limit-n)),
-				},
-			}},
+			Status:       &status.Status{Code: int32(codes.OK)},
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{ResponseHeadersToAdd: hs}},
 		}, nil
 	}
 	return &authv3.CheckResponse{
 		Status: &status.Status{Code: int32(codes.ResourceExhausted)},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
-			Headers: []*corev3.HeaderValueOption{
-				Header("retry-after", "1"),
-				Header("x-ratelimit-limit", limit),
-				Header("x-ratelimit-remaining", "0"),
-				Header("content-type", "application/json"),
-			},
-			Body: `{"error":"too_many_requests","rule":"per_uid","retry_after_ms":1000}`,
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
+			Headers: hs,
+			Body:    ans.Problem(),
 		}},
 	}, nil
 }

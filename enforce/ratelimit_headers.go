@@ -1,0 +1,458 @@
+package enforce
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// This file is the one implementation of the rate-limit response headers
+// and the denial's body that every front-end sends; see the package doc
+// ("Rate-limit headers") for what each answer carries and why.
+
+// Header names, lower case as gRPC requires (HTTP header names are
+// case-insensitive), and the denial body's media type and problem type.
+const (
+	// HeaderRateLimit is the IETF RateLimit field: one item per policy
+	// whose state the answer knows, `"<rule>";r=<remaining>;t=<seconds>`.
+	HeaderRateLimit = "ratelimit"
+	// HeaderRateLimitPolicy is the IETF RateLimit-Policy field: one item
+	// per policy that applies, `"<rule>";q=<quota>;w=<window seconds>`.
+	HeaderRateLimitPolicy = "ratelimit-policy"
+	// HeaderRetryAfter is a denial's Retry-After, whole seconds, ≥ 1.
+	HeaderRetryAfter = "retry-after"
+	// HeaderLimit, HeaderRemaining and HeaderReset are the x family, of the
+	// binding rule: its quota, what remains, and t.
+	HeaderLimit     = "x-ratelimit-limit"
+	HeaderRemaining = "x-ratelimit-remaining"
+	HeaderReset     = "x-ratelimit-reset"
+	// HeaderShadow marks an admission that shadow mode turned from a
+	// denial: "1". It is sent whatever the families.
+	HeaderShadow = "x-ratelimit-shadow"
+	// HeaderContentType is the content type of a denial's body.
+	HeaderContentType = "content-type"
+	// ProblemContentType is the media type of a denial's body (RFC 9457).
+	ProblemContentType = "application/problem+json"
+	// ProblemType is the problem type of a denial's body: the draft's
+	// quota-exceeded.
+	ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemTitle is the title member of a denial's body.
+	ProblemTitle = "Too Many Requests"
+)
+
+// Families are the families of rate-limit header fields the answers carry
+// (serve's --ratelimit-headers). The zero value is FamiliesBoth.
+type Families uint8
+
+const (
+	// FamiliesBoth: the IETF fields and the x family.
+	FamiliesBoth Families = iota
+	// FamiliesIETF: RateLimit-Policy and RateLimit only.
+	FamiliesIETF
+	// FamiliesX: x-ratelimit-limit, -remaining and -reset only.
+	FamiliesX
+	// FamiliesNone: neither; a denial still has Retry-After and its body.
+	FamiliesNone
+)
+
+// ParseFamilies parses "both", "ietf", "x" or "none".
+func ParseFamilies(s string) (Families, error) {
+	for f := FamiliesBoth; f <= FamiliesNone; f++ {
+		if s == f.String() {
+			return f, nil
+		}
+	}
+	return FamiliesBoth, fmt.Errorf("rate-limit headers %q are not one of both, ietf, x, none", s)
+}
+
+// String returns "both", "ietf", "x" or "none".
+func (f Families) String() string {
+	switch f {
+	case FamiliesBoth:
+		return "both"
+	case FamiliesIETF:
+		return "ietf"
+	case FamiliesX:
+		return "x"
+	case FamiliesNone:
+		return "none"
+	}
+	return fmt.Sprintf("Families(%d)", uint8(f))
+}
+
+// IETF reports whether f includes RateLimit-Policy and RateLimit.
+func (f Families) IETF() bool { return f == FamiliesBoth || f == FamiliesIETF }
+
+// X reports whether f includes the x-ratelimit-* family.
+func (f Families) X() bool { return f == FamiliesBoth || f == FamiliesX }
+
+// Field is one header field of an answer (its name: [Field.Name]).
+type Field uint8
+
+const (
+	FieldRetryAfter Field = iota
+	FieldPolicy
+	FieldRateLimit
+	FieldLimit
+	FieldRemaining
+	FieldReset
+	FieldShadow
+	FieldContentType
+	numFields
+)
+
+// MaxFields is the most fields an answer carries.
+const MaxFields = int(numFields)
+
+var fieldNames = [numFields]string{
+	FieldRetryAfter:  HeaderRetryAfter,
+	FieldPolicy:      HeaderRateLimitPolicy,
+	FieldRateLimit:   HeaderRateLimit,
+	FieldLimit:       HeaderLimit,
+	FieldRemaining:   HeaderRemaining,
+	FieldReset:       HeaderReset,
+	FieldShadow:      HeaderShadow,
+	FieldContentType: HeaderContentType,
+}
+
+// Name returns the field's header name, lower case.
+func (k Field) Name() string {
+	if k < numFields {
+		return fieldNames[k]
+	}
+	return ""
+}
+
+// AppendFields appends to dst the fields an answer carries under f, in the
+// order they are sent: a denial's retry-after first and content-type last,
+// a shadow admission's x-ratelimit-shadow last. An answer omits a field
+// whose value is empty (see [Answer.Value]).
+func (f Families) AppendFields(dst []Field, denied, shadow bool) []Field {
+	if denied {
+		dst = append(dst, FieldRetryAfter)
+	}
+	if f.IETF() {
+		dst = append(dst, FieldPolicy, FieldRateLimit)
+	}
+	if f.X() {
+		dst = append(dst, FieldLimit, FieldRemaining, FieldReset)
+	}
+	switch {
+	case denied:
+		dst = append(dst, FieldContentType)
+	case shadow:
+		dst = append(dst, FieldShadow)
+	}
+	return dst
+}
+
+// Policy is a rule as the rate-limit headers and the denial's body name
+// it, with its parts serialized once: build one per rule when the rules
+// load. It is immutable and safe for concurrent use.
+type Policy struct {
+	name   string
+	quota  int
+	window int64
+	item   string // `"name";q=N;w=W`
+	head   string // `"name";r=`
+	limit  string // N
+	// problemTail is the body after the status: violated-policies, error,
+	// rule, and the retry_after_ms member's name.
+	problemTail string
+}
+
+// NewPolicy returns the policy of the rule named rule with limit l: quota
+// l.Requests (0 is a policy that refuses everything), window l.Window in
+// whole seconds rounded up (a sub-second window is w=1). The name is
+// [PolicyName] of rule.
+func NewPolicy(rule string, l window.Limit) *Policy {
+	name := PolicyName(rule)
+	quoted := strconv.Quote(name) // = the sf-string and JSON string: name is printable ASCII
+	w := ceilSeconds(l.Window)
+	p := &Policy{name: name, quota: l.Requests, window: w}
+	p.item = quoted + ";q=" + strconv.Itoa(l.Requests) + ";w=" + strconv.FormatInt(w, 10)
+	p.head = quoted + ";r="
+	p.limit = strconv.Itoa(l.Requests)
+	p.problemTail = `,"violated-policies":[` + quoted + `],"error":"too_many_requests","rule":` + quoted + `,"retry_after_ms":`
+	return p
+}
+
+// PolicyName is rule as a policy name: an RFC 8941 sf-string holds only
+// printable ASCII, so every other byte, and '%', is percent-encoded
+// (%XX, upper case); the rule names of a descriptors file are kept as they
+// are. It is the name both the headers and the problem body carry.
+func PolicyName(rule string) string {
+	i := 0
+	for i < len(rule) && rule[i] >= 0x20 && rule[i] < 0x7f && rule[i] != '%' {
+		i++
+	}
+	if i == len(rule) {
+		return rule
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(rule) + 8)
+	b.WriteString(rule[:i])
+	for ; i < len(rule); i++ {
+		c := rule[i]
+		if c >= 0x20 && c < 0x7f && c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
+// Name returns the policy's name.
+func (p *Policy) Name() string { return p.name }
+
+// Quota returns q, the requests per window.
+func (p *Policy) Quota() int { return p.quota }
+
+// Window returns w, the window in whole seconds, rounded up.
+func (p *Policy) Window() int64 { return p.window }
+
+// Item returns the policy's RateLimit-Policy item, `"name";q=N;w=W`.
+func (p *Policy) Item() string { return p.item }
+
+// Limit returns the quota in decimal, x-ratelimit-limit's value.
+func (p *Policy) Limit() string { return p.limit }
+
+// AppendState appends the policy's RateLimit item, `"name";r=R;t=T`, for
+// remaining requests (negative counts as 0) and t seconds.
+func (p *Policy) AppendState(b []byte, remaining int, t int64) []byte {
+	b = append(b, p.head...)
+	b = strconv.AppendInt(b, int64(max(remaining, 0)), 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, t, 10)
+}
+
+// AdmitT is t of an admission whose binding window gains room after reset
+// (window.Decision.Reset, window.HitReport.Reset): whole seconds rounded
+// up, at least 1 and at most the window; the window when reset is 0
+// (unknown).
+func (p *Policy) AdmitT(reset time.Duration) int64 {
+	if reset <= 0 {
+		return max(p.window, 1)
+	}
+	return max(min(ceilSeconds(reset), p.window), 1)
+}
+
+// Reported returns p's state as a window's own report says it (a hit's
+// window.HitReport): over its limit, nothing remaining and t its
+// retry-after; else what remains (at most the quota) and AdmitT of its
+// reset.
+func (p *Policy) Reported(r window.HitReport) State {
+	if r.Over {
+		return State{Policy: p, T: RetrySeconds(r.RetryAfter)}
+	}
+	return State{Policy: p, Remaining: min(max(r.Remaining, 0), p.quota), T: p.AdmitT(r.Reset)}
+}
+
+// Decided returns p's state as a decision of which it is the binding limit
+// says it: a denial's nothing remaining and t its retry-after; an
+// admission's remaining (at most the quota) and AdmitT of its reset.
+func (p *Policy) Decided(d *window.Decision) State {
+	if !d.Allowed {
+		return State{Policy: p, T: RetrySeconds(d.RetryAfter)}
+	}
+	return State{Policy: p, Remaining: min(max(d.Remaining, 0), p.quota), T: p.AdmitT(d.Reset)}
+}
+
+// RetrySeconds is a denial's Retry-After for retryAfter, and t of the
+// denying policy: whole seconds rounded up, at least 1.
+func RetrySeconds(retryAfter time.Duration) int64 { return max(ceilSeconds(retryAfter), 1) }
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// problemHead begins every denial's body up to its status.
+const problemHead = `{"type":"` + ProblemType + `","title":"` + ProblemTitle + `","status":`
+
+// AppendProblem appends the body of a denial by p that may retry after
+// retryAfter: the RFC 9457 problem
+// {"type":ProblemType,"title":ProblemTitle,"status":429,"violated-policies":[name],
+// "error":"too_many_requests","rule":name,"retry_after_ms":N}, N in whole
+// milliseconds rounded up, at least 1 (the members error, rule and
+// retry_after_ms are the body flashgate sent before the problem). A nil p
+// appends the body without a policy: violated-policies empty, rule "".
+func (p *Policy) AppendProblem(b []byte, retryAfter time.Duration) []byte {
+	ms := max(int64((retryAfter+time.Millisecond-1)/time.Millisecond), 1)
+	b = append(b, problemHead...)
+	b = append(b, "429"...)
+	if p == nil {
+		b = append(b, `,"violated-policies":[],"error":"too_many_requests","rule":"","retry_after_ms":`...)
+	} else {
+		b = append(b, p.problemTail...)
+	}
+	b = strconv.AppendInt(b, ms, 10)
+	return append(b, '}')
+}
+
+// ProblemLen bounds the length of p's problem body, to size a buffer.
+func (p *Policy) ProblemLen() int {
+	n := len(problemHead) + 3 + 20 + 1 + 80
+	if p != nil {
+		n += len(p.problemTail)
+	}
+	return n
+}
+
+// ProblemWithStatus returns body, a denial's problem, with its status
+// member set to status (a front-end that answers a denial with another
+// status than 429, e.g. 403 for nginx's auth_request); a body that is not
+// one of [Policy.AppendProblem]'s is returned as it is.
+func ProblemWithStatus(body string, status int) string {
+	rest, ok := strings.CutPrefix(body, problemHead+"429,")
+	if !ok || status < 100 || status > 999 {
+		return body
+	}
+	return problemHead + strconv.Itoa(status) + "," + rest
+}
+
+// State is one policy's state in an answer, its RateLimit item: the
+// requests remaining, and T, the seconds until it has more (an
+// admission's [Policy.AdmitT]) or admits again (a denial's
+// [RetrySeconds]).
+type State struct {
+	Policy    *Policy
+	Remaining int
+	T         int64
+}
+
+// Answer is what one answer of a front-end says about rate limits, for
+// [Answer.Headers], [Answer.Value] and [Answer.Problem].
+type Answer struct {
+	// Policies apply to the request, in rule order: RateLimit-Policy lists
+	// them (an identical item once).
+	Policies []*Policy
+	// States are the policies whose state the answer knows, in rule order:
+	// RateLimit lists them.
+	States []State
+	// Binding is the index in States of the state the x family reports
+	// (the denying one of a denial); -1 for none, and then no x family.
+	Binding int
+	// Denied: a 429 with Retry-After, content-type and a problem body;
+	// RetryAfter is how long until the request would be admitted.
+	Denied     bool
+	RetryAfter time.Duration
+	// Shadow: an admission that shadow mode turned from a denial.
+	Shadow bool
+}
+
+// binding returns the binding state, or nil.
+func (a *Answer) binding() *State {
+	if a.Binding >= 0 && a.Binding < len(a.States) {
+		return &a.States[a.Binding]
+	}
+	return nil
+}
+
+// RetryAfterSeconds is a denial's Retry-After: RetrySeconds(RetryAfter),
+// and never less than t of the denying (binding) state.
+func (a *Answer) RetryAfterSeconds() int64 {
+	s := RetrySeconds(a.RetryAfter)
+	if b := a.binding(); b != nil {
+		s = max(s, b.T)
+	}
+	return s
+}
+
+// Value returns field k's value in a, "" when a omits it: the IETF fields
+// without policies or states, the x family without a binding state.
+func (a *Answer) Value(k Field) string {
+	switch k {
+	case FieldRetryAfter:
+		return strconv.FormatInt(a.RetryAfterSeconds(), 10)
+	case FieldPolicy:
+		return string(AppendPolicies(nil, a.Policies))
+	case FieldRateLimit:
+		return string(AppendStates(nil, a.States))
+	case FieldLimit, FieldRemaining, FieldReset:
+		s := a.binding()
+		switch {
+		case s == nil:
+			return ""
+		case k == FieldLimit:
+			return s.Policy.limit
+		case k == FieldRemaining:
+			return strconv.Itoa(max(s.Remaining, 0))
+		}
+		return strconv.FormatInt(s.T, 10)
+	case FieldShadow:
+		return "1"
+	case FieldContentType:
+		return ProblemContentType
+	}
+	return ""
+}
+
+// AppendPolicies appends the RateLimit-Policy value of ps: their items, in
+// order, an item that appeared already left out.
+func AppendPolicies(b []byte, ps []*Policy) []byte {
+	start := len(b)
+	for i, p := range ps {
+		if !firstPolicy(ps, i) {
+			continue
+		}
+		if len(b) > start {
+			b = append(b, ", "...)
+		}
+		b = append(b, p.item...)
+	}
+	return b
+}
+
+// firstPolicy reports whether ps[i] is the first with its item.
+func firstPolicy(ps []*Policy, i int) bool {
+	for _, q := range ps[:i] {
+		if q == ps[i] || q.item == ps[i].item {
+			return false
+		}
+	}
+	return true
+}
+
+// AppendStates appends the RateLimit value of states: their items, in
+// order.
+func AppendStates(b []byte, states []State) []byte {
+	for i := range states {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		s := &states[i]
+		b = s.Policy.AppendState(b, s.Remaining, s.T)
+	}
+	return b
+}
+
+// Headers calls add with each header field a carries under f, in order
+// (see [Families.AppendFields]), each value from [Answer.Value].
+func (a *Answer) Headers(f Families, add func(name, value string)) {
+	var buf [MaxFields]Field
+	for _, k := range f.AppendFields(buf[:0], a.Denied, a.Shadow) {
+		if v := a.Value(k); v != "" {
+			add(k.Name(), v)
+		}
+	}
+}
+
+// Problem returns a denial's body (see [Policy.AppendProblem]) for the
+// binding state's policy.
+func (a *Answer) Problem() string {
+	var p *Policy
+	if b := a.binding(); b != nil {
+		p = b.Policy
+	}
+	return string(p.AppendProblem(make([]byte, 0, p.ProblemLen()), a.RetryAfter))
+}

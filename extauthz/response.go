@@ -1,0 +1,596 @@
+package extauthz
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/window"
+)
+
+// Responses. What an answer says is gathered per check into a plan (an
+// enforce.Answer and the rules behind it, in the pooled Mapping); the
+// headers enforce names for it are assembled from parts built once: every
+// rule's RateLimit-Policy item, x-ratelimit-limit and -remaining headers
+// and RateLimit items of one state, the retry-after and x-ratelimit-reset
+// headers of up to maxCachedSeconds, the RateLimit-Policy of each set of
+// rules a request fell under. A response whose every part is bounded (at
+// most maxKeyRules rules, t and retry-after within maxCachedSeconds) is
+// shared whole, OK or denied, by its respKey: built on first use and
+// encoded once for the codec, maxCachedResponses of them per rule set.
+// Any other allocates its messages in one piece, plus one string for what
+// it must format: a denial's body and a RateLimit of several items.
+
+// respConsts are the response parts every rule shares. They are built once
+// per Server and never modified.
+type respConsts struct {
+	families               enforce.Families
+	statusOK, statusDenied *status.Status
+	http429                *typev3.HttpStatus
+	hdrShadow, hdrContent  *corev3.HeaderValueOption
+	retryAfter, reset      [maxCachedSeconds + 1]*corev3.HeaderValueOption // [n]: n seconds, n ≥ 1
+}
+
+// maxCachedSeconds bounds the precomputed headers of whole seconds
+// (retry-after, x-ratelimit-reset) and the windows, in whole seconds, whose
+// RateLimit items and OK responses are kept.
+const maxCachedSeconds = 120
+
+// maxCachedStates bounds the RateLimit items of one state a rule keeps,
+// (remaining, t) pairs, and maxCachedResponses the responses a rule set
+// keeps.
+const (
+	maxCachedStates    = 4096
+	maxCachedResponses = 4096
+)
+
+func newRespConsts(f enforce.Families) *respConsts {
+	k := &respConsts{
+		families:     f,
+		statusOK:     &status.Status{Code: int32(codes.OK)},
+		statusDenied: &status.Status{Code: int32(codes.ResourceExhausted)},
+		http429:      &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
+		hdrShadow:    header(enforce.HeaderShadow, "1"),
+		hdrContent:   header(enforce.HeaderContentType, enforce.ProblemContentType),
+	}
+	for n := 1; n <= maxCachedSeconds; n++ {
+		k.retryAfter[n] = header(enforce.HeaderRetryAfter, strconv.Itoa(n))
+		k.reset[n] = header(enforce.HeaderReset, strconv.Itoa(n))
+	}
+	return k
+}
+
+// secondsHeader returns the header name: secs (≥ 1) from cached, or a new one.
+func secondsHeader(cached *[maxCachedSeconds + 1]*corev3.HeaderValueOption, name string, secs int64) *corev3.HeaderValueOption {
+	if secs >= 1 && secs <= maxCachedSeconds {
+		return cached[secs]
+	}
+	return header(name, strconv.FormatInt(secs, 10))
+}
+
+// header returns a header that replaces any of the same name.
+func header(k, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: k, Value: v},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+// maxCachedRemaining bounds the precomputed x-ratelimit-remaining headers
+// per rule.
+const maxCachedRemaining = 1024
+
+// ruleSet is a Config with what responses need precomputed. Immutable but
+// for its caches; shared by concurrent checks (protobuf messages are safe
+// to marshal concurrently).
+type ruleSet struct {
+	k     *respConsts
+	cfg   *Config
+	rules []ruleResp // by Rule.idx
+	// constKeys are the limit keys of rules with no request part, by
+	// Rule.idx, built once here rather than per check.
+	constKeys []string
+	none      ruleCounters
+	okPlain   *authv3.CheckResponse
+	// fields is what the rules read of a request: all Check decodes of one
+	// its codec kept as bytes.
+	fields requestFields
+	// encoded maps each shared response (okPlain, every resps entry) to
+	// its wire bytes, encoded when the response is stored, so that the
+	// Server's codec does not encode it per check. A new rule set starts a
+	// new map: an old set's responses in flight are encoded as usual.
+	encoded *sync.Map
+	// resps are the shared responses (see respKey); policies the
+	// RateLimit-Policy headers of several rules (see policyKey).
+	resps    boundedCache[respKey, *authv3.CheckResponse]
+	policies boundedCache[policyKey, *corev3.HeaderValueOption]
+}
+
+// ruleResp is one rule's response parts.
+type ruleResp struct {
+	idx       int
+	policy    *enforce.Policy
+	policyHdr *corev3.HeaderValueOption   // RateLimit-Policy of this rule alone
+	limit     *corev3.HeaderValueOption   // x-ratelimit-limit
+	remaining []*corev3.HeaderValueOption // x-ratelimit-remaining, index = remaining count
+	// states are RateLimit headers of this rule's state alone, built on
+	// first use: index remaining·w + t−1, for t ≤ w (the window in whole
+	// seconds, at most maxCachedSeconds) and remaining below stateRows.
+	states    []atomic.Pointer[corev3.HeaderValueOption]
+	stateRows int
+	counters  ruleCounters
+}
+
+func (s *Server) newRuleSet(cfg *Config) *ruleSet {
+	rs := &ruleSet{
+		k:         s.resp,
+		cfg:       cfg,
+		constKeys: cfg.constKeys(s.opts.Keys),
+		fields:    fieldsOf(cfg),
+		none:      s.metrics.forRule(cfg.Domain, ""),
+		okPlain: &authv3.CheckResponse{
+			Status:       s.resp.statusOK,
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}},
+		},
+		encoded: new(sync.Map),
+	}
+	preEncode(rs.encoded, rs.okPlain)
+	rs.resps = newBoundedCache[respKey](maxCachedResponses,
+		func(r *authv3.CheckResponse) { preEncode(rs.encoded, r) },
+		func(r *authv3.CheckResponse) { rs.encoded.Delete(r) })
+	rs.policies = newBoundedCache[policyKey, *corev3.HeaderValueOption](maxCachedPolicies, nil, nil)
+	rs.rules = make([]ruleResp, len(cfg.Rules))
+	for i, r := range cfg.Rules {
+		rr := &rs.rules[i]
+		rr.idx = i
+		rr.policy = enforce.NewPolicy(r.Name, r.Limit)
+		rr.policyHdr = header(enforce.HeaderRateLimitPolicy, rr.policy.Item())
+		rr.limit = header(enforce.HeaderLimit, rr.policy.Limit())
+		rr.remaining = make([]*corev3.HeaderValueOption, min(r.Limit.Requests, maxCachedRemaining)+1)
+		for n := range rr.remaining {
+			rr.remaining[n] = header(enforce.HeaderRemaining, strconv.Itoa(n))
+		}
+		if w := int(rr.policy.Window()); w <= maxCachedSeconds {
+			rr.stateRows = min(r.Limit.Requests+1, max(maxCachedStates/w, 1))
+			rr.states = make([]atomic.Pointer[corev3.HeaderValueOption], rr.stateRows*w)
+		}
+		rr.counters = s.metrics.forRule(cfg.Domain, r.Name)
+	}
+	return rs
+}
+
+func (rr *ruleResp) remainingHeader(n int) *corev3.HeaderValueOption {
+	if n >= 0 && n < len(rr.remaining) {
+		return rr.remaining[n]
+	}
+	return header(enforce.HeaderRemaining, strconv.Itoa(max(n, 0)))
+}
+
+// stateHeader returns the RateLimit header of st, a state of rr's policy
+// alone, shared; nil when st is beyond the ones rr keeps.
+func (rr *ruleResp) stateHeader(st *enforce.State) *corev3.HeaderValueOption {
+	w := int(rr.policy.Window())
+	if st.Remaining < 0 || st.Remaining >= rr.stateRows || st.T < 1 || st.T > int64(w) {
+		return nil
+	}
+	p := &rr.states[st.Remaining*w+int(st.T)-1]
+	if h := p.Load(); h != nil {
+		return h
+	}
+	h := header(enforce.HeaderRateLimit, string(rr.policy.AppendState(nil, st.Remaining, st.T)))
+	if !p.CompareAndSwap(nil, h) {
+		return p.Load()
+	}
+	return h
+}
+
+// preEncode stores r's wire bytes in encoded for the codec, as the
+// mem.BufferSlice the codec returns: gRPC only reads it (a SliceBuffer's
+// Ref and Free do nothing), so every send shares it and none allocates. A
+// response that does not encode (none of a Server's) is left to the codec.
+func preEncode(encoded *sync.Map, r *authv3.CheckResponse) {
+	if b, err := proto.Marshal(r); err == nil {
+		encoded.Store(r, mem.BufferSlice{mem.SliceBuffer(b)})
+	}
+}
+
+// plan is what one response says: an enforce.Answer, with the rule behind
+// each of its policies and states. It lives in a Mapping, reused.
+type plan struct {
+	enforce.Answer
+	rules      []*ruleResp // of Answer.Policies
+	stateRules []*ruleResp // of Answer.States
+}
+
+func (p *plan) reset() {
+	clear(p.Policies)
+	clear(p.States)
+	clear(p.rules)
+	clear(p.stateRules)
+	p.Answer = enforce.Answer{Policies: p.Policies[:0], States: p.States[:0], Binding: -1}
+	p.rules, p.stateRules = p.rules[:0], p.stateRules[:0]
+}
+
+func (p *plan) addPolicy(rr *ruleResp) {
+	p.Policies = append(p.Policies, rr.policy)
+	p.rules = append(p.rules, rr)
+}
+
+func (p *plan) addState(rr *ruleResp, remaining int, t int64) {
+	p.States = append(p.States, enforce.State{Policy: rr.policy, Remaining: remaining, T: t})
+	p.stateRules = append(p.stateRules, rr)
+}
+
+func newMapping() *Mapping {
+	const n = 8
+	m := &Mapping{Hits: make([]window.Hit, 0, n), Rules: make([]*Rule, 0, n), tags: make([]hitTag, 0, n)}
+	m.answer = plan{
+		Answer: enforce.Answer{Policies: make([]*enforce.Policy, 0, n), States: make([]enforce.State, 0, n), Binding: -1},
+		rules:  make([]*ruleResp, 0, n), stateRules: make([]*ruleResp, 0, n),
+	}
+	return m
+}
+
+// plan returns what the response to m's request says after o (nil: no
+// decision, a failure mode's admission): the policies of every hit's rule;
+// the state of each hit o decided whose window was counted, the binding
+// hit's as o's Decision says it; the x family of the binding hit; o's
+// denial.
+func (m *Mapping) plan(rs *ruleSet, o *enforce.Outcome) *plan {
+	p := &m.answer
+	p.reset()
+	bind := -1
+	var d *window.Decision
+	if o != nil {
+		d = &o.Decision
+		bind = o.Hit(d.Index)
+		p.Denied, p.RetryAfter = !d.Allowed, d.RetryAfter
+	}
+	for j, r := range m.Rules {
+		rr := &rs.rules[r.idx]
+		p.addPolicy(rr)
+		if o == nil {
+			continue
+		}
+		var st enforce.State
+		switch rep := m.tags[j].report; {
+		case j == bind && !d.Allowed:
+			st = rr.policy.Decided(d)
+		case rep.Known && o.Decided(j):
+			st = rr.policy.Reported(rep) // a shadow hit over its limit: its would-be state
+		case j == bind:
+			st = rr.policy.Decided(d)
+		default:
+			continue
+		}
+		if j == bind {
+			p.Binding = len(p.States)
+		}
+		p.addState(rr, st.Remaining, st.T)
+	}
+	return p
+}
+
+// refusal is the plan of a refusal by rr without a decision (on_missing:
+// deny, failure mode deny): rr's policy alone, nothing remaining, retry
+// after a second.
+func (m *Mapping) refusal(rr *ruleResp) *plan {
+	p := &m.answer
+	p.reset()
+	p.Denied, p.RetryAfter = true, time.Second
+	p.addPolicy(rr)
+	p.Binding = 0
+	p.addState(rr, 0, enforce.RetrySeconds(time.Second))
+	return p
+}
+
+// build returns the response p describes: shared when its key fits, else
+// assembled.
+func (rs *ruleSet) build(p *plan) *authv3.CheckResponse {
+	key, ok := p.key()
+	if !ok {
+		return rs.assemble(p)
+	}
+	if r, ok := rs.resps.get(key); ok {
+		return r
+	}
+	return rs.resps.put(key, rs.assemble(p))
+}
+
+// okMsg and deniedMsg hold the messages of one response in one allocation.
+type okMsg struct {
+	resp authv3.CheckResponse
+	wrap authv3.CheckResponse_OkResponse
+	ok   authv3.OkHttpResponse
+	hdrs msgHeaders
+}
+
+type deniedMsg struct {
+	resp authv3.CheckResponse
+	wrap authv3.CheckResponse_DeniedResponse
+	den  authv3.DeniedHttpResponse
+	hdrs msgHeaders
+}
+
+// msgHeaders are a response's header list and the RateLimit header when
+// it is built for the response.
+type msgHeaders struct {
+	list [enforce.MaxFields]*corev3.HeaderValueOption
+	rl   corev3.HeaderValueOption
+	rlv  corev3.HeaderValue
+}
+
+// assemble builds the response p describes, with the headers of the
+// server's families in enforce's order (enforce.Answer.Headers says the
+// same): shared parts where rs keeps them; what must be formatted (a
+// denial's body, a RateLimit of several items or beyond the kept ones) in
+// one string.
+func (rs *ruleSet) assemble(p *plan) *authv3.CheckResponse {
+	k := rs.k
+	var bind *ruleResp
+	var bst *enforce.State
+	if p.Binding >= 0 {
+		bind, bst = p.stateRules[p.Binding], &p.States[p.Binding]
+	}
+	var rlHdr *corev3.HeaderValueOption
+	buildRL := false
+	if k.families.IETF() && len(p.States) > 0 {
+		if len(p.States) == 1 {
+			rlHdr = p.stateRules[0].stateHeader(&p.States[0])
+		}
+		buildRL = rlHdr == nil
+	}
+	var body, rlValue string
+	if p.Denied || buildRL {
+		var pol *enforce.Policy
+		if bind != nil {
+			pol = bind.policy
+		}
+		var buf [512]byte
+		b := buf[:0]
+		if p.Denied {
+			b = pol.AppendProblem(b, p.RetryAfter)
+		}
+		n := len(b)
+		if buildRL {
+			b = enforce.AppendStates(b, p.States)
+		}
+		text := string(b)
+		body, rlValue = text[:n], text[n:]
+	}
+
+	var fields [enforce.MaxFields]enforce.Field
+	if p.Denied {
+		m := &deniedMsg{}
+		m.den.Status = k.http429
+		m.den.Body = body
+		m.wrap.DeniedResponse = &m.den
+		m.resp.Status = k.statusDenied
+		m.resp.HttpResponse = &m.wrap
+		m.den.Headers = m.hdrs.fill(rs, p, k.families.AppendFields(fields[:0], true, false), bind, bst, rlHdr, rlValue)
+		return &m.resp
+	}
+	m := &okMsg{}
+	m.wrap.OkResponse = &m.ok
+	m.resp.Status = k.statusOK
+	m.resp.HttpResponse = &m.wrap
+	m.ok.ResponseHeadersToAdd = m.hdrs.fill(rs, p, k.families.AppendFields(fields[:0], false, p.Shadow), bind, bst, rlHdr, rlValue)
+	return &m.resp
+}
+
+// fill lists the headers of fields into h and returns the list.
+func (h *msgHeaders) fill(rs *ruleSet, p *plan, fields []enforce.Field, bind *ruleResp, bst *enforce.State,
+	rlHdr *corev3.HeaderValueOption, rlValue string) []*corev3.HeaderValueOption {
+	k := rs.k
+	list := h.list[:0]
+	for _, f := range fields {
+		var hv *corev3.HeaderValueOption
+		switch f {
+		case enforce.FieldRetryAfter:
+			hv = secondsHeader(&k.retryAfter, enforce.HeaderRetryAfter, p.RetryAfterSeconds())
+		case enforce.FieldPolicy:
+			if len(p.Policies) > 0 {
+				hv = rs.policyHeader(p)
+			}
+		case enforce.FieldRateLimit:
+			switch {
+			case rlHdr != nil:
+				hv = rlHdr
+			case rlValue != "":
+				h.rlv = corev3.HeaderValue{Key: enforce.HeaderRateLimit, Value: rlValue}
+				h.rl.Header = &h.rlv
+				h.rl.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+				hv = &h.rl
+			}
+		case enforce.FieldLimit:
+			if bind != nil {
+				hv = bind.limit
+			}
+		case enforce.FieldRemaining:
+			if bind != nil {
+				hv = bind.remainingHeader(bst.Remaining)
+			}
+		case enforce.FieldReset:
+			if bind != nil {
+				hv = secondsHeader(&k.reset, enforce.HeaderReset, bst.T)
+			}
+		case enforce.FieldShadow:
+			hv = k.hdrShadow
+		case enforce.FieldContentType:
+			hv = k.hdrContent
+		}
+		if hv != nil {
+			list = append(list, hv)
+		}
+	}
+	return list
+}
+
+// maxKeyRules bounds the rules of a response that respKey fits.
+const maxKeyRules = 4
+
+// respKey names a response of a rule set: its kind (denied, shadow), its
+// policies' rules, which of them have a state and each state's remaining
+// and t, the binding state, and a denial's retry-after in whole
+// milliseconds (its body's retry_after_ms, which also makes its
+// Retry-After). The server's families are fixed, so the key makes the
+// response.
+type respKey struct {
+	n, has, bind, kind uint8
+	t                  [maxKeyRules]uint8
+	idx                [maxKeyRules]uint16
+	r                  [maxKeyRules]uint16
+	ms                 uint32
+}
+
+// key returns the key of p's response; false when p does not fit one: more
+// than maxKeyRules rules, a t or a retry-after above maxCachedSeconds, a
+// remaining count above 65535.
+func (p *plan) key() (respKey, bool) {
+	var key respKey
+	n := len(p.Policies)
+	if n > maxKeyRules || len(p.States) > n || p.Binding >= maxKeyRules {
+		return key, false
+	}
+	key.n, key.bind = uint8(n), uint8(p.Binding+1)
+	if p.Denied {
+		ms := (p.RetryAfter + time.Millisecond - 1) / time.Millisecond
+		if p.RetryAfter > maxCachedSeconds*time.Second {
+			return key, false
+		}
+		key.kind, key.ms = 1, uint32(max(ms, 1))
+	}
+	if p.Shadow {
+		key.kind |= 2
+	}
+	k := 0 // the next state
+	for i, rr := range p.rules {
+		if rr.idx > 0xffff {
+			return key, false
+		}
+		key.idx[i] = uint16(rr.idx)
+		if k == len(p.States) || p.stateRules[k] != rr {
+			continue
+		}
+		s := &p.States[k]
+		if s.T < 1 || s.T > maxCachedSeconds || s.Remaining < 0 || s.Remaining > 0xffff {
+			return key, false
+		}
+		key.has |= 1 << i
+		key.t[i], key.r[i] = uint8(s.T), uint16(s.Remaining)
+		k++
+	}
+	return key, k == len(p.States)
+}
+
+// maxKeyPolicies bounds the rules a policyKey names; maxCachedPolicies the
+// RateLimit-Policy headers of several rules a rule set keeps.
+const (
+	maxKeyPolicies    = 8
+	maxCachedPolicies = 1024
+)
+
+// policyKey names a set of rules, by index.
+type policyKey struct {
+	n   uint8
+	idx [maxKeyPolicies]uint16
+}
+
+// policyHeader returns the RateLimit-Policy header of p's policies.
+func (rs *ruleSet) policyHeader(p *plan) *corev3.HeaderValueOption {
+	if len(p.rules) == 1 {
+		return p.rules[0].policyHdr
+	}
+	key, ok := policyKey{n: uint8(len(p.rules))}, len(p.rules) <= maxKeyPolicies
+	for i := 0; ok && i < len(p.rules); i++ {
+		ok = p.rules[i].idx <= 0xffff
+		key.idx[i] = uint16(p.rules[i].idx)
+	}
+	if ok {
+		if h, found := rs.policies.get(key); found {
+			return h
+		}
+	}
+	h := header(enforce.HeaderRateLimitPolicy, string(enforce.AppendPolicies(nil, p.Policies)))
+	if ok {
+		h = rs.policies.put(key, h)
+	}
+	return h
+}
+
+// boundedCache maps small keys to values that are the same whenever they
+// are built, keeping at most max: when full, a value is not stored, and
+// every max-th value not stored empties it, so that it follows a working
+// set that moves. stored is called for a value before it is stored
+// (outside the lock when there is room, as encoding takes a while),
+// dropped for one stored before that is dropped or not kept. Safe for
+// concurrent use.
+type boundedCache[K comparable, V any] struct {
+	max             int
+	stored, dropped func(V)
+
+	// mu guards m and misses.
+	mu     sync.RWMutex
+	m      map[K]V
+	misses int
+}
+
+func newBoundedCache[K comparable, V any](max int, stored, dropped func(V)) boundedCache[K, V] {
+	return boundedCache[K, V]{max: max, stored: stored, dropped: dropped, m: make(map[K]V)}
+}
+
+func (c *boundedCache[K, V]) get(k K) (V, bool) {
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
+	return v, ok
+}
+
+// put stores v under k and returns it, or returns the value k has.
+func (c *boundedCache[K, V]) put(k K, v V) V {
+	c.mu.RLock()
+	early := len(c.m) < c.max && c.stored != nil
+	c.mu.RUnlock()
+	if early {
+		c.stored(v)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	notKept := func() {
+		if early && c.dropped != nil {
+			c.dropped(v)
+		}
+	}
+	if old, ok := c.m[k]; ok {
+		notKept()
+		return old
+	}
+	if len(c.m) >= c.max {
+		notKept()
+		if c.misses++; c.misses >= c.max {
+			for _, old := range c.m {
+				if c.dropped != nil {
+					c.dropped(old)
+				}
+			}
+			clear(c.m)
+			c.misses = 0
+		}
+		return v
+	}
+	if !early && c.stored != nil {
+		c.stored(v)
+	}
+	c.m[k] = v
+	return v
+}
