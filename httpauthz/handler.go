@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -47,6 +48,9 @@ type Handler struct {
 	prefix   string
 	log      *slog.Logger
 	rejected map[string]prometheus.Counter // by reason, every reason present
+	msgs     sync.Pool                     // *checkMsg
+	names    names                         // request header names in lower case
+	out      outHeaders                    // response headers in the server's form
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -83,7 +87,17 @@ func New(opts Options) (*Handler, error) {
 // ServeHTTP implements http.Handler: it checks the request r describes
 // and answers the decision.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	req, err := checkRequest(r, h.prefix)
+	m, _ := h.msgs.Get().(*checkMsg)
+	if m == nil {
+		m = &checkMsg{}
+	}
+	err := m.fill(r, h.prefix, &h.names)
+	if err == nil {
+		err = h.check(w, r, &m.req)
+	}
+	if m.reusable() {
+		h.msgs.Put(m)
+	}
 	if err != nil {
 		var rej *rejection
 		if !errors.As(err, &rej) {
@@ -91,8 +105,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.rejected[rej.reason].Inc()
 		plain(w, http.StatusBadRequest, rej.msg)
-		return
 	}
+}
+
+// check asks the Checker about req and writes its answer, or a 503 when
+// it fails; it returns a *rejection only for a request that is no check.
+func (h *Handler) check(w http.ResponseWriter, r *http.Request, req *authv3.CheckRequest) error {
 	resp, err := h.checker.Check(r.Context(), req)
 	if err == nil && resp == nil {
 		err = errors.New("the checker returned no response")
@@ -103,9 +121,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.log.Warn("http_authz: check failed; answered 503", "error", err)
 		}
 		plain(w, http.StatusServiceUnavailable, errCheckFailedMsg)
-		return
+		return nil
 	}
-	writeResponse(w, resp, denyStatus(r.Header))
+	h.write(w, resp, denyStatus(r.Header))
+	return nil
 }
 
 // plain answers status with msg as its plain-text body.
@@ -134,15 +153,15 @@ func denyStatus(h http.Header) int {
 	return 0
 }
 
-// writeResponse writes resp as HTTP: OK → 200 with the OK response's
-// headers; anything else → the denied response (see the package comment),
-// with status override (0: none).
-func writeResponse(w http.ResponseWriter, resp *authv3.CheckResponse, override int) {
+// write writes resp as HTTP: OK → 200 with the OK response's headers;
+// anything else → the denied response (see the package comment), with
+// status override (0: none).
+func (h *Handler) write(w http.ResponseWriter, resp *authv3.CheckResponse, override int) {
 	hd := w.Header()
 	if codes.Code(resp.GetStatus().GetCode()) == codes.OK {
 		ok := resp.GetOkResponse()
-		addHeaders(hd, ok.GetHeaders())
-		addHeaders(hd, ok.GetResponseHeadersToAdd())
+		h.out.add(hd, ok.GetHeaders())
+		h.out.add(hd, ok.GetResponseHeadersToAdd())
 		hd["Content-Length"] = zeroLength
 		w.WriteHeader(http.StatusOK)
 		return
@@ -152,7 +171,7 @@ func writeResponse(w http.ResponseWriter, resp *authv3.CheckResponse, override i
 	if status < 300 || status > 599 {
 		status = http.StatusForbidden // Envoy's default; a 2xx would read as allowed
 	}
-	addHeaders(hd, denied.GetHeaders())
+	h.out.add(hd, denied.GetHeaders())
 	body := denied.GetBody()
 	if override != 0 {
 		status = override
@@ -171,38 +190,68 @@ func writeResponse(w http.ResponseWriter, resp *authv3.CheckResponse, override i
 // modified.
 var zeroLength = []string{"0"}
 
-// addHeaders applies opts to h as Envoy applies them to a response, except
-// the pseudo-headers and the headers of the message's framing, which the
-// HTTP server writes itself.
-func addHeaders(h http.Header, opts []*corev3.HeaderValueOption) {
-	for _, o := range opts {
-		hv := o.GetHeader()
-		k := hv.GetKey()
-		if k == "" || k[0] == ':' {
+// outHeaders interns the response headers a Checker answers with (most
+// are the same few names and values on every check) in the form the HTTP
+// server writes: the canonical name, and the value as a one-element slice
+// (whose capacity is its length, so that an append never writes into it).
+type outHeaders struct {
+	t intern[headerKV, outHeader]
+}
+
+// headerKV is a response header as the Checker gives it.
+type headerKV struct{ key, value string }
+
+// outHeader is a response header in the HTTP server's form; skip is set
+// for one the server writes itself (see framing).
+type outHeader struct {
+	key  string
+	vals []string
+	skip bool
+}
+
+func newOutHeader(kv headerKV) outHeader {
+	if kv.key == "" || kv.key[0] == ':' {
+		return outHeader{skip: true}
+	}
+	k := http.CanonicalHeaderKey(kv.key)
+	return outHeader{key: k, vals: []string{kv.value}, skip: framing(k)}
+}
+
+// add applies opts to h as Envoy applies them to a response, except the
+// pseudo-headers and the headers of the message's framing, which the HTTP
+// server writes itself.
+func (o *outHeaders) add(h http.Header, opts []*corev3.HeaderValueOption) {
+	for _, opt := range opts {
+		hv := opt.GetHeader()
+		if hv == nil {
 			continue
 		}
-		k = http.CanonicalHeaderKey(k)
-		if framing(k) {
+		kv := headerKV{hv.GetKey(), hv.GetValue()}
+		var oh outHeader
+		if kv.value == "" && len(hv.GetRawValue()) > 0 {
+			kv.value = string(hv.GetRawValue())
+			oh = newOutHeader(kv)
+		} else {
+			oh = o.t.get(kv, len(kv.key)+len(kv.value), newOutHeader)
+		}
+		if oh.skip {
 			continue
 		}
-		v := hv.GetValue()
-		if v == "" && len(hv.GetRawValue()) > 0 {
-			v = string(hv.GetRawValue())
-		}
+		k := oh.key
 		_, exists := h[k]
-		switch appendAction(o) {
+		switch appendAction(opt) {
 		case corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
-			h[k] = append(h[k], v)
+			h[k] = append(h[k], oh.vals...)
 		case corev3.HeaderValueOption_ADD_IF_ABSENT:
 			if !exists {
-				h[k] = []string{v}
+				h[k] = oh.vals
 			}
 		case corev3.HeaderValueOption_OVERWRITE_IF_EXISTS:
 			if exists {
-				h[k] = []string{v}
+				h[k] = oh.vals
 			}
 		default: // OVERWRITE_IF_EXISTS_OR_ADD
-			h[k] = []string{v}
+			h[k] = oh.vals
 		}
 	}
 }

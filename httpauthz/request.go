@@ -3,7 +3,7 @@ package httpauthz
 import (
 	"errors"
 	"net/http"
-	"net/netip"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -63,7 +63,8 @@ var (
 	errCheckFailedMsg = "the check failed"
 )
 
-// checkMsg holds the messages of one CheckRequest in one allocation.
+// checkMsg holds the messages of one CheckRequest. A Handler reuses them
+// (a Checker keeps no request), its headers map included.
 type checkMsg struct {
 	req   authv3.CheckRequest
 	attrs authv3.AttributeContext
@@ -76,20 +77,37 @@ type checkMsg struct {
 	http  authv3.AttributeContext_HttpRequest
 }
 
+// maxPooledHeaders bounds the headers map a reused checkMsg keeps: the
+// map of a request with more is dropped with it, not kept for the next.
+const maxPooledHeaders = 64
+
+// names interns lower-case header names.
+type names = intern[string, string]
+
 // checkRequest returns the CheckRequest Envoy's gRPC ext_authz filter would
 // send for the request r describes (see the package comment), or a
 // *rejection. prefix is the normalized path prefix ("" for none).
 func checkRequest(r *http.Request, prefix string) (*authv3.CheckRequest, error) {
+	var m checkMsg
+	if err := m.fill(r, prefix, &names{}); err != nil {
+		return nil, err
+	}
+	return &m.req, nil
+}
+
+// fill makes m the CheckRequest of r (see checkRequest), lower-case
+// header names from lower; m's previous request is gone.
+func (m *checkMsg) fill(r *http.Request, prefix string, lower *names) error {
 	if headerBytes(r) > MaxHeaderBytes {
-		return nil, errHeadersTooBig
+		return errHeadersTooBig
 	}
 	method, err := originalMethod(r)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	path, err := originalURI(r, prefix)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	host := r.Host
 	if v := forwarded(r.Header, HeaderForwardedHost); v != "" {
@@ -104,20 +122,27 @@ func checkRequest(r *http.Request, prefix string) (*authv3.CheckRequest, error) 
 	}
 	host, scheme = validUTF8(host), validUTF8(scheme)
 
-	m := &checkMsg{}
 	m.http.Method = method
 	m.http.Path = path
 	m.http.Host = host
 	m.http.Scheme = scheme
 	m.http.Protocol = r.Proto
-	m.http.Headers = headerMap(r.Header, method, path, host, scheme)
-	m.http.Id = m.http.Headers["x-request-id"]
+	if m.http.Headers == nil {
+		m.http.Headers = make(map[string]string, len(r.Header)+4)
+	} else {
+		clear(m.http.Headers)
+	}
+	fillHeaders(m.http.Headers, r.Header, lower)
+	hs := m.http.Headers
+	hs[":method"], hs[":path"], hs[":authority"], hs[":scheme"] = method, path, host, scheme
+	m.http.Id = hs["x-request-id"]
 	m.areq.Http = &m.http
 	m.attrs.Request = &m.areq
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+	m.attrs.Source = nil
+	if ip, port, ok := splitPeer(r.RemoteAddr); ok {
 		m.sa.Protocol = corev3.SocketAddress_TCP
-		m.sa.Address = ap.Addr().String()
-		m.port.PortValue = uint32(ap.Port())
+		m.sa.Address = ip
+		m.port.PortValue = port
 		m.sa.PortSpecifier = &m.port
 		m.sock.SocketAddress = &m.sa
 		m.addr.Address = &m.sock
@@ -125,7 +150,30 @@ func checkRequest(r *http.Request, prefix string) (*authv3.CheckRequest, error) 
 		m.attrs.Source = &m.src
 	}
 	m.req.Attributes = &m.attrs
-	return &m.req, nil
+	return nil
+}
+
+// reusable reports whether m may serve another request: its headers map
+// is not one a large request grew.
+func (m *checkMsg) reusable() bool { return len(m.http.Headers) <= maxPooledHeaders }
+
+// splitPeer splits an http.Request's RemoteAddr ("ip:port", "[ipv6]:port")
+// into the IP and port; ok is false for a peer without them (a unix
+// socket's).
+func splitPeer(addr string) (ip string, port uint32, ok bool) {
+	i := strings.LastIndexByte(addr, ':')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(addr[i+1:], 10, 16)
+	if err != nil {
+		return "", 0, false
+	}
+	ip = addr[:i]
+	if len(ip) > 2 && ip[0] == '[' && ip[len(ip)-1] == ']' {
+		ip = ip[1 : len(ip)-1]
+	}
+	return ip, uint32(n), ip != ""
 }
 
 // forwarded returns the first element of X-Forwarded-Host or -Proto, the
@@ -274,11 +322,9 @@ func NormalizePrefix(prefix string) (string, error) {
 	return strings.TrimRight(prefix, "/"), nil
 }
 
-// headerMap returns h as Envoy's headers map: lower-case names, a repeated
-// header's values joined by ",", and the pseudo-headers of the checked
-// request.
-func headerMap(h http.Header, method, path, host, scheme string) map[string]string {
-	m := make(map[string]string, len(h)+4)
+// fillHeaders adds h to m as Envoy's headers map: lower-case names (from
+// lower), a repeated header's values joined by ",".
+func fillHeaders(m map[string]string, h http.Header, lower *names) {
 	for k, vs := range h {
 		var v string
 		if len(vs) == 1 {
@@ -286,18 +332,13 @@ func headerMap(h http.Header, method, path, host, scheme string) map[string]stri
 		} else {
 			v = strings.Join(vs, ",")
 		}
-		m[lower(k)] = validUTF8(v)
+		m[lower.get(k, len(k), toLower)] = validUTF8(v)
 	}
-	m[":method"] = method
-	m[":path"] = path
-	m[":authority"] = host
-	m[":scheme"] = scheme
-	return m
 }
 
-// lower returns s in ASCII lower case; s itself when it has no upper-case
-// letter.
-func lower(s string) string {
+// toLower returns s in ASCII lower case; s itself when it has no
+// upper-case letter.
+func toLower(s string) string {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; 'A' <= c && c <= 'Z' {
 			b := []byte(s)
