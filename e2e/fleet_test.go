@@ -78,9 +78,16 @@ func startFleetWith(t *testing.T, n int, addr, prefix string, lo launchOpts, ext
 // closed, recording every admission; it returns a function that waits for
 // the callers.
 func hammer(procs []*proc, uid string, adm *admissions, stop <-chan struct{}) (wait func(), nDenied *atomic.Int64) {
+	wait, nDenied, _ = hammerWith(procs, adm, stop, func(_ int, p *proc) answer { return p.Check(coupon(uid, "10.9.9.9")) })
+	return wait, nDenied
+}
+
+// hammerWith is hammer with the check that caller of sidecar i sends; it
+// also counts the answers that were neither admissions nor denials.
+func hammerWith(procs []*proc, adm *admissions, stop <-chan struct{}, ask func(i int, p *proc) answer) (wait func(), nDenied, nFailed *atomic.Int64) {
 	var wg sync.WaitGroup
-	nDenied = &atomic.Int64{}
-	for _, p := range procs {
+	nDenied, nFailed = &atomic.Int64{}, &atomic.Int64{}
+	for i, p := range procs {
 		for range fleetCallers {
 			wg.Go(func() {
 				for {
@@ -89,18 +96,20 @@ func hammer(procs []*proc, uid string, adm *admissions, stop <-chan struct{}) (w
 						return
 					default:
 					}
-					a := p.Check(coupon(uid, "10.9.9.9"))
+					a := ask(i, p)
 					switch a.Verdict() {
 					case vAllowed:
 						adm.add(a)
 					case vDenied:
 						nDenied.Add(1)
+					default:
+						nFailed.Add(1)
 					}
 				}
 			})
 		}
 	}
-	return wg.Wait, nDenied
+	return wg.Wait, nDenied, nFailed
 }
 
 // fleetSizes reads flashgate_fleet_size of each sidecar.

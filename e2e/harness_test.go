@@ -101,9 +101,9 @@ type proc struct {
 	// HTTPAuthzAddr is the HTTP front-end's address (launchOpts.httpAuthz),
 	// else "".
 	HTTPAuthzAddr string
-	out      *syncBuffer
-	done     chan struct{} // closed when the process has exited
-	exitCode int           // valid once done is closed; -1 if killed by a signal
+	out           *syncBuffer
+	done          chan struct{} // closed when the process has exited
+	exitCode      int           // valid once done is closed; -1 if killed by a signal
 
 	conn   *grpc.ClientConn
 	Auth   authv3.AuthorizationClient

@@ -1,44 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flashgate/flashgate/httpauthz"
 	"github.com/flashgate/flashgate/internal/authtest"
 )
-
-// startNoopHTTP runs the noop-http-server command's server on a loopback
-// port until the test ends.
-func startNoopHTTP(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	var log bytes.Buffer
-	go func() { done <- runNoopHTTPServer(ctx, lis, &log) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("noop HTTP server: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("noop HTTP server did not stop")
-		}
-	})
-	return lis.Addr().String()
-}
 
 // TestBenchHTTPAgainstLimiter: --api http sends each user's x-uid and IP
 // (X-Forwarded-For) to an HTTP front-end, here on a fake ext_authz server
@@ -74,7 +45,7 @@ func TestBenchHTTPAgainstLimiter(t *testing.T) {
 // TestBenchHTTPNoop: against the do-nothing HTTP server everything is
 // allowed; the table names the HTTP target.
 func TestBenchHTTPNoop(t *testing.T) {
-	addr := startNoopHTTP(t)
+	addr := startReference(t, runNoopHTTPServer)
 	r := benchJSON(t, "--api", "http", "--addr", addr, "--duration", "1s", "--concurrency", "2", "--users", "10", "--quiet")
 	checkBenchInvariants(t, r)
 	if r.Allowed != r.Requests {
