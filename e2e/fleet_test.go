@@ -48,12 +48,18 @@ func (a *admissions) snapshot() []answer {
 // each is SERVING (and has counted the fleet, which comes before).
 func startFleet(t *testing.T, n int, addr, prefix string, extra ...string) []*proc {
 	t.Helper()
+	return startFleetWith(t, n, addr, prefix, launchOpts{}, extra...)
+}
+
+// startFleetWith is startFleet with lo.
+func startFleetWith(t *testing.T, n int, addr, prefix string, lo launchOpts, extra ...string) []*proc {
+	t.Helper()
 	procs := make([]*proc, n)
 	var wg sync.WaitGroup
 	for i := range procs {
 		wg.Go(func() {
 			args := append([]string{"--backend", "redis", "--redis-addr", addr, "--key-prefix", prefix, "--ban-duration", "0"}, extra...)
-			p, err := launchRetry(t, args)
+			p, err := launchRetryWith(t, args, lo)
 			if err != nil {
 				t.Errorf("start sidecar %d: %v", i, err)
 				return
@@ -72,9 +78,16 @@ func startFleet(t *testing.T, n int, addr, prefix string, extra ...string) []*pr
 // closed, recording every admission; it returns a function that waits for
 // the callers.
 func hammer(procs []*proc, uid string, adm *admissions, stop <-chan struct{}) (wait func(), nDenied *atomic.Int64) {
+	wait, nDenied, _ = hammerWith(procs, adm, stop, func(_ int, p *proc) answer { return p.Check(coupon(uid, "10.9.9.9")) })
+	return wait, nDenied
+}
+
+// hammerWith is hammer with the check that caller of sidecar i sends; it
+// also counts the answers that were neither admissions nor denials.
+func hammerWith(procs []*proc, adm *admissions, stop <-chan struct{}, ask func(i int, p *proc) answer) (wait func(), nDenied, nFailed *atomic.Int64) {
 	var wg sync.WaitGroup
-	nDenied = &atomic.Int64{}
-	for _, p := range procs {
+	nDenied, nFailed = &atomic.Int64{}, &atomic.Int64{}
+	for i, p := range procs {
 		for range fleetCallers {
 			wg.Go(func() {
 				for {
@@ -83,18 +96,20 @@ func hammer(procs []*proc, uid string, adm *admissions, stop <-chan struct{}) (w
 						return
 					default:
 					}
-					a := p.Check(coupon(uid, "10.9.9.9"))
+					a := ask(i, p)
 					switch a.Verdict() {
 					case vAllowed:
 						adm.add(a)
 					case vDenied:
 						nDenied.Add(1)
+					default:
+						nFailed.Add(1)
 					}
 				}
 			})
 		}
 	}
-	return wg.Wait, nDenied
+	return wg.Wait, nDenied, nFailed
 }
 
 // fleetSizes reads flashgate_fleet_size of each sidecar.

@@ -21,6 +21,13 @@ func runArgs(args ...string) (stdout, stderr string, err error) {
 // the test ends.
 func startNoop(t *testing.T) string {
 	t.Helper()
+	return startReference(t, runNoopServer)
+}
+
+// startReference runs a reference server on a loopback port until the test
+// ends and returns its address.
+func startReference(t *testing.T, serve serveFunc) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -28,16 +35,16 @@ func startNoop(t *testing.T) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	var log bytes.Buffer
-	go func() { done <- runNoopServer(ctx, lis, &log) }()
+	go func() { done <- serve(ctx, lis, &log) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("noop server: %v", err)
+				t.Errorf("reference server: %v", err)
 			}
 		case <-time.After(10 * time.Second):
-			t.Error("noop server did not stop")
+			t.Error("reference server did not stop")
 		}
 	})
 	return lis.Addr().String()
@@ -49,7 +56,7 @@ func TestHelpAndUnknown(t *testing.T) {
 		t.Fatalf("flashgate-bench --help: %v", err)
 	}
 	// The root is the load generator, with the reference server beside it.
-	for _, want := range []string{"flashgate-bench --addr A", "--concurrency", "--api", "noop-server"} {
+	for _, want := range []string{"flashgate-bench --addr A", "--concurrency", "--api", "noop-server", "noop-http-server"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %s:\n%s", want, out)
 		}
