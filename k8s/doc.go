@@ -7,9 +7,9 @@
 // the flashgate-envoy ConfigMap) and a flashgate sidecar bound to 127.0.0.1,
 // the descriptors ConfigMap (extauthz/flashsale.yaml, mounted as a directory
 // so reloads work), a demo Redis and a NetworkPolicy for it. istio/ holds the
-// mesh shape: the extension provider, the pod-local ServiceEntry, a CUSTOM
-// AuthorizationPolicy, the EnvoyFilter alternative and the application
-// without its own Envoy.
+// mesh shape: the extension providers (ext_authz over gRPC and over HTTP),
+// the pod-local ServiceEntry, a CUSTOM AuthorizationPolicy for each, the
+// EnvoyFilter alternative and the application without its own Envoy.
 //
 // k8s_test.go decodes every Kubernetes object strictly into k8s.io/api types
 // (unknown fields fail), asserts the product facts (loopback gRPC, probes,

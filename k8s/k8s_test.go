@@ -176,7 +176,9 @@ func TestKustomizationListsEveryCoreManifest(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Install-time and alternative resources are deliberately unlisted.
-		unlisted := map[string]bool{"kustomization.yaml": true, "mesh-config.yaml": true, "envoyfilter.yaml": true}
+		unlisted := map[string]bool{
+			"kustomization.yaml": true, "mesh-config.yaml": true, "envoyfilter.yaml": true, "authorizationpolicy-http.yaml": true,
+		}
 		for _, f := range files {
 			base := filepath.Base(f)
 			if !unlisted[base] && !slices.Contains(listed, base) {
@@ -288,6 +290,18 @@ func TestFlashgateSidecar(t *testing.T) {
 			for _, p := range fg.Ports {
 				if p.ContainerPort == 9191 {
 					t.Errorf("flashgate declares port 9191: it is loopback only")
+				}
+			}
+			// So is the HTTP front-end, where it is on.
+			if a := env(fg, "FLASHGATE_HTTP_AUTHZ_ADDR"); a != "" {
+				host, port, err := net.SplitHostPort(a)
+				if err != nil || host != "127.0.0.1" {
+					t.Errorf("FLASHGATE_HTTP_AUTHZ_ADDR = %q, want 127.0.0.1:PORT", a)
+				}
+				for _, p := range fg.Ports {
+					if strconv.Itoa(int(p.ContainerPort)) == port {
+						t.Errorf("flashgate declares port %s: the HTTP front-end is loopback only", port)
+					}
 				}
 			}
 
