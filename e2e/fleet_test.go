@@ -48,12 +48,18 @@ func (a *admissions) snapshot() []answer {
 // each is SERVING (and has counted the fleet, which comes before).
 func startFleet(t *testing.T, n int, addr, prefix string, extra ...string) []*proc {
 	t.Helper()
+	return startFleetWith(t, n, addr, prefix, launchOpts{}, extra...)
+}
+
+// startFleetWith is startFleet with lo.
+func startFleetWith(t *testing.T, n int, addr, prefix string, lo launchOpts, extra ...string) []*proc {
+	t.Helper()
 	procs := make([]*proc, n)
 	var wg sync.WaitGroup
 	for i := range procs {
 		wg.Go(func() {
 			args := append([]string{"--backend", "redis", "--redis-addr", addr, "--key-prefix", prefix, "--ban-duration", "0"}, extra...)
-			p, err := launchRetry(t, args)
+			p, err := launchRetryWith(t, args, lo)
 			if err != nil {
 				t.Errorf("start sidecar %d: %v", i, err)
 				return

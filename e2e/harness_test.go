@@ -98,6 +98,9 @@ type proc struct {
 	args     []string
 	GRPCAddr string
 	HTTPAddr string
+	// HTTPAuthzAddr is the HTTP front-end's address (launchOpts.httpAuthz),
+	// else "".
+	HTTPAuthzAddr string
 	out      *syncBuffer
 	done     chan struct{} // closed when the process has exited
 	exitCode int           // valid once done is closed; -1 if killed by a signal
@@ -138,14 +141,26 @@ func startFlashgate(t testing.TB, args ...string) *proc {
 	return p
 }
 
+// launchOpts are the harness's own options of a serve process.
+type launchOpts struct {
+	// httpAuthz also serves the HTTP front-end, --http-authz-addr on a free
+	// loopback port (proc.HTTPAuthzAddr).
+	httpAuthz bool
+}
+
 // launchRetry launches serve, and again on new ports (up to 3 times) when
 // a port it was given was taken in between (by a process launched at the
 // same time, say).
 func launchRetry(t testing.TB, args []string) (*proc, error) {
+	return launchRetryWith(t, args, launchOpts{})
+}
+
+// launchRetryWith is launchRetry with lo.
+func launchRetryWith(t testing.TB, args []string, lo launchOpts) (*proc, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var p *proc
-		p, err = launch(t, args)
+		p, err = launch(t, args, lo)
 		if err == nil {
 			return p, nil
 		}
@@ -156,8 +171,8 @@ func launchRetry(t testing.TB, args []string) (*proc, error) {
 	return nil, err
 }
 
-func launch(t testing.TB, args []string) (*proc, error) {
-	addrs, err := freeAddrs(2)
+func launch(t testing.TB, args []string, lo launchOpts) (*proc, error) {
+	addrs, err := freeAddrs(3)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +183,12 @@ func launch(t testing.TB, args []string) (*proc, error) {
 		out:      &syncBuffer{},
 		done:     make(chan struct{}),
 	}
-	p.args = append([]string{"serve", "--grpc-addr", p.GRPCAddr, "--http-addr", p.HTTPAddr}, args...)
+	p.args = []string{"serve", "--grpc-addr", p.GRPCAddr, "--http-addr", p.HTTPAddr}
+	if lo.httpAuthz {
+		p.HTTPAuthzAddr = addrs[2]
+		p.args = append(p.args, "--http-authz-addr", p.HTTPAuthzAddr)
+	}
+	p.args = append(p.args, args...)
 	p.cmd = exec.Command(flashgateBin, p.args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=0")

@@ -98,13 +98,19 @@ type Options struct {
 	// HTTP is the listener of /metrics, /healthz and /readyz; nil serves
 	// no HTTP (HTTPHandler still returns the handler).
 	HTTP net.Listener
-	// GRPCMaxConns and HTTPMaxConns cap the connections each listener keeps
-	// open (0: no cap). At the cap the gRPC listener closes the newcomer;
-	// the HTTP one closes the connection idle the longest (probes and
-	// scrapers reconnect), or the newcomer when none is idle. A capped
-	// listener exports flashgate_conns_open and flashgate_conns_shed_total
-	// with label listener="grpc" or "http".
-	GRPCMaxConns, HTTPMaxConns int
+	// HTTPAuthz is the listener of an HTTP front-end serving
+	// HTTPAuthzHandler (flashgate's HTTP ext_authz, --http-authz-addr) over
+	// HTTP/1.1 and h2c (see AuthzMaxHeaderBytes); nil serves none.
+	HTTPAuthz        net.Listener
+	HTTPAuthzHandler http.Handler
+	// GRPCMaxConns, HTTPMaxConns and HTTPAuthzMaxConns cap the connections
+	// each listener keeps open (0: no cap). At the cap the gRPC listener
+	// closes the newcomer; the HTTP ones close the connection idle the
+	// longest (probes, scrapers and proxies reconnect), or the newcomer when
+	// none is idle. A capped listener exports flashgate_conns_open and
+	// flashgate_conns_shed_total with label listener="grpc", "http" or
+	// "http_authz".
+	GRPCMaxConns, HTTPMaxConns, HTTPAuthzMaxConns int
 	// Codec replaces grpc-go's proto codec on the gRPC server (a
 	// front-end's, such as one that repairs invalid UTF-8); nil keeps it.
 	Codec encoding.CodecV2
@@ -119,7 +125,8 @@ type Options struct {
 // Host is the process's server side, owned by no front-end: one gRPC server
 // with its options and limits, gRPC health and reflection for every
 // service registered on it, the HTTP server of /metrics, /healthz and
-// /readyz, the listeners' connection caps, and the graceful stop. Front-ends
+// /readyz, the HTTP server of an HTTP front-end, the listeners' connection
+// caps, and the graceful stop. Front-ends
 // register their gRPC service on it (it is a grpc.ServiceRegistrar) before
 // [Host.Serve]. Its methods are safe for concurrent use.
 type Host struct {
@@ -129,6 +136,8 @@ type Host struct {
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	hs       *http.Server
+	authzLis net.Listener // nil without Options.HTTPAuthz
+	authz    *http.Server
 	serving  atomic.Bool
 	closed   atomic.Bool
 	stopOnce sync.Once
@@ -154,7 +163,7 @@ func New(opts Options) (*Host, error) {
 	h := &Host{
 		gs:     grpc.NewServer(ServerOptions(opts.Codec)...),
 		health: health.NewServer(),
-		errc:   make(chan error, 2),
+		errc:   make(chan error, 3),
 	}
 	healthpb.RegisterHealthServer(h.gs, h.health)
 	reflection.Register(h.gs)
@@ -168,6 +177,15 @@ func New(opts Options) (*Host, error) {
 			return nil, err
 		}
 		h.hs = newHTTPServer(h.handler, h.httpLis, opts.Pprof)
+	}
+	if opts.HTTPAuthz != nil {
+		if opts.HTTPAuthzHandler == nil {
+			return nil, errors.New("host: an HTTP front-end listener without its handler")
+		}
+		if h.authzLis, err = capped("http_authz", opts.HTTPAuthz, opts.HTTPAuthzMaxConns, true, opts.Registry); err != nil {
+			return nil, err
+		}
+		h.authz = newAuthzServer(opts.HTTPAuthzHandler, h.authzLis)
 	}
 	h.SetServing(false)
 	return h, nil
@@ -210,6 +228,15 @@ func (h *Host) HTTPAddr() string {
 	return h.httpLis.Addr().String()
 }
 
+// HTTPAuthzAddr returns the HTTP front-end listener's address, "" without
+// one.
+func (h *Host) HTTPAuthzAddr() string {
+	if h.authzLis == nil {
+		return ""
+	}
+	return h.authzLis.Addr().String()
+}
+
 // SetServing sets gRPC health (for "" and every registered service) and
 // /readyz. After Shutdown it has no effect.
 func (h *Host) SetServing(serving bool) {
@@ -241,9 +268,9 @@ func (h *Host) Serving() bool { return h.serving.Load() && !h.closed.Load() }
 // Serving, else 503), and /debug/pprof/ with Options.Pprof.
 func (h *Host) HTTPHandler() http.Handler { return h.handler }
 
-// Serve serves gRPC and HTTP on their listeners until ctx ends (it returns
-// nil) or one of them fails (it returns the error). It does not stop them:
-// call Shutdown. Call it once.
+// Serve serves gRPC, HTTP and the HTTP front-end on their listeners until
+// ctx ends (it returns nil) or one of them fails (it returns the error). It
+// does not stop them: call Shutdown. Call it once.
 func (h *Host) Serve(ctx context.Context) error {
 	h.wg.Go(func() {
 		if err := h.gs.Serve(h.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -254,6 +281,13 @@ func (h *Host) Serve(ctx context.Context) error {
 		h.wg.Go(func() {
 			if err := h.hs.Serve(h.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				h.errc <- fmt.Errorf("http server on %s: %w", h.httpLis.Addr(), err)
+			}
+		})
+	}
+	if h.authz != nil {
+		h.wg.Go(func() {
+			if err := h.authz.Serve(h.authzLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				h.errc <- fmt.Errorf("http front-end server on %s: %w", h.authzLis.Addr(), err)
 			}
 		})
 	}
@@ -269,9 +303,10 @@ func (h *Host) Serve(ctx context.Context) error {
 const httpStopTimeout = time.Second
 
 // Shutdown turns health NOT_SERVING for good, then stops the gRPC server
-// gracefully (in-flight calls finish); if ctx ends first it stops it hard
-// and returns ctx's error. Then it closes the HTTP server (in-flight
-// requests get a second) and waits for Serve's servers to return.
+// and the HTTP front-end's gracefully, at once (in-flight checks finish,
+// idle connections close); if ctx ends first it stops them hard and
+// returns ctx's error. Then it closes the HTTP server (in-flight requests
+// get a second) and waits for Serve's servers to return.
 func (h *Host) Shutdown(ctx context.Context) error {
 	h.SetServing(false)
 	h.mu.Lock()
@@ -280,7 +315,16 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	var err error
 	h.stopOnce.Do(func() {
 		h.health.Shutdown()
+		var authzErr error
+		var drain sync.WaitGroup
+		if h.authz != nil {
+			drain.Go(func() { authzErr = drainHTTP(ctx, h.authz) })
+		}
 		err = GracefulStop(ctx, h.gs)
+		drain.Wait()
+		if err == nil {
+			err = authzErr
+		}
 		if h.hs != nil {
 			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpStopTimeout)
 			_ = h.hs.Shutdown(hctx)
@@ -298,6 +342,20 @@ func (h *Host) Stop() {
 	if h.hs != nil {
 		_ = h.hs.Close()
 	}
+	if h.authz != nil {
+		_ = h.authz.Close()
+	}
+}
+
+// drainHTTP shuts s down gracefully (in-flight requests finish, idle
+// connections close); if ctx ends first it closes s hard and returns ctx's
+// error.
+func drainHTTP(ctx context.Context, s *http.Server) error {
+	if err := s.Shutdown(ctx); err != nil {
+		_ = s.Close()
+		return fmt.Errorf("http front-end graceful stop: %w", err)
+	}
+	return nil
 }
 
 // GracefulStop stops gs gracefully (in-flight calls finish); if ctx ends
@@ -393,11 +451,52 @@ func listenerCollectors(name string, l *capListener) []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flashgate_conns_open", ConstLabels: labels,
-			Help: "Connections open on a listener (grpc: --grpc-addr, http: --http-addr).",
+			Help: "Connections open on a listener (grpc: --grpc-addr, http: --http-addr, http_authz: --http-authz-addr).",
 		}, func() float64 { return float64(l.open()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_conns_shed_total", ConstLabels: labels,
-			Help: "Connections closed because the listener was at --grpc-max-conns or --http-max-conns (http: the one idle the longest, or the new one when none was idle; grpc: the new one).",
+			Help: "Connections closed because the listener was at --grpc-max-conns, --http-max-conns or --http-authz-max-conns (http, http_authz: the one idle the longest, or the new one when none was idle; grpc: the new one).",
 		}, func() float64 { return float64(l.shed.Load()) }),
 	}
+}
+
+// Settings of the HTTP front-end's server (Options.HTTPAuthz):
+//   - HTTP/1.1 and HTTP/2 without TLS (h2c, prior knowledge), as Envoy's
+//     http_service cluster and the forward-auth proxies speak it; up to
+//     MaxConcurrentStreams checks in flight on one HTTP/2 connection;
+//   - a request's headers read within 5 s, the request within 10 s, the
+//     answer written within 10 s (a check waits for the limiter's deadline
+//     at most);
+//   - AuthzMaxHeaderBytes of request line and headers: the front-end
+//     refuses a smaller size itself, with its reason (httpauthz), and the
+//     server answers 431 past this one;
+//   - a keep-alive connection idle for AuthzIdleTimeout closed: above the
+//     proxies' own idle timeouts for their upstream connections (nginx 60 s,
+//     Traefik 90 s, Caddy 2 min), so that the proxy, not flashgate, closes an
+//     idle connection and never sends a check on one flashgate is closing.
+const (
+	AuthzMaxHeaderBytes = 128 << 10
+	AuthzIdleTimeout    = 5 * time.Minute
+)
+
+// newAuthzServer returns the HTTP front-end's server of h on lis (see
+// AuthzMaxHeaderBytes), whose connections a capListener tracks.
+func newAuthzServer(h http.Handler, lis net.Listener) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	s := &http.Server{
+		Handler:           h,
+		Protocols:         &p,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: MaxConcurrentStreams},
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpReadTimeout,
+		IdleTimeout:       AuthzIdleTimeout,
+		MaxHeaderBytes:    AuthzMaxHeaderBytes,
+	}
+	if cl, ok := lis.(*capListener); ok {
+		s.ConnState = cl.trackState
+	}
+	return s
 }

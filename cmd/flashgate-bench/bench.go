@@ -48,7 +48,7 @@ type benchOptions struct {
 	shape       string
 	serverPID   int
 	redisAddr   string
-	api         string // authz or rls
+	api         string // authz, rls or http
 	domain      string // --api rls: the request's domain
 	descKey     string // --api rls: the descriptor entry's key
 }
@@ -63,20 +63,26 @@ const prebuildMax = 200_000
 func newBenchCmd(e env) *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "flashgate-bench --addr A --duration D --concurrency N --users N --hot F [--path P] [--api authz|rls [--domain D] [--descriptor-key K[,K...]]] [--json]",
+		Use:   "flashgate-bench --addr A --duration D --concurrency N --users N --hot F [--path P] [--api authz|rls|http [--domain D] [--descriptor-key K[,K...]]] [--json]",
 		Short: "Load-test a running ext_authz (or rate limit service) server",
 		Long: `flashgate-bench sends ext_authz Check requests (or, with --api rls, the rate
-limit service's ShouldRateLimit requests) to a running server from
---concurrency workers for --duration, and reports throughput,
-allowed/denied/errors and the latency distribution (p50/p90/p99/p99.9/max,
-measured in log buckets to within 1.6%).
+limit service's ShouldRateLimit requests; with --api http, requests to
+serve's HTTP front-end) to a running server from --concurrency workers for
+--duration, and reports throughput, allowed/denied/errors and the latency
+distribution (p50/p90/p99/p99.9/max, measured in log buckets to within
+1.6%).
 
 Each request is one of --users distinct users', drawn uniformly, except that
 a fraction --hot of all requests comes from one abusive user (uid u0000000).
 A Check carries the user's x-uid and x-device-fp headers, and each user has
 its own client IP (10.0.0.0/8) unless --ip sets one for all. A
 ShouldRateLimit (--api rls) carries one descriptor per --descriptor-key,
-each with the user's uid as its value. With --rate, workers pace
+each with the user's uid as its value. Over HTTP (--api http, as Envoy's
+http_service asks: the request itself, --method and --path, its headers
+as a Check's) each worker keeps one HTTP/1.1 keep-alive connection
+(--connections does not apply), the user's IP travels in X-Forwarded-For
+(the peer is the load generator), and 2xx counts as allowed, 400, 431 and
+5xx as errors, any other status as denied. With --rate, workers pace
 themselves to that total rate, and a late request's latency counts from when
 it should have been sent.
 
@@ -85,7 +91,9 @@ otherwise (--quiet: none). The result goes to stdout: a table, or one JSON
 object with --json.
 
 flashgate-bench noop-server serves the reference it compares flashgate serve
-with: an ext_authz server on serve's gRPC settings that admits everything.`,
+with: an ext_authz server on serve's gRPC settings that admits everything;
+noop-http-server the one of --api http: an HTTP server on the settings of
+serve's HTTP front-end that answers 200 to everything.`,
 		Example: `  flashgate-bench --addr 127.0.0.1:9191 --duration 10s --concurrency 32 --users 100000 --hot 0.9 --json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -93,10 +101,10 @@ with: an ext_authz server on serve's gRPC settings that admits everything.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's gRPC address (host:port or unix:///path)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's gRPC address (host:port or unix:///path); with --api http its HTTP front-end's (also http://host:port)")
 	f.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send requests")
 	f.IntVar(&o.concurrency, "concurrency", 16, "number of workers, each with one call in flight")
-	f.IntVar(&o.connections, "connections", 2, "number of HTTP/2 connections the workers share")
+	f.IntVar(&o.connections, "connections", 2, "number of HTTP/2 connections the workers share (gRPC; over --api http each worker has its own)")
 	f.IntVar(&o.users, "users", 1000, "number of distinct users (x-uid, x-device-fp)")
 	f.Float64Var(&o.hot, "hot", 0, "fraction of requests from one abusive user, 0 to 1")
 	f.StringVar(&o.path, "path", "/api/coupon/1", "request path")
@@ -110,7 +118,7 @@ with: an ext_authz server on serve's gRPC settings that admits everything.`,
 	f.StringVar(&o.shape, "shape", "minimal", "requests: minimal (the rule headers and a user agent) or envoy (what Envoy really sends: pseudo-headers, x-request-id, x-forwarded-*, a 1 KB cookie, ~20 headers, context_extensions)")
 	f.IntVar(&o.serverPID, "server-pid", 0, "PID of the server under test: report its CPU time per check (Linux /proc)")
 	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis: report Redis's CPU time, commands and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
-	f.StringVar(&o.api, "api", "authz", "what to call: authz (ext_authz Check) or rls (the rate limit service's ShouldRateLimit, as Envoy's ratelimit filter does: --domain, one descriptor --descriptor-key=<the user's uid>; --shape, --path, --method and --ip do not apply)")
+	f.StringVar(&o.api, "api", "authz", "what to call: authz (ext_authz Check), rls (the rate limit service's ShouldRateLimit, as Envoy's ratelimit filter does: --domain, one descriptor --descriptor-key=<the user's uid>; --shape, --path, --method and --ip do not apply) or http (serve's HTTP front-end, --http-authz-addr, as Envoy's http_service asks it)")
 	f.StringVar(&o.domain, "domain", "flashsale", "--api rls: the request's domain")
 	f.StringVar(&o.descKey, "descriptor-key", "uid", "--api rls: the key of the descriptor's one entry, whose value is the user's uid (u0000000 ...); a comma-separated list sends one such descriptor per key (e.g. uid,device,ip: three limits per request, each per user)")
 	return cmd
@@ -118,7 +126,7 @@ with: an ext_authz server on serve's gRPC settings that admits everything.`,
 
 func (o benchOptions) validate() error {
 	switch o.api {
-	case "authz":
+	case "authz", "http":
 	case "rls":
 		if o.shape != "minimal" {
 			return errors.New("--shape applies to --api authz only: a rate limit request is its descriptors")
@@ -127,7 +135,7 @@ func (o benchOptions) validate() error {
 			return errors.New("--api rls: --domain and the keys of --descriptor-key must not be empty")
 		}
 	default:
-		return fmt.Errorf("--api %q: want authz or rls", o.api)
+		return fmt.Errorf("--api %q: want authz, rls or http", o.api)
 	}
 	if o.shape != "minimal" && o.shape != "envoy" {
 		return fmt.Errorf("--shape %q: want minimal or envoy", o.shape)
@@ -180,7 +188,7 @@ type benchResult struct {
 	ClientCPUS float64 `json:"client_cpu_s,omitempty"`
 	// Shape is the request shape (--shape).
 	Shape string `json:"shape"`
-	// API is what was called (--api): authz or rls.
+	// API is what was called (--api): authz, rls or http.
 	API string `json:"api"`
 	// The server's and Redis's CPU time over the run, and Redis's script
 	// calls, with --server-pid and --redis-addr; per check below.
@@ -212,7 +220,7 @@ type benchWorker struct {
 	_                       [40]byte // keep workers' counters on separate cache lines
 
 	hist     histogram
-	byCode   map[codes.Code]uint64
+	byCode   map[string]uint64 // by gRPC code, or HTTP status over --api http
 	firstErr error
 }
 
@@ -244,6 +252,13 @@ func newUserRequests(o benchOptions) (*userRequests, error) {
 		}
 		u.fixed = ip
 	}
+	u.tmpl = checkreq.Build(requestSpec(o))
+	return u, nil
+}
+
+// requestSpec describes the request of --shape, --method and --path, its
+// per-user values (x-uid, x-device-fp, the IP) left empty.
+func requestSpec(o benchOptions) checkreq.Spec {
 	spec := checkreq.Spec{
 		Method: strings.ToUpper(o.method), Path: o.path, Host: "localhost", Scheme: "http",
 		Headers: map[string]string{"x-uid": "", "x-device-fp": "", "user-agent": "flashgate-bench"},
@@ -252,8 +267,16 @@ func newUserRequests(o benchOptions) (*userRequests, error) {
 	if o.shape == "envoy" {
 		spec = envoyShaped(spec)
 	}
-	u.tmpl = checkreq.Build(spec)
-	return u, nil
+	return spec
+}
+
+// userIP returns user i's client IP: --ip, or one of 10.0.0.0/8 per user.
+func userIP(fixed netip.Addr, i int) netip.Addr {
+	if fixed.IsValid() {
+		return fixed
+	}
+	n := i + 1
+	return netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
 }
 
 // clone returns an encoder with its own template, for one worker.
@@ -282,11 +305,7 @@ func (u *userRequests) encode(i int) ([]byte, error) {
 	h := u.tmpl.Attributes.Request.Http.Headers
 	h["x-uid"] = fmt.Sprintf("u%07d", i)
 	h["x-device-fp"] = fmt.Sprintf("fp%07d", i)
-	ip := u.fixed
-	if !ip.IsValid() {
-		n := i + 1
-		ip = netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
-	}
+	ip := userIP(u.fixed, i)
 	u.tmpl.Attributes.Source.Address.GetSocketAddress().Address = ip.String()
 	if _, ok := h["x-forwarded-for"]; ok {
 		h["x-forwarded-for"] = ip.String()
@@ -304,19 +323,44 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	enc, err := newUserRequests(o)
-	if err != nil {
-		return err
-	}
-	var prebuilt []rawMessage
-	if o.users <= prebuildMax {
-		prebuilt = make([]rawMessage, o.users)
-		for i := range prebuilt {
-			b, err := enc.encode(i)
+	var newCall func(i int) callFunc
+	if o.api == "http" {
+		hc, err := newHTTPCaller(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer hc.client.CloseIdleConnections()
+		newCall = func(int) callFunc { return hc.call }
+	} else {
+		enc, err := newUserRequests(o)
+		if err != nil {
+			return err
+		}
+		var prebuilt []rawMessage
+		if o.users <= prebuildMax {
+			prebuilt = make([]rawMessage, o.users)
+			for i := range prebuilt {
+				b, err := enc.encode(i)
+				if err != nil {
+					return err
+				}
+				prebuilt[i] = rawMessage(append([]byte(nil), b...))
+			}
+		}
+		conns := make([]*grpc.ClientConn, o.connections)
+		for i := range conns {
+			c, err := checkreq.Dial(o.addr)
 			if err != nil {
 				return err
 			}
-			prebuilt[i] = rawMessage(append([]byte(nil), b...))
+			defer c.Close()
+			conns[i] = c
+		}
+		if err := warmUp(ctx, conns, o.timeout); err != nil {
+			return err
+		}
+		newCall = func(i int) callFunc {
+			return newGRPCCaller(o, conns[i%len(conns)], prebuilt, enc.clone()).call
 		}
 	}
 
@@ -332,22 +376,9 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 		defer pprof.StopCPUProfile()
 	}
 
-	conns := make([]*grpc.ClientConn, o.connections)
-	for i := range conns {
-		c, err := checkreq.Dial(o.addr)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		conns[i] = c
-	}
-	if err := warmUp(ctx, conns, o.timeout); err != nil {
-		return err
-	}
-
 	workers := make([]*benchWorker, o.concurrency)
 	for i := range workers {
-		workers[i] = &benchWorker{byCode: map[codes.Code]uint64{}}
+		workers[i] = &benchWorker{byCode: map[string]uint64{}}
 	}
 	progressDone := make(chan struct{})
 	var progressWG sync.WaitGroup
@@ -376,8 +407,7 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 		go func() {
 			defer wg.Done()
 			wk := benchWorkerRun{
-				o: o, w: w, conn: conns[i%len(conns)], prebuilt: prebuilt,
-				enc: enc.clone(), rng: rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(i))),
+				o: o, w: w, call: newCall(i), rng: rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(i))),
 			}
 			if o.rate > 0 {
 				wk.interval = time.Duration(float64(o.concurrency) / o.rate * float64(time.Second))
@@ -430,26 +460,66 @@ func warmUp(ctx context.Context, conns []*grpc.ClientConn, timeout time.Duration
 	return nil
 }
 
+// callFunc sends one request of user to the server under test and reports
+// whether it was allowed; an error is a failed call (or an answer outside
+// the contract), not a denial. One worker calls it, one call at a time.
+type callFunc func(ctx context.Context, user int) (allowed bool, err error)
+
+// grpcCaller is one worker's caller of ext_authz Check or, with --api rls,
+// ShouldRateLimit, sending pre-encoded requests through rawCodec.
+type grpcCaller struct {
+	conn     *grpc.ClientConn
+	method   string
+	opts     []grpc.CallOption
+	prebuilt []rawMessage
+	enc      *userRequests
+	req      rawMessage
+	answer   checkAnswer
+}
+
+func newGRPCCaller(o benchOptions, conn *grpc.ClientConn, prebuilt []rawMessage, enc *userRequests) *grpcCaller {
+	c := &grpcCaller{
+		conn: conn, prebuilt: prebuilt, enc: enc,
+		method: "/envoy.service.auth.v3.Authorization/Check",
+		opts:   []grpc.CallOption{grpc.ForceCodecV2(rawCodec{})},
+		answer: checkAnswer{rls: o.api == "rls"},
+	}
+	if c.answer.rls {
+		c.method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+	}
+	return c
+}
+
+func (c *grpcCaller) call(ctx context.Context, user int) (bool, error) {
+	if c.prebuilt != nil {
+		c.req = c.prebuilt[user]
+	} else {
+		b, err := c.enc.encode(user)
+		if err != nil {
+			return false, err
+		}
+		c.req = b
+	}
+	if err := c.conn.Invoke(ctx, c.method, &c.req, &c.answer, c.opts...); err != nil {
+		return false, err
+	}
+	if c.answer.rls && c.answer.code != rlsOK && c.answer.code != rlsOverLimit {
+		return false, fmt.Errorf("RateLimitResponse.overall_code %d: want OK or OVER_LIMIT", c.answer.code)
+	}
+	return c.answer.allowed(), nil
+}
+
 // benchWorkerRun is one worker's loop state.
 type benchWorkerRun struct {
 	o        benchOptions
 	w        *benchWorker
-	conn     *grpc.ClientConn
-	prebuilt []rawMessage
-	enc      *userRequests
+	call     callFunc
 	rng      *rand.Rand
 	interval time.Duration // between sends with --rate; 0 for none
 	next     time.Time     // when the next send is due with --rate
 }
 
 func (wk *benchWorkerRun) run(ctx context.Context, end time.Time) {
-	callOpts := []grpc.CallOption{grpc.ForceCodecV2(rawCodec{})}
-	method := "/envoy.service.auth.v3.Authorization/Check"
-	answer := checkAnswer{rls: wk.o.api == "rls"}
-	if answer.rls {
-		method = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-	}
-	var req rawMessage
 	behind := false // with --rate: the previous call ended after this one was due
 	for ctx.Err() == nil {
 		sent := time.Now()
@@ -467,19 +537,8 @@ func (wk *benchWorkerRun) run(ctx context.Context, end time.Time) {
 		if !sent.Before(end) {
 			return
 		}
-		user := wk.pickUser()
-		if wk.prebuilt != nil {
-			req = wk.prebuilt[user]
-		} else {
-			b, err := wk.enc.encode(user)
-			if err != nil {
-				wk.fail(err)
-				continue
-			}
-			req = b
-		}
 		cctx, cancel := context.WithTimeout(ctx, wk.o.timeout)
-		err := wk.conn.Invoke(cctx, method, &req, &answer, callOpts...)
+		allowed, err := wk.call(cctx, wk.pickUser())
 		cancel()
 		done := time.Now()
 		if wk.interval > 0 {
@@ -493,12 +552,8 @@ func (wk *benchWorkerRun) run(ctx context.Context, end time.Time) {
 			wk.fail(err)
 			continue
 		}
-		if answer.rls && answer.code != rlsOK && answer.code != rlsOverLimit {
-			wk.fail(fmt.Errorf("RateLimitResponse.overall_code %d: want OK or OVER_LIMIT", answer.code))
-			continue
-		}
 		wk.w.hist.record(done.Sub(sent))
-		if answer.allowed() {
+		if allowed {
 			wk.w.allowed.Add(1)
 		} else {
 			wk.w.denied.Add(1)
@@ -508,7 +563,7 @@ func (wk *benchWorkerRun) run(ctx context.Context, end time.Time) {
 
 func (wk *benchWorkerRun) fail(err error) {
 	wk.w.errors.Add(1)
-	wk.w.byCode[status.Code(err)]++
+	wk.w.byCode[errorKind(err)]++
 	if wk.w.firstErr == nil {
 		wk.w.firstErr = err
 	}
@@ -554,7 +609,7 @@ func summarize(o benchOptions, workers []*benchWorker, elapsed time.Duration) be
 			if res.ErrorsByCode == nil {
 				res.ErrorsByCode = map[string]uint64{}
 			}
-			res.ErrorsByCode[c.String()] += n
+			res.ErrorsByCode[c] += n
 		}
 		if w.firstErr != nil && res.FirstError == "" {
 			res.FirstError = w.firstErr.Error()
@@ -579,9 +634,12 @@ func writeBenchTable(w io.Writer, r benchResult) error {
 		return fmt.Sprintf("(%.1f%%)", 100*float64(n)/float64(r.Requests))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if r.API == "rls" {
+	switch r.API {
+	case "rls":
 		fmt.Fprintf(tw, "target\t%s ShouldRateLimit\n", r.Addr)
-	} else {
+	case "http":
+		fmt.Fprintf(tw, "target\t%s %s over HTTP (%s requests)\n", r.Addr, r.Path, r.Shape)
+	default:
 		fmt.Fprintf(tw, "target\t%s %s (%s requests)\n", r.Addr, r.Path, r.Shape)
 	}
 	fmt.Fprintf(tw, "load\t%d workers on %d connections, %d users, hot %.2f", r.Concurrency, r.Connections, r.Users, r.Hot)

@@ -49,7 +49,7 @@ func TestHelpAndUnknown(t *testing.T) {
 		t.Fatalf("flashgate-bench --help: %v", err)
 	}
 	// The root is the load generator, with the reference server beside it.
-	for _, want := range []string{"flashgate-bench --addr A", "--concurrency", "--api", "noop-server"} {
+	for _, want := range []string{"flashgate-bench --addr A", "--concurrency", "--api", "noop-server", "noop-http-server"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %s:\n%s", want, out)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -64,3 +65,61 @@ var _ authv3.AuthorizationServer = noopAuth{}
 func (noopAuth) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	return &authv3.CheckResponse{Status: &status.Status{}}, nil
 }
+
+// newNoopHTTPServerCmd returns noop-http-server: an HTTP server that
+// answers 200 to every request and does nothing else, on the settings of
+// flashgate serve's HTTP front-end (package host: HTTP/1.1 and h2c,
+// timeouts, header limit, connection cap). flashgate-bench --api http
+// against it measures the ceiling of a Go HTTP authorizer on the machine,
+// to compare with serve --http-authz-addr under the same flags.
+func newNoopHTTPServerCmd(e env) *cobra.Command {
+	var addr string
+	cmd := &cobra.Command{
+		Use:   "noop-http-server --addr A",
+		Short: "Serve HTTP answering 200 to everything: the ceiling to compare serve's HTTP front-end with",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lis, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", addr, err)
+			}
+			return runNoopHTTPServer(cmd.Context(), lis, e.stderr)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:9193", "HTTP listen address")
+	return cmd
+}
+
+// noopHTTPMaxConns is the do-nothing HTTP server's connection cap: serve's
+// default --http-authz-max-conns.
+const noopHTTPMaxConns = 1024
+
+// runNoopHTTPServer serves the do-nothing HTTP server on lis until ctx is
+// done, then stops it gracefully: in-flight requests get up to 5s. The
+// host it runs on needs a gRPC listener too: one on a free loopback port,
+// which stays idle.
+func runNoopHTTPServer(ctx context.Context, lis net.Listener, log io.Writer) error {
+	idle, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("listen for the idle gRPC server: %w", err)
+	}
+	h, err := host.New(host.Options{
+		GRPC: idle, HTTPAuthz: lis, HTTPAuthzHandler: http.HandlerFunc(noopHTTP), HTTPAuthzMaxConns: noopHTTPMaxConns,
+	})
+	if err != nil {
+		idle.Close()
+		lis.Close()
+		return err
+	}
+	h.SetServing(true)
+	fmt.Fprintf(log, "noop-http-server: answering 200 to everything on %s\n", lis.Addr())
+	err = h.Serve(ctx)
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = h.Shutdown(gctx) // past grace the remaining requests are cut
+	return err
+}
+
+// noopHTTP answers 200 with no body.
+func noopHTTP(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }

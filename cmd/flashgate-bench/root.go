@@ -23,7 +23,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // newRootCmd returns the load generator's command, with the reference
-// servers it measures against as subcommands.
+// servers it measures against (gRPC and HTTP) as subcommands.
 func newRootCmd(e env) *cobra.Command {
 	root := newBenchCmd(e)
 	root.SilenceUsage = true
@@ -34,6 +34,6 @@ func newRootCmd(e env) *cobra.Command {
 		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newNoopServerCmd(e))
+	root.AddCommand(newNoopServerCmd(e), newNoopHTTPServerCmd(e))
 	return root
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 )
 
 type checkOptions struct {
+	api        string
 	addr       string
 	path       string
 	method     string
@@ -33,23 +36,40 @@ type checkOptions struct {
 func newCheckCmd(e env) *cobra.Command {
 	var o checkOptions
 	cmd := &cobra.Command{
-		Use:   "check --addr A --path P [--method M] [-H 'name: value']... [--ip IP] [-n N] [--json]",
+		Use:   "check --addr A --path P [--api authz|http] [--method M] [-H 'name: value']... [--ip IP] [-n N] [--json]",
 		Short: "Send ext_authz Check requests to a server and print the answers",
 		Long: `check is an ext_authz client: it builds the CheckRequest Envoy would send for
 one HTTP request and sends it N times, printing one line per answer: allowed
 or denied, the HTTP status (200, or the denied status), the response headers
 and the latency; or one JSON object per line with --json.
 
+With --api http it asks serve's HTTP front-end (--http-authz-addr) instead,
+as Envoy's ext_authz http_service does: the request itself, with --method,
+--path, --host and the -H headers; the client IP is check's own address
+(send -H 'x-forwarded-for: IP' to rules with trusted_hops).
+
 A denial (429) is a valid answer: check exits non-zero only when a call fails
-(connection refused, timeout, gRPC error).`,
-		Example: `  flashgate check --addr 127.0.0.1:9191 --path /api/coupon/1 -H 'x-uid: alice' -n 6`,
-		Args:    cobra.NoArgs,
+(connection refused, timeout, gRPC error; over HTTP also a 400, 431 or 5xx).`,
+		Example: `  flashgate check --addr 127.0.0.1:9191 --path /api/coupon/1 -H 'x-uid: alice' -n 6
+  flashgate check --api http --addr 127.0.0.1:9193 --path /api/coupon/1 -H 'x-uid: alice' -n 6`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.api == "http" {
+				for _, name := range []string{"ip", "scheme", "context-extension"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s applies to --api authz only: over HTTP the peer, scheme and route are the connection's", name)
+					}
+				}
+				if !cmd.Flags().Changed("addr") {
+					return fmt.Errorf("--api http needs --addr: serve's --http-authz-addr")
+				}
+			}
 			return runCheck(cmd.Context(), e.stdout, o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "ext_authz gRPC server address (host:port or unix:///path)")
+	f.StringVar(&o.api, "api", "authz", "what to ask: authz (ext_authz Check over gRPC) or http (serve's HTTP front-end, --http-authz-addr, as Envoy's http_service does)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's address: host:port or unix:///path (--api http: also http://host:port)")
 	f.StringVar(&o.path, "path", "", "request path, query string included (required)")
 	f.StringVar(&o.method, "method", "GET", "request method")
 	f.StringVar(&o.host, "host", "localhost", "request host (:authority)")
@@ -90,6 +110,9 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 	if !strings.HasPrefix(o.path, "/") {
 		return fmt.Errorf("--path %q: must start with /", o.path)
 	}
+	if o.api != "authz" && o.api != "http" {
+		return fmt.Errorf("--api %q: want authz or http", o.api)
+	}
 	ip, err := checkreq.ParseIP(o.ip)
 	if err != nil {
 		return err
@@ -102,17 +125,15 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 	if err != nil {
 		return err
 	}
-	conn, err := checkreq.Dial(o.addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	client := authv3.NewAuthorizationClient(conn)
-
 	spec := checkreq.Spec{
 		Method: strings.ToUpper(o.method), Path: o.path, Host: o.host, Scheme: o.scheme,
 		Headers: headers, IP: ip, ContextExtensions: ext,
 	}
+	ask, closeFn, err := checker(o)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
 	enc := json.NewEncoder(stdout)
 	var failed int
 	var lastErr error
@@ -121,22 +142,13 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 			return ctx.Err()
 		}
 		spec.ID = checkreq.NewID()
-		req := checkreq.Build(spec)
-		callCtx, cancel := context.WithTimeout(ctx, o.timeout)
-		start := time.Now()
-		resp, err := client.Check(callCtx, req)
-		latency := time.Since(start)
-		cancel()
-		var res checkResult
+		res, err := ask(ctx, i, spec)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			failed++
 			lastErr = err
-			res = checkResult{N: i, LatencyMS: ms(latency), Error: err.Error()}
-		} else {
-			res = describeResponse(i, resp, latency)
 		}
 		if o.json {
 			if err := enc.Encode(res); err != nil {
@@ -150,6 +162,73 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 		return fmt.Errorf("%d of %d checks failed: %w", failed, o.count, lastErr)
 	}
 	return nil
+}
+
+// askFunc sends check n of spec and returns its answer; err is the
+// failure recorded in res.Error.
+type askFunc func(ctx context.Context, n int, spec checkreq.Spec) (res checkResult, err error)
+
+// checker returns how to ask o's server (--api), and how to let it go.
+func checker(o checkOptions) (askFunc, func(), error) {
+	if o.api == "http" {
+		client, base, err := checkreq.HTTPClient(o.addr, 1, o.timeout)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, n int, spec checkreq.Spec) (checkResult, error) {
+			return askHTTP(ctx, client, base, n, spec)
+		}, client.CloseIdleConnections, nil
+	}
+	conn, err := checkreq.Dial(o.addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	client := authv3.NewAuthorizationClient(conn)
+	return func(ctx context.Context, n int, spec checkreq.Spec) (checkResult, error) {
+		callCtx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		start := time.Now()
+		resp, err := client.Check(callCtx, checkreq.Build(spec))
+		latency := time.Since(start)
+		if err != nil {
+			return checkResult{N: n, LatencyMS: ms(latency), Error: err.Error()}, err
+		}
+		return describeResponse(n, resp, latency), nil
+	}, func() { conn.Close() }, nil
+}
+
+// askHTTP sends spec to the HTTP front-end at base and reads the answer as
+// a proxy would: 2xx allowed, 400, 431 and 5xx a failed check, any other
+// status denied.
+func askHTTP(ctx context.Context, client *http.Client, base string, n int, spec checkreq.Spec) (checkResult, error) {
+	req, err := checkreq.HTTPRequest(ctx, base, spec)
+	if err != nil {
+		return checkResult{N: n, Error: err.Error()}, err
+	}
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return checkResult{N: n, LatencyMS: ms(time.Since(start)), Error: err.Error()}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	latency := time.Since(start)
+	if err != nil {
+		return checkResult{N: n, LatencyMS: ms(latency), Error: err.Error()}, err
+	}
+	res := checkResult{N: n, Status: resp.StatusCode, LatencyMS: ms(latency), Body: string(body)}
+	res.Allowed, err = checkreq.HTTPVerdict(resp.StatusCode)
+	if err != nil {
+		res.Error = fmt.Sprintf("%v: %s", err, strings.TrimSpace(res.Body))
+		return res, errors.New(res.Error)
+	}
+	res.Headers = make(map[string]string, len(resp.Header))
+	for k, vs := range resp.Header {
+		if k != "Date" && k != "Content-Length" {
+			res.Headers[strings.ToLower(k)] = strings.Join(vs, ", ")
+		}
+	}
+	return res, nil
 }
 
 // describeResponse reads a CheckResponse as Envoy's ext_authz filter would.

@@ -28,7 +28,10 @@ func newServeCmd(e env) *cobra.Command {
 		Use:   "serve [flags]",
 		Short: "Run the ext_authz rate-limit server",
 		Long: `serve runs the Envoy ext_authz (gRPC v3) server: ext_authz, grpc.health.v1 and
-reflection on --grpc-addr; /metrics, /healthz and /readyz on --http-addr.
+reflection on --grpc-addr; /metrics, /healthz and /readyz on --http-addr;
+with --http-authz-addr, the HTTP front-end (Envoy's ext_authz http_service,
+nginx auth_request, Caddy forward_auth, Traefik ForwardAuth), whose every
+request is a check decided by the same rules, limiter and failure modes.
 
 Every flag can also be set as FLASHGATE_<FLAG> (upper case, - becomes _);
 flags win over the environment.
@@ -42,8 +45,8 @@ warm-up goes on in the background. Warnings and errors of one kind are
 logged once per 10s at most (the rest counted in
 flashgate_log_suppressed_total). The descriptors file is reloaded when it
 changes and on SIGHUP; a bad file keeps the old rules. On SIGTERM or SIGINT
-health turns NOT_SERVING, in-flight checks finish (up to --drain-timeout),
-and serve exits 0.`,
+health turns NOT_SERVING, both check listeners stop accepting, in-flight
+checks finish (up to --drain-timeout), and serve exits 0.`,
 		Example: `  flashgate serve --config /etc/flashgate/descriptors.yaml --backend redis --redis-addr 127.0.0.1:6379`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -61,9 +64,9 @@ and serve exits 0.`,
 
 // serveInfo tells a test where a started serve listens.
 type serveInfo struct {
-	grpcAddr, httpAddr string
-	server             *extauthz.Server
-	host               *host.Host
+	grpcAddr, httpAddr, httpAuthzAddr string
+	server                            *extauthz.Server
+	host                              *host.Host
 }
 
 // pingBackoff bounds the pause between PINGs of an unreachable backend.
@@ -116,19 +119,27 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		return err
 	}
 
+	front, err := newHTTPFront(o, srv, cfg, reg, log)
+	if err != nil {
+		return err
+	}
 	grpcLis, err := host.Listen(o.grpcAddr)
 	if err != nil {
+		front.close()
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
 	var httpLis net.Listener
 	if o.httpAddr != "" {
 		if httpLis, err = host.Listen(o.httpAddr); err != nil {
 			grpcLis.Close()
+			front.close()
 			return fmt.Errorf("--http-addr: %w", err)
 		}
 	}
+	authzLis, authzHandler := front.listener()
 	h, err := host.New(host.Options{
 		GRPC: grpcLis, HTTP: httpLis, GRPCMaxConns: o.grpcMaxConns, HTTPMaxConns: o.httpMaxConns,
+		HTTPAuthz: authzLis, HTTPAuthzHandler: authzHandler, HTTPAuthzMaxConns: o.httpAuthzMaxConns,
 		Codec: srv.Codec(), Registry: reg, Pprof: o.pprof,
 	})
 	if err != nil {
@@ -136,12 +147,13 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		if httpLis != nil {
 			httpLis.Close()
 		}
+		front.close()
 		return err
 	}
 	srv.Register(h)
 	// Listening, not serving yet: health turns SERVING once the backend is
 	// warm (waitBackend says so).
-	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "http_addr", h.HTTPAddr(),
+	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
 		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", cfg.Name)
 
 	ctx, stop := context.WithCancel(ctx)
@@ -154,7 +166,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	wg.Go(func() { _ = rules.Watch(ctx, 0) })
 	wg.Go(func() { reloadOnSIGHUP(ctx, rules, srv, log) })
 	if e.serveStarted != nil {
-		e.serveStarted(serveInfo{grpcAddr: h.GRPCAddr(), httpAddr: h.HTTPAddr(), server: srv, host: h})
+		e.serveStarted(serveInfo{grpcAddr: h.GRPCAddr(), httpAddr: h.HTTPAddr(), httpAuthzAddr: h.HTTPAuthzAddr(), server: srv, host: h})
 	}
 
 	runErr := h.Serve(ctx)

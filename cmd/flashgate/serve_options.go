@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/httpauthz"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
@@ -57,6 +58,10 @@ type serveOptions struct {
 	rlsHeaders bool
 	rlsNames   string
 
+	httpAuthzAddr       string
+	httpAuthzPathPrefix string
+	httpAuthzMaxConns   int
+
 	warmupTimeout time.Duration
 	httpMaxConns  int
 	grpcMaxConns  int
@@ -102,6 +107,9 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.rlsConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): also serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr; reloaded on change and on SIGHUP")
 	f.BoolVar(&o.rlsHeaders, "rls-response-headers", false, "RLS: add RateLimit-Limit, -Remaining and -Reset to ShouldRateLimit answers (ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	f.StringVar(&o.rlsNames, "rls-header-names", "", "RLS: the three response header names, LIMIT,REMAINING,RESET (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset")
+	f.StringVar(&o.httpAuthzAddr, "http-authz-addr", "", "listen address of the HTTP front-end, where every request is a check (Envoy ext_authz http_service, nginx auth_request, Caddy forward_auth, Traefik ForwardAuth): 200 allowed, the denial's status (429) otherwise (empty: none)")
+	f.StringVar(&o.httpAuthzPathPrefix, "http-authz-path-prefix", "", "the HTTP front-end: Envoy http_service's path_prefix, removed from the path of a check that carries no X-Original-URI or X-Forwarded-Uri")
+	f.IntVar(&o.httpAuthzMaxConns, "http-authz-max-conns", defaultHTTPAuthzMaxConns, "connections --http-authz-addr keeps open at most; at the cap a new one closes the one idle the longest")
 	f.DurationVar(&o.warmupTimeout, "warmup-timeout", defaultWarmupTimeout, "redis: how long health may stay NOT_SERVING while Redis cannot be warmed up (down, or refusing writes); then serve anyway, by the failure mode, and keep warming in the background (0: wait for Redis however long)")
 	f.IntVar(&o.httpMaxConns, "http-max-conns", defaultHTTPMaxConns, "connections --http-addr keeps open at most; at the cap a new one closes the one idle the longest")
 	f.IntVar(&o.grpcMaxConns, "grpc-max-conns", defaultGRPCMaxConns, "connections --grpc-addr keeps open at most; at the cap a new one is closed at once")
@@ -111,13 +119,15 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.logFormat, "log-format", "json", "json or text")
 }
 
-// Defaults of --warmup-timeout, --http-max-conns and --grpc-max-conns. The
-// HTTP listener serves probes and scrapers, a few connections; the gRPC
-// listener a few per Envoy worker thread.
+// Defaults of --warmup-timeout, --http-max-conns, --grpc-max-conns and
+// --http-authz-max-conns. The HTTP listener serves probes and scrapers, a
+// few connections; the gRPC listener a few per Envoy worker thread; the
+// HTTP front-end a proxy's pool of keep-alive connections.
 const (
-	defaultWarmupTimeout = 30 * time.Second
-	defaultHTTPMaxConns  = 128
-	defaultGRPCMaxConns  = 1024
+	defaultWarmupTimeout     = 30 * time.Second
+	defaultHTTPMaxConns      = 128
+	defaultGRPCMaxConns      = 1024
+	defaultHTTPAuthzMaxConns = 1024
 )
 
 // defaultCheckDeadline is --check-deadline's default: below the shipped
@@ -233,6 +243,15 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	}
 	if o.grpcMaxConns < 1 {
 		return nil, fmt.Errorf("--grpc-max-conns %d: must be at least 1", o.grpcMaxConns)
+	}
+	if o.httpAuthzMaxConns < 1 {
+		return nil, fmt.Errorf("--http-authz-max-conns %d: must be at least 1", o.httpAuthzMaxConns)
+	}
+	if c.httpAuthzPathPrefix, err = httpauthz.NormalizePrefix(o.httpAuthzPathPrefix); err != nil {
+		return nil, fmt.Errorf("--http-authz-path-prefix %q: %w", o.httpAuthzPathPrefix, err)
+	}
+	if o.httpAuthzAddr == "" && (changed("http-authz-path-prefix") || changed("http-authz-max-conns")) {
+		return nil, fmt.Errorf("--http-authz-path-prefix and --http-authz-max-conns need --http-authz-addr")
 	}
 	if o.drainTimeout <= 0 {
 		return nil, fmt.Errorf("--drain-timeout %s: must be positive", o.drainTimeout)

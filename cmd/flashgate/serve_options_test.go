@@ -63,7 +63,8 @@ func TestServeEveryFlagHasItsVariable(t *testing.T) {
 	design := []string{"config", "grpc-addr", "http-addr", "backend", "redis-addr", "redis-mode", "redis-master-name",
 		"redis-username", "redis-password", "redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "key-prefix",
 		"clock", "failure-mode", "ban-threshold", "ban-window", "ban-duration", "local-cache-size", "shadow",
-		"log-level", "log-format", "warmup-timeout", "http-max-conns", "grpc-max-conns"}
+		"log-level", "log-format", "warmup-timeout", "http-max-conns", "grpc-max-conns",
+		"http-authz-addr", "http-authz-path-prefix", "http-authz-max-conns"}
 	cmd := newServeCmd(env{lookupEnv: func(string) (string, bool) { return "", false }})
 	for _, name := range design {
 		f := cmd.Flags().Lookup(name)
@@ -112,6 +113,10 @@ func TestServeFlagCombinations(t *testing.T) {
 		"unbounded warmup":          {[]string{"--backend", "redis", "--redis-addr", "x:1", "--warmup-timeout", "0"}, ""},
 		"no http connections":       {[]string{"--http-max-conns", "0"}, "--http-max-conns"},
 		"no grpc connections":       {[]string{"--grpc-max-conns", "0"}, "--grpc-max-conns"},
+		"http front-end":            {[]string{"--http-authz-addr", "127.0.0.1:0", "--http-authz-path-prefix", "/authz/", "--http-authz-max-conns", "10"}, ""},
+		"prefix without front-end":  {[]string{"--http-authz-path-prefix", "/authz"}, "need --http-authz-addr"},
+		"prefix not a path":         {[]string{"--http-authz-addr", "x:1", "--http-authz-path-prefix", "authz"}, "--http-authz-path-prefix"},
+		"no front-end connections":  {[]string{"--http-authz-addr", "x:1", "--http-authz-max-conns", "0"}, "--http-authz-max-conns"},
 		"rls header names":          {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X-L,X-R,X-T"}, ""},
 		"rls names without headers": {[]string{"--rls-config", "d", "--rls-header-names", "X-L,X-R,X-T"}, "needs --rls-response-headers"},
 		"rls two names":             {[]string{"--rls-config", "d", "--rls-response-headers", "--rls-header-names", "X-L,X-R"}, "want three"},

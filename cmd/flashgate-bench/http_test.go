@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/httpauthz"
+	"github.com/flashgate/flashgate/internal/authtest"
+)
+
+// startNoopHTTP runs the noop-http-server command's server on a loopback
+// port until the test ends.
+func startNoopHTTP(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var log bytes.Buffer
+	go func() { done <- runNoopHTTPServer(ctx, lis, &log) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("noop HTTP server: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("noop HTTP server did not stop")
+		}
+	})
+	return lis.Addr().String()
+}
+
+// TestBenchHTTPAgainstLimiter: --api http sends each user's x-uid and IP
+// (X-Forwarded-For) to an HTTP front-end, here on a fake ext_authz server
+// that admits 5 per x-uid: 5 allowed per user, the rest denied.
+func TestBenchHTTPAgainstLimiter(t *testing.T) {
+	auth := authtest.NewLimitAuth(5)
+	h, err := httpauthz.New(httpauthz.Options{Checker: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(h)
+	defer ts.Close()
+	r := benchJSON(t, "--api", "http", "--addr", ts.URL, "--duration", "1s", "--concurrency", "4", "--users", "3", "--quiet", "--shape", "envoy")
+	checkBenchInvariants(t, r)
+	if r.API != "http" {
+		t.Errorf("api %q, want http", r.API)
+	}
+	count := auth.Counts()
+	want := 0
+	for _, uid := range []string{"u0000000", "u0000001", "u0000002"} {
+		want += min(count[uid], 5)
+	}
+	if r.Allowed != uint64(want) || r.Denied == 0 {
+		t.Errorf("allowed %d, denied %d; want %d allowed (5 per user of %v) and the rest denied", r.Allowed, r.Denied, want, count)
+	}
+	last := auth.Last().GetAttributes().GetRequest().GetHttp()
+	if last.GetMethod() != "POST" || last.GetPath() != "/api/coupon/1" || !strings.HasPrefix(last.GetHeaders()["x-forwarded-for"], "10.0.0.") ||
+		last.GetHeaders()["cookie"] == "" {
+		t.Errorf("last request %s %s, headers %v: want POST /api/coupon/1, the envoy shape, the user's X-Forwarded-For", last.GetMethod(), last.GetPath(), last.GetHeaders())
+	}
+}
+
+// TestBenchHTTPNoop: against the do-nothing HTTP server everything is
+// allowed; the table names the HTTP target.
+func TestBenchHTTPNoop(t *testing.T) {
+	addr := startNoopHTTP(t)
+	r := benchJSON(t, "--api", "http", "--addr", addr, "--duration", "1s", "--concurrency", "2", "--users", "10", "--quiet")
+	checkBenchInvariants(t, r)
+	if r.Allowed != r.Requests {
+		t.Errorf("allowed %d of %d", r.Allowed, r.Requests)
+	}
+	out, _, err := runArgs("--api", "http", "--addr", "http://"+addr, "--duration", "300ms", "--concurrency", "1", "--quiet")
+	if err != nil || !strings.Contains(out, "over HTTP") {
+		t.Errorf("table: %v\n%s", err, out)
+	}
+}
+
+// TestBenchHTTPErrors: a 5xx or 400 is an error by its status, not a
+// denial; an unreachable front-end is reported before the run.
+func TestBenchHTTPErrors(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer ts.Close()
+	out, _, err := runArgs("--api", "http", "--addr", ts.URL, "--duration", "300ms", "--concurrency", "1", "--quiet", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"errors_by_code":{"HTTP 503":`) || !strings.Contains(out, `"denied":0`) {
+		t.Errorf("503s: %s, want errors by HTTP 503 and no denial", out)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	if _, _, err := runArgs("--api", "http", "--addr", addr, "--duration", "300ms"); err == nil || !strings.Contains(err.Error(), "cannot reach") {
+		t.Errorf("unreachable: %v, want cannot reach", err)
+	}
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/host"
+	"github.com/flashgate/flashgate/httpauthz"
+)
+
+// httpFront is serve's HTTP front-end (--http-authz-addr): package
+// httpauthz's handler asking the ext_authz server, so that its checks have
+// ext_authz's rules, reloads, limiter stack, failure modes, shadow and
+// metrics, on a listener of its own on the host.
+type httpFront struct {
+	lis     net.Listener
+	handler http.Handler
+}
+
+// newHTTPFront listens on --http-authz-addr and builds the handler on srv;
+// it returns nil, nil when the flag is unset. It warns of the rules of cfg
+// that no check on it can satisfy.
+func newHTTPFront(o *serveConfig, srv *extauthz.Server, cfg *extauthz.Config, reg prometheus.Registerer, log *slog.Logger) (*httpFront, error) {
+	if o.httpAuthzAddr == "" {
+		return nil, nil
+	}
+	h, err := httpauthz.New(httpauthz.Options{Checker: srv, PathPrefix: o.httpAuthzPathPrefix, Registerer: reg, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := host.Listen(o.httpAuthzAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-authz-addr: %w", err)
+	}
+	warnContextExtensions(cfg, log)
+	return &httpFront{lis: lis, handler: h}, nil
+}
+
+// listener returns the front-end's listener and handler, nil without one.
+func (f *httpFront) listener() (net.Listener, http.Handler) {
+	if f == nil {
+		return nil, nil
+	}
+	return f.lis, f.handler
+}
+
+// close closes the listener of a front-end that will not be served.
+func (f *httpFront) close() {
+	if f != nil {
+		f.lis.Close()
+	}
+}
+
+// warnContextExtensions logs the rules of cfg that read an Envoy per-route
+// context_extensions entry, which a check on the HTTP front-end never
+// carries: there they never apply, or, with on_missing: deny, refuse every
+// check they match.
+func warnContextExtensions(cfg *extauthz.Config, log *slog.Logger) {
+	var names []string
+	for _, r := range cfg.Rules {
+		if slices.ContainsFunc(r.Match, func(m extauthz.Match) bool { return m.Source.Kind == extauthz.SourceContextExtension }) {
+			names = append(names, r.Name)
+		}
+	}
+	if len(names) > 0 {
+		log.Warn("rules read Envoy context_extensions, which no check on --http-authz-addr carries: there they never apply (with on_missing: deny they refuse every check they match)",
+			"rules", names)
+	}
+}

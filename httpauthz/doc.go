@@ -1,0 +1,55 @@
+// Package httpauthz is flashgate's HTTP front-end: an http.Handler for
+// Envoy's ext_authz http_service and for the forward-auth hooks of nginx
+// (auth_request), Caddy (forward_auth) and Traefik (ForwardAuth). Every
+// request it serves is a check: it turns the request into the
+// *authv3.CheckRequest Envoy's gRPC ext_authz filter would send, asks a
+// [Checker] (the ext_authz server, *extauthz.Server, is one), and writes the
+// CheckResponse back as HTTP. So every decision and every response header
+// is the ext_authz server's: rules, failure modes, shadow, reload and
+// metrics are the same on both front-ends.
+//
+//	h, err := httpauthz.New(httpauthz.Options{Checker: srv, PathPrefix: "/authz", Registerer: reg})
+//	// serve h on its own listener (package host: Options.HTTPAuthz)
+//
+// # The checked request
+//
+// The proxy is the peer: the original request is read from the headers it
+// sets, each field from the first source present:
+//
+//	method     X-Original-Method (nginx) > X-Forwarded-Method (Caddy, Traefik) > the request's method (Envoy)
+//	path       X-Original-URI (nginx) > X-Forwarded-Uri (Caddy, Traefik) > the request's URI, less PathPrefix (Envoy)
+//	authority  X-Forwarded-Host > the request's Host
+//	scheme     X-Forwarded-Proto > http (https on TLS)
+//	client IP  the peer's address; with the rules' trusted_hops, the Nth entry from the right of X-Forwarded-For
+//
+// The request's headers become the CheckRequest's headers map as Envoy
+// fills it: lower-case names, a repeated header's values joined by ",",
+// the pseudo-headers :method, :path, :authority and :scheme of the checked
+// request added, invalid UTF-8 repaired to U+FFFD as the gRPC front-end's
+// codec repairs it. A proxy that forwards the client's own X-Original-* or
+// X-Forwarded-Method/-Uri headers lets the client choose the path and
+// method the rules see: the proxy must set or strip them.
+// Envoy's per-route context_extensions never reach this front-end: rules
+// reading them do not apply to its checks.
+//
+// # The answer
+//
+// Allowed: 200 with the OK response's headers (response_headers_to_add and
+// headers), no body. Denied: the denied response's status (Envoy's 403
+// when it has none; a status below 300 is answered 403 too, so that a
+// denial never reads as allowed), its headers and its body. The request
+// header X-Flashgate-Deny-Status: 401 or 403 (which nginx's auth_request
+// needs: it passes only 2xx, 401 and 403) answers a denial with that
+// status instead; headers and body stay, except that a JSON body's
+// top-level "status" member follows the status sent. Any other value is
+// ignored.
+//
+// A request that is no check (a method or URI that cannot be the original
+// request's, a path outside PathPrefix, headers above [MaxHeaderBytes]) is
+// answered 400 with a plain-text reason and counted in
+// flashgate_http_authz_rejected_total{reason}. A Checker error, which the
+// ext_authz server never returns for a request built here (it decides
+// backend trouble by its failure modes), is answered 503, counted under
+// reason check_failed, and logged: a proxy reads a 5xx as "the authorizer
+// failed" (Envoy applies its failure_mode_allow), never as over limit.
+package httpauthz

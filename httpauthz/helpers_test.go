@@ -1,0 +1,314 @@
+package httpauthz_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+
+	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/enforce/enforcetest"
+	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/httpauthz"
+	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/fallback"
+	"github.com/flashgate/flashgate/window/memory"
+	"github.com/flashgate/flashgate/window/testclock"
+)
+
+// rulesYAML are the test rules: 5 per second per x-uid on /api/coupon/,
+// one DELETE per second, a shadow rule per x-tenant, a rule that refuses
+// /api/vip/ requests without x-uid, 100 per second per client IP (the
+// first trusted hop of x-forwarded-for).
+const rulesYAML = `
+domain: httptest
+client_ip: {trusted_hops: 1}
+sources:
+  uid: {request_headers: {header_name: x-uid}}
+  tenant: {request_headers: {header_name: x-tenant}}
+descriptors:
+  - key: path
+    value: /api/coupon/*
+    descriptors:
+      - key: uid
+        name: coupon_per_uid
+        rate_limit: {requests: 5, window: 1s}
+  - key: method
+    value: DELETE
+    name: deletes
+    rate_limit: {requests: 1, window: 1s}
+  - key: tenant
+    name: tenant_shadow
+    shadow_mode: true
+    rate_limit: {requests: 1, window: 1s}
+  - key: path
+    value: /api/vip/*
+    descriptors:
+      - key: uid
+        name: vip_needs_uid
+        on_missing: deny
+        rate_limit: {requests: 3, window: 1s}
+  - key: remote_address
+    name: per_ip
+    rate_limit: {requests: 100, window: 1s}
+`
+
+// recorder is a Checker that asks the ext_authz server and keeps its
+// last response, so that a test can compare the HTTP answer with it.
+type recorder struct {
+	next httpauthz.Checker
+	// mu guards last.
+	mu   sync.Mutex
+	last *authv3.CheckResponse
+}
+
+func (r *recorder) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	resp, err := r.next.Check(ctx, req)
+	r.mu.Lock()
+	r.last = resp
+	r.mu.Unlock()
+	return resp, err
+}
+
+func (r *recorder) lastResponse() *authv3.CheckResponse {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// env is the HTTP front-end on a real ext_authz server, served over
+// loopback by httptest.
+type env struct {
+	t      *testing.T
+	clock  *testclock.Clock // newEnv's; nil on Redis
+	rec    *recorder
+	reg    *prometheus.Registry
+	url    string
+	client *http.Client
+}
+
+// newEnv serves the front-end (path prefix prefix) on an ext_authz server
+// of yaml on the memory limiter with a test clock; mod may change the
+// core's options.
+func newEnv(t *testing.T, yaml, prefix string, mod func(*enforce.Options)) *env {
+	t.Helper()
+	clk := testclock.New()
+	mem, err := memory.New(memory.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := fallback.New(fallback.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := enforce.Options{Limiter: mem, Fallback: fb, Now: clk.Now}
+	if mod != nil {
+		mod(&opts)
+	}
+	e := serveOn(t, yaml, prefix, opts, window.Keys{})
+	e.clock = clk
+	return e
+}
+
+// serveOn serves the front-end on an ext_authz server of yaml with keys on
+// a core of opts (its Registerer replaced by the env's registry).
+func serveOn(t *testing.T, yaml, prefix string, opts enforce.Options, keys window.Keys) *env {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	opts.Registerer = reg
+	core, err := enforce.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := extauthz.ParseConfig("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := extauthz.NewServer(cfg, extauthz.Options{Core: core, Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{next: srv}
+	h, err := httpauthz.New(httpauthz.Options{Checker: rec, PathPrefix: prefix, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return &env{t: t, rec: rec, reg: reg, url: ts.URL, client: ts.Client()}
+}
+
+// reply is an HTTP answer read whole.
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (r reply) String() string {
+	return strconv.Itoa(r.status) + " " + r.body + " " + headerLine(r.header)
+}
+
+func headerLine(h http.Header) string {
+	var b strings.Builder
+	for k, vs := range h {
+		b.WriteString(k + ": " + strings.Join(vs, ", ") + "; ")
+	}
+	return b.String()
+}
+
+// do sends method target (a path, resolved against the server) with the
+// headers (name, value pairs) and reads the answer.
+func (e *env) do(method, target string, headers ...string) reply {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.url+target, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	return send(e.t, e.client, req)
+}
+
+// send sends req with a generous deadline and reads the answer.
+func send(t testing.TB, c *http.Client, req *http.Request) reply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(req.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read the body: %v", req.Method, req.URL, err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// mirrors fails unless r is resp written as HTTP: OK → 200 with exactly
+// its headers; a denial → its status (or override), headers and body.
+func mirrors(t testing.TB, r reply, resp *authv3.CheckResponse, override int) {
+	t.Helper()
+	want := map[string]string{}
+	status := http.StatusOK
+	if codes.Code(resp.GetStatus().GetCode()) == codes.OK {
+		for _, h := range resp.GetOkResponse().GetResponseHeadersToAdd() {
+			want[strings.ToLower(h.GetHeader().GetKey())] = h.GetHeader().GetValue()
+		}
+		if r.body != "" {
+			t.Errorf("allowed answer with body %q", r.body)
+		}
+	} else {
+		d := resp.GetDeniedResponse()
+		status = int(d.GetStatus().GetCode())
+		for _, h := range d.GetHeaders() {
+			want[strings.ToLower(h.GetHeader().GetKey())] = h.GetHeader().GetValue()
+		}
+		if override != 0 {
+			status = override
+		}
+		if r.body != d.GetBody() && override == 0 {
+			t.Errorf("body %q, want the denied response's %q", r.body, d.GetBody())
+		}
+	}
+	if r.status != status {
+		t.Errorf("status %d, want %d (%s)", r.status, status, r)
+	}
+	for k, v := range want {
+		if got := r.header.Values(k); len(got) != 1 || got[0] != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+	for k := range r.header {
+		switch lk := strings.ToLower(k); {
+		case lk == "date" || lk == "content-length":
+		case want[lk] == "":
+			t.Errorf("header %s: %q not in the CheckResponse", k, r.header[k])
+		}
+	}
+}
+
+// checkGrammar fails unless the rate-limit headers r carries are well
+// formed: x-ratelimit-* non-negative integers, retry-after a positive
+// integer on a denial, RateLimit-Policy and RateLimit (when present)
+// structured-field lists of the IETF draft whose RateLimit items name a
+// policy, and retry-after no earlier than the denying rule's t.
+func checkGrammar(t testing.TB, r reply) {
+	t.Helper()
+	denied := r.status != http.StatusOK
+	for _, k := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
+		if v := r.header.Get(k); v != "" {
+			if n, err := strconv.Atoi(v); err != nil || n < 0 {
+				t.Errorf("%s: %q is not a non-negative integer", k, v)
+			}
+		}
+	}
+	if v := r.header.Get("X-Ratelimit-Shadow"); v != "" && v != "1" {
+		t.Errorf("x-ratelimit-shadow %q", v)
+	}
+	retryAfter := -1
+	if v := r.header.Get("Retry-After"); v != "" || denied {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Errorf("retry-after %q: want a positive integer", v)
+		}
+		retryAfter = n
+	}
+	policies := map[string]bool{}
+	if v := r.header.Get("Ratelimit-Policy"); v != "" {
+		items, err := parseSFList(v)
+		if err != nil {
+			t.Errorf("RateLimit-Policy %q: %v", v, err)
+		}
+		for _, it := range items {
+			q, errQ := intParam(it, "q")
+			w, errW := intParam(it, "w")
+			if !it.String || errQ != nil || errW != nil || q < 0 || w < 1 {
+				t.Errorf("RateLimit-Policy item %+v: want \"name\";q=N;w=N (w ≥ 1)", it)
+			}
+			policies[it.Value] = true
+		}
+	}
+	if v := r.header.Get("Ratelimit"); v != "" {
+		items, err := parseSFList(v)
+		if err != nil {
+			t.Errorf("RateLimit %q: %v", v, err)
+		}
+		var body struct {
+			Rule string `json:"rule"`
+		}
+		_ = json.Unmarshal([]byte(r.body), &body)
+		for _, it := range items {
+			rem, errR := intParam(it, "r")
+			sec, errT := intParam(it, "t")
+			if !it.String || errR != nil || errT != nil || rem < 0 || sec < 0 {
+				t.Errorf("RateLimit item %+v: want \"name\";r=N;t=N", it)
+			}
+			if len(policies) > 0 && !policies[it.Value] {
+				t.Errorf("RateLimit names %q, which RateLimit-Policy does not list", it.Value)
+			}
+			if denied && it.Value == body.Rule && retryAfter >= 0 && int64(retryAfter) < sec {
+				t.Errorf("retry-after %d before the denying policy's t=%d", retryAfter, sec)
+			}
+		}
+	}
+}
+
+// rejected reads flashgate_http_authz_rejected_total{reason}.
+func (e *env) rejected(reason string) float64 {
+	e.t.Helper()
+	return enforcetest.Counter(e.t, e.reg, "flashgate_http_authz_rejected_total", reason)
+}
