@@ -35,6 +35,7 @@ type objects struct {
 	services        map[string]*corev1.Service
 	configMaps      map[string]*corev1.ConfigMap
 	networkPolicies map[string]*networkingv1.NetworkPolicy
+	ingresses       map[string]*networkingv1.Ingress
 }
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -99,6 +100,12 @@ func decodeStrict(doc []byte, into *objects) error {
 			return fmt.Errorf("NetworkPolicy: %w", err)
 		}
 		into.networkPolicies[o.Name] = &o
+	case "networking.k8s.io/v1 Ingress":
+		var o networkingv1.Ingress
+		if err := strictJSON(js, &o); err != nil {
+			return fmt.Errorf("Ingress: %w", err)
+		}
+		into.ingresses[o.Name] = &o
 	default:
 		return fmt.Errorf("unexpected object %q %q: add it to decodeStrict", tm.APIVersion, tm.Kind)
 	}
@@ -140,6 +147,7 @@ func loadKustomization(t *testing.T, dir string) (listed []string, objs *objects
 		services:        map[string]*corev1.Service{},
 		configMaps:      map[string]*corev1.ConfigMap{},
 		networkPolicies: map[string]*networkingv1.NetworkPolicy{},
+		ingresses:       map[string]*networkingv1.Ingress{},
 	}
 	for _, r := range k.Resources {
 		path := filepath.Join(dir, r)
@@ -169,7 +177,7 @@ func loadKustomization(t *testing.T, dir string) (listed []string, objs *objects
 }
 
 func TestKustomizationListsEveryCoreManifest(t *testing.T) {
-	for _, dir := range []string{".", "istio"} {
+	for _, dir := range []string{".", "istio", "ingress-nginx"} {
 		listed, _ := loadKustomization(t, dir)
 		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 		if err != nil {
@@ -178,6 +186,7 @@ func TestKustomizationListsEveryCoreManifest(t *testing.T) {
 		// Install-time and alternative resources are deliberately unlisted.
 		unlisted := map[string]bool{
 			"kustomization.yaml": true, "mesh-config.yaml": true, "envoyfilter.yaml": true, "authorizationpolicy-http.yaml": true,
+			"controller-configmap.yaml": true,
 		}
 		for _, f := range files {
 			base := filepath.Base(f)
@@ -335,7 +344,7 @@ func TestFlashgateSidecar(t *testing.T) {
 			if got := env(fg, "FLASHGATE_BACKEND"); got != "redis" {
 				t.Errorf("FLASHGATE_BACKEND = %q, want redis", got)
 			}
-			checkDescriptorsMount(t, spec, fg)
+			checkDescriptorsMount(t, spec, fg, "flashgate-descriptors")
 
 			// Hardening of every container and of the pod.
 			checkHardening(t, spec)
@@ -359,11 +368,13 @@ func TestFlashgateSidecar(t *testing.T) {
 	}
 }
 
-func checkDescriptorsMount(t *testing.T, spec *corev1.PodSpec, fg *corev1.Container) {
+// checkDescriptorsMount asserts that fg mounts ConfigMap configMap as a
+// directory, read-only, and reads its flashsale.yaml.
+func checkDescriptorsMount(t *testing.T, spec *corev1.PodSpec, fg *corev1.Container, configMap string) {
 	t.Helper()
 	var volume string
 	for _, v := range spec.Volumes {
-		if v.ConfigMap != nil && v.ConfigMap.Name == "flashgate-descriptors" {
+		if v.ConfigMap != nil && v.ConfigMap.Name == configMap {
 			volume = v.Name
 			if len(v.ConfigMap.Items) > 0 {
 				t.Errorf("volume %s selects items: mount the whole ConfigMap", v.Name)
@@ -371,7 +382,7 @@ func checkDescriptorsMount(t *testing.T, spec *corev1.PodSpec, fg *corev1.Contai
 		}
 	}
 	if volume == "" {
-		t.Fatalf("no volume from ConfigMap flashgate-descriptors")
+		t.Fatalf("no volume from ConfigMap %s", configMap)
 	}
 	var mount *corev1.VolumeMount
 	for i := range fg.VolumeMounts {
