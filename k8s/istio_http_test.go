@@ -140,16 +140,7 @@ func TestIstioHTTPProvider(t *testing.T) {
 	}
 
 	// The alternative policy names this provider and selects the mesh app.
-	ap := readGeneric(t, "istio/authorizationpolicy-http.yaml", "security.istio.io/v1", "AuthorizationPolicy")
-	if a := get(t, ap, "spec", "action"); a != "CUSTOM" {
-		t.Errorf("authorizationpolicy-http.yaml action = %v, want CUSTOM", a)
-	}
-	if n := get(t, ap, "spec", "provider", "name"); n != name {
-		t.Errorf("authorizationpolicy-http.yaml provider.name = %v, want %q", n, name)
-	}
-	if !selects(stringMap(get(t, ap, "spec", "selector", "matchLabels")), app.Spec.Template.Labels) {
-		t.Errorf("authorizationpolicy-http.yaml does not select the mesh app")
-	}
+	checkCustomPolicy(t, "istio/authorizationpolicy-http.yaml", name, app.Spec.Template.Labels)
 }
 
 // istioMatchesAny reports whether header h matches one of Istio's header

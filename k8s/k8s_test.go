@@ -666,16 +666,7 @@ func TestIstio(t *testing.T) {
 			t.Errorf("the mesh app runs its own Envoy (%s): istio-proxy is the sidecar", c.Name)
 		}
 	}
-	ap := readGeneric(t, "istio/authorizationpolicy.yaml", "security.istio.io/v1", "AuthorizationPolicy")
-	if a := get(t, ap, "spec", "action"); a != "CUSTOM" {
-		t.Errorf("AuthorizationPolicy action = %v, want CUSTOM", a)
-	}
-	if n := get(t, ap, "spec", "provider", "name"); n != provName {
-		t.Errorf("AuthorizationPolicy provider.name = %v, want the mesh config's %q", n, provName)
-	}
-	if !selects(stringMap(get(t, ap, "spec", "selector", "matchLabels")), app.Spec.Template.Labels) {
-		t.Errorf("AuthorizationPolicy selector does not select the mesh app")
-	}
+	checkCustomPolicy(t, "istio/authorizationpolicy.yaml", provName, app.Spec.Template.Labels)
 
 	// The EnvoyFilter alternative: inserted before the HCM's router, and its
 	// filter config valid against Envoy's protos.
@@ -717,6 +708,22 @@ func TestIstio(t *testing.T) {
 	wantCluster := fmt.Sprintf("outbound|%d||%s", 9191, service)
 	if c := authz.GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != wantCluster {
 		t.Errorf("EnvoyFilter ext_authz cluster = %q, want the ServiceEntry's %q", c, wantCluster)
+	}
+}
+
+// checkCustomPolicy asserts that the AuthorizationPolicy in path is CUSTOM,
+// names provider and selects pods labelled podLabels.
+func checkCustomPolicy(t *testing.T, path, provider string, podLabels map[string]string) {
+	t.Helper()
+	ap := readGeneric(t, path, "security.istio.io/v1", "AuthorizationPolicy")
+	if a := get(t, ap, "spec", "action"); a != "CUSTOM" {
+		t.Errorf("%s: action = %v, want CUSTOM", path, a)
+	}
+	if n := get(t, ap, "spec", "provider", "name"); n != provider {
+		t.Errorf("%s: provider.name = %v, want the mesh config's %q", path, n, provider)
+	}
+	if !selects(stringMap(get(t, ap, "spec", "selector", "matchLabels")), podLabels) {
+		t.Errorf("%s: the selector does not select the mesh app", path)
 	}
 }
 

@@ -18,6 +18,86 @@ import (
 // limit is what the stand-in authorizer admits per x-uid.
 const limit = 5
 
+// pathCase is how a proxy hands one spelling of a path to the front-end.
+type pathCase struct {
+	want    string // the URI the front-end sees
+	refused bool   // answered 400 without a check
+}
+
+// proxies are the configurations run here, with what differs between them.
+var proxies = []struct {
+	name       string
+	config     string
+	start      starter
+	denyStatus string               // the X-Flashgate-Deny-Status the front-end sees
+	paths      map[string]pathCase  // spellings of paths and what the front-end sees
+	severe     func(log string) int // log lines at warn level and above
+}{
+	{
+		name: "nginx", config: nginxConf, start: proxytest.StartNginx, denyStatus: "403", severe: nginxSevere,
+		// $uri: decoded, dot segments resolved, slashes merged.
+		paths: map[string]pathCase{
+			"/api/coupon/x?q=%0a":     {want: "/api/coupon/x?q=%0a"},
+			"/api/%63oupon/x":         {want: "/api/coupon/x"},
+			"//api//coupon/x":         {want: "/api/coupon/x"},
+			"/a/../api/coupon/./x":    {want: "/api/coupon/x"},
+			"/api/%2e%2e/api/coupon/": {want: "/api/coupon/"},
+			"/api/coupon/a%0d%0ab":    {refused: true},
+			"/api/coupon/a%09b":       {refused: true},
+		},
+	},
+	{
+		name: "caddy", config: caddyfile, start: proxytest.StartCaddy, denyStatus: "", severe: caddySevere,
+		// The decoded path; paths not in normal form are refused.
+		paths: map[string]pathCase{
+			"/api/coupon/x?q=%0a":     {want: "/api/coupon/x?q=%0a"},
+			"/api/%63oupon/x":         {want: "/api/coupon/x?"},
+			"//api//coupon/x":         {refused: true},
+			"/a/../api/coupon/x":      {refused: true},
+			"/api/coupon/./x":         {refused: true},
+			"/api/%2e%2e/api/coupon/": {refused: true},
+			"/api/x%2F%2Fcoupon/":     {refused: true},
+		},
+	},
+}
+
+// TestProxies runs each shipped configuration in its proxy between the
+// stand-in front-end and the upstream.
+func TestProxies(t *testing.T) {
+	for _, px := range proxies {
+		t.Run(px.name, func(t *testing.T) {
+			t.Run("limits", func(t *testing.T) { checkLimits(t, newRig(t, px.start, px.config)) })
+			t.Run("spoofed headers", func(t *testing.T) { checkSpoofing(t, newRig(t, px.start, px.config), px.denyStatus) })
+			t.Run("paths", func(t *testing.T) { checkPaths(t, newRig(t, px.start, px.config), px.paths) })
+			t.Run("fail closed", func(t *testing.T) { checkFailClosed(t, newRig(t, px.start, px.config)) })
+		})
+	}
+}
+
+// TestDenialFloodLogsNothing: a flood of denials writes no log line at
+// warn level or above, and far fewer lines than denials at any level
+// (nginx: a denial is a 403 on the wire, which auth_request handles
+// silently; Caddy passes flashgate's 429 on).
+func TestDenialFloodLogsNothing(t *testing.T) {
+	const n = 400
+	for _, px := range proxies {
+		t.Run(px.name, func(t *testing.T) {
+			r := newRig(t, px.start, px.config)
+			counts := flood(t, r.proxy.Addr(), "mallory", n, 4)
+			if counts[http.StatusOK] != limit || counts[http.StatusTooManyRequests] != n-limit {
+				t.Fatalf("flood answers %v, want %d × 200 and %d × 429", counts, limit, n-limit)
+			}
+			log := r.proxy.ErrorLog()
+			if bad := px.severe(log); bad > 0 {
+				t.Errorf("%d log lines at warn or above after %d denials:\n%s", bad, n-limit, log)
+			}
+			if lines := strings.Count(log, "\n"); lines > n/10 {
+				t.Errorf("%d log lines after %d denials, want far fewer than one each:\n%s", lines, n-limit, log)
+			}
+		})
+	}
+}
+
 // rig is one proxy between a client, the stand-in authorizer and the app.
 type rig struct {
 	proxy    *proxytest.Proxy
@@ -194,10 +274,7 @@ func checkSpoofing(t *testing.T, r *rig, wantDenyStatus string) {
 
 // checkPaths: spellings of a path reach the front-end in normal form, or
 // are refused before a check (refused: true); none reaches the app unchecked.
-func checkPaths(t *testing.T, r *rig, cases map[string]struct {
-	want    string // the URI the front-end sees
-	refused bool   // answered 400 without a check
-}) {
+func checkPaths(t *testing.T, r *rig, cases map[string]pathCase) {
 	t.Helper()
 	for target, tc := range cases {
 		before, beforeApp := len(r.authz.Checks()), len(r.upstream.Requests())

@@ -45,9 +45,9 @@ type Proxy struct {
 	name   string // nginx or caddy
 	addr   string // the listener, 127.0.0.1:PORT
 	dir    string
-	errLog string // nginx's error log file; "" for caddy, which logs to out
+	errLog string // nginx's error log file; "" for caddy, which logs to its output
+	out    string // the file of the process's stdout and stderr
 	cmd    *exec.Cmd
-	out    *syncBuffer
 	done   chan struct{} // closed once cmd has been waited for
 	stop   sync.Once
 }
@@ -65,11 +65,18 @@ func (p *Proxy) URL() string { return "http://" + p.addr }
 // level info), caddy's log lines (JSON, on stderr).
 func (p *Proxy) ErrorLog() string {
 	if p.errLog == "" {
-		return p.out.String()
+		return p.output()
 	}
-	b, err := os.ReadFile(p.errLog)
+	return readLog(p.errLog)
+}
+
+// output returns what the process wrote to stdout and stderr so far.
+func (p *Proxy) output() string { return readLog(p.out) }
+
+func readLog(path string) string {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Sprintf("(no error log: %v)", err)
+		return fmt.Sprintf("(no log: %v)", err)
 	}
 	return string(b)
 }
@@ -219,7 +226,7 @@ func start(t testing.TB, name string, build launcher, nports int) *Proxy {
 		if err != nil {
 			t.Fatalf("proxytest: %v", err)
 		}
-		p := &Proxy{t: t, name: name, addr: listen, dir: dir, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+		p := &Proxy{t: t, name: name, addr: listen, dir: dir, cmd: cmd, out: filepath.Join(dir, "output.log"), done: make(chan struct{})}
 		if name == "nginx" {
 			p.errLog = filepath.Join(dir, "error.log")
 		}
@@ -240,7 +247,12 @@ func start(t testing.TB, name string, build launcher, nports int) *Proxy {
 // launch starts the process and waits until its listener accepts
 // connections while it runs.
 func (p *Proxy) launch() error {
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	out, err := os.Create(p.out)
+	if err != nil {
+		return fmt.Errorf("proxytest: %w", err)
+	}
+	defer out.Close() // the process holds its own descriptor
+	p.cmd.Stdout, p.cmd.Stderr = out, out
 	p.cmd.Dir = p.dir
 	p.cmd.SysProcAttr = sysProcAttr()
 	if err := p.cmd.Start(); err != nil {
@@ -270,12 +282,18 @@ func (p *Proxy) launch() error {
 func (p *Proxy) cleanup() {
 	p.Stop()
 	if p.t.Failed() {
-		p.t.Logf("%s on %s logged:\n%s\n%s", p.name, p.addr, p.out.String(), tail(p.ErrorLog(), 32<<10))
+		p.t.Logf("%s on %s logged:\n%s", p.name, p.addr, tail(p.logs(), 32<<10))
 	}
 }
 
-func (p *Proxy) logTail() string {
-	return tail(p.out.String()+"\n"+p.ErrorLog(), 2000)
+func (p *Proxy) logTail() string { return tail(p.logs(), 2000) }
+
+// logs returns the process's output and, for nginx, its error log.
+func (p *Proxy) logs() string {
+	if p.errLog == "" {
+		return p.output()
+	}
+	return p.output() + "\n" + p.ErrorLog()
 }
 
 func tail(s string, n int) string {
@@ -310,23 +328,4 @@ func freePorts(n int) ([]int, error) {
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
 	return ports, nil
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's two output streams and
-// readers.
-type syncBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,7 +35,7 @@ func TestRenderReplacesOnlyAddresses(t *testing.T) {
 			render: func(b []byte) ([]byte, error) {
 				return RenderCaddy(b, 1001, "127.0.0.1:1004", "127.0.0.1:1002", "127.0.0.1:1003")
 			},
-			want: []string{"\n:1001 {", "admin 127.0.0.1:1004", "default_bind 127.0.0.1", "forward_auth 127.0.0.1:1002 {", "reverse_proxy 127.0.0.1:1003"},
+			want: []string{":1001 {", "admin 127.0.0.1:1004", "default_bind 127.0.0.1", "forward_auth 127.0.0.1:1002 {", "reverse_proxy 127.0.0.1:1003"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -46,18 +47,24 @@ func TestRenderReplacesOnlyAddresses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Exactly one line per address changed, and into the address.
+			origLines, gotLines := strings.Split(string(orig), "\n"), strings.Split(string(got), "\n")
+			if len(origLines) != len(gotLines) {
+				t.Fatalf("rendering changed the number of lines")
+			}
+			var changed []string
+			for i := range origLines {
+				if origLines[i] != gotLines[i] {
+					changed = append(changed, gotLines[i])
+				}
+			}
+			if len(changed) != len(tc.want) {
+				t.Errorf("%d lines changed, want %d: %q", len(changed), len(tc.want), changed)
+			}
 			for _, w := range tc.want {
-				if !strings.Contains(string(got), w) {
-					t.Errorf("rendered file lacks %q", w)
+				if !slices.ContainsFunc(changed, func(l string) bool { return strings.Contains(l, w) }) {
+					t.Errorf("no changed line holds %q: %q", w, changed)
 				}
-			}
-			for _, old := range []string{shippedAuthz, shippedUpstream, ":8080", "2019"} {
-				if strings.Contains(stripComments(string(got)), old) {
-					t.Errorf("rendered file still holds %q outside comments", old)
-				}
-			}
-			if d := len(got) - len(orig); d < -40 || d > 40 {
-				t.Errorf("rendering changed the length by %d bytes: more than addresses", d)
 			}
 			// A file without an address it should hold is refused.
 			if _, err := tc.render([]byte(strings.ReplaceAll(string(orig), shippedAuthz, "127.0.0.1:9999"))); err == nil {
@@ -65,16 +72,6 @@ func TestRenderReplacesOnlyAddresses(t *testing.T) {
 			}
 		})
 	}
-}
-
-func stripComments(s string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
-			b.WriteString(l + "\n")
-		}
-	}
-	return b.String()
 }
 
 func TestNginxTestReportsErrors(t *testing.T) {
