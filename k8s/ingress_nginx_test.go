@@ -79,9 +79,6 @@ func TestIngressNginxWiring(t *testing.T) {
 	if err != nil || strconv.Itoa(int(portNumber(t, fg, sp.TargetPort))) != authzPort {
 		t.Errorf("Service port %s targets %v, flashgate's FLASHGATE_HTTP_AUTHZ_ADDR is %q", port, sp.TargetPort, env(fg, "FLASHGATE_HTTP_AUTHZ_ADDR"))
 	}
-	if env(fg, "FLASHGATE_HTTP_AUTHZ_PATH_PREFIX") != "" {
-		t.Errorf("a path prefix would be matched against X-Original-URI-less requests only: leave it unset")
-	}
 	if h, _, _ := net.SplitHostPort(env(fg, "FLASHGATE_GRPC_ADDR")); h != "127.0.0.1" {
 		t.Errorf("FLASHGATE_GRPC_ADDR = %q: nothing uses it here, keep it on loopback", env(fg, "FLASHGATE_GRPC_ADDR"))
 	}
