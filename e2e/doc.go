@@ -9,7 +9,9 @@
 // (window/redistest), talks to them over ext_authz gRPC, grpc.health.v1 and
 // the HTTP /metrics and /readyz endpoints, and inspects Redis directly.
 // A TCP proxy in the tests sits between flashgate and Redis to add latency,
-// blackhole traffic and count connections and bytes.
+// blackhole traffic and count connections and bytes. TestHTTPFrontBehindProxies
+// puts real nginx and caddy processes (internal/proxytest, the shipped proxy/
+// configs) between a client and flashgate's HTTP front-end.
 //
 // Loads go to loopback only and are bounded in count and time. The
 // key-cardinality flood sends 100,000 distinct users by default; set

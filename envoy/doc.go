@@ -9,6 +9,10 @@
 //   - envoy-sidecar.yaml: the same filter chain as an ingress sidecar in an
 //     application pod, with the app on 127.0.0.1:8081 and flashgate on
 //     127.0.0.1:9191; k8s/ ships it in a ConfigMap.
+//   - envoy-http.yaml: the sidecar with ext_authz http_service calling
+//     flashgate's HTTP front-end (127.0.0.1:9193, path_prefix /authz): the
+//     allowed request headers (x-uid, x-device-fp, x-forwarded-for), the
+//     rate-limit headers let through to the client on denial and on success.
 //
 // envoy_test.go loads every *.yaml here into bootstrap/v3.Bootstrap (YAML →
 // JSON → protojson, unknown fields rejected, every typed_config type

@@ -120,8 +120,8 @@ func configFiles(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 2 {
-		t.Fatalf("found %v, want at least envoy.yaml and envoy-sidecar.yaml", files)
+	if len(files) < 3 {
+		t.Fatalf("found %v, want at least envoy.yaml, envoy-sidecar.yaml and envoy-http.yaml", files)
 	}
 	return files
 }
@@ -144,14 +144,17 @@ func TestConfigsValidAgainstEnvoyProtos(t *testing.T) {
 }
 
 // flashgateFacts is what each file must say about flashgate beyond
-// validity: where the cluster points and where the app lives.
+// validity: where the cluster points, where the app lives, and whether
+// ext_authz speaks gRPC or HTTP (http_service) to flashgate.
 var flashgateFacts = map[string]struct {
 	flashgateAddr string // host:port of the flashgate cluster's only endpoint
 	upstream      string // cluster name of the application
 	upstreamAddr  string
+	http          bool // ext_authz http_service to the HTTP front-end, not grpc_service
 }{
 	"envoy.yaml":         {flashgateAddr: "flashgate:9191", upstream: "demo", upstreamAddr: "demo:5678"},
 	"envoy-sidecar.yaml": {flashgateAddr: "127.0.0.1:9191", upstream: "app", upstreamAddr: "127.0.0.1:8081"},
+	"envoy-http.yaml":    {flashgateAddr: "127.0.0.1:9193", upstream: "app", upstreamAddr: "127.0.0.1:8081", http: true},
 }
 
 func TestEveryConfigHasFacts(t *testing.T) {
@@ -172,13 +175,18 @@ func checkProductFacts(t *testing.T, bs *bootstrapv3.Bootstrap) {
 		clusters[c.GetName()] = c
 	}
 
-	// The flashgate cluster speaks HTTP/2 (gRPC) and points where it should.
+	// The flashgate cluster speaks HTTP/2 (gRPC) or HTTP/1.1 (the HTTP
+	// front-end) and points where it should.
 	fg := clusters["flashgate"]
 	if fg == nil {
 		t.Fatalf("no cluster named flashgate")
 	}
 	opts := unpack(t, fg.GetTypedExtensionProtocolOptions()[httpOptionsKey], &upstreamhttpv3.HttpProtocolOptions{})
-	if opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+	if want.http {
+		if opts.GetExplicitHttpConfig().GetHttpProtocolOptions() == nil {
+			t.Errorf("flashgate cluster: want explicit_http_config.http_protocol_options (HTTP/1.1), got %v", opts)
+		}
+	} else if opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
 		t.Errorf("flashgate cluster: want explicit_http_config.http2_protocol_options, got %v", opts)
 	}
 	if fg.GetConnectTimeout().AsDuration() <= 0 {
@@ -226,21 +234,25 @@ func checkProductFacts(t *testing.T, bs *bootstrapv3.Bootstrap) {
 	if authz.GetTransportApiVersion() != corev3.ApiVersion_V3 {
 		t.Errorf("ext_authz transport_api_version = %v, want V3", authz.GetTransportApiVersion())
 	}
-	gs := authz.GetGrpcService()
-	if gs.GetEnvoyGrpc().GetClusterName() != "flashgate" {
-		t.Errorf("ext_authz grpc_service = %v, want envoy_grpc cluster flashgate", gs)
-	}
-	if d := gs.GetTimeout().AsDuration(); d <= 0 || d > 250*time.Millisecond {
-		t.Errorf("ext_authz grpc_service.timeout = %v, want explicit and short (0 < t ≤ 250ms)", d)
+	if want.http {
+		checkHTTPService(t, authz)
+	} else {
+		gs := authz.GetGrpcService()
+		if gs.GetEnvoyGrpc().GetClusterName() != "flashgate" {
+			t.Errorf("ext_authz grpc_service = %v, want envoy_grpc cluster flashgate", gs)
+		}
+		if d := gs.GetTimeout().AsDuration(); d <= 0 || d > 250*time.Millisecond {
+			t.Errorf("ext_authz grpc_service.timeout = %v, want explicit and short (0 < t ≤ 250ms)", d)
+		}
+		if authz.GetAllowedHeaders() != nil {
+			t.Errorf("ext_authz allowed_headers is set: x-uid and x-device-fp must reach flashgate; see the comment in the file")
+		}
 	}
 	if authz.GetWithRequestBody() != nil {
 		t.Errorf("ext_authz must not buffer the request body")
 	}
 	if authz.GetIncludePeerCertificate() {
 		t.Errorf("ext_authz include_peer_certificate: flashgate never reads it")
-	}
-	if authz.GetAllowedHeaders() != nil {
-		t.Errorf("ext_authz allowed_headers is set: x-uid and x-device-fp must reach flashgate; see the comment in the file")
 	}
 	if authz.GetStatusOnError().GetCode() != typev3.StatusCode_ServiceUnavailable {
 		t.Errorf("ext_authz status_on_error = %v, want ServiceUnavailable", authz.GetStatusOnError())
@@ -270,7 +282,7 @@ func checkProductFacts(t *testing.T, bs *bootstrapv3.Bootstrap) {
 	if !healthzDisabled {
 		t.Errorf("no route for path /healthz with ExtAuthzPerRoute disabled: true")
 	}
-	if !withContext {
+	if !withContext && !want.http { // http_service carries no context_extensions
 		t.Errorf("no route passes check_settings.context_extensions")
 	}
 }

@@ -35,6 +35,7 @@ type objects struct {
 	services        map[string]*corev1.Service
 	configMaps      map[string]*corev1.ConfigMap
 	networkPolicies map[string]*networkingv1.NetworkPolicy
+	ingresses       map[string]*networkingv1.Ingress
 }
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -99,6 +100,12 @@ func decodeStrict(doc []byte, into *objects) error {
 			return fmt.Errorf("NetworkPolicy: %w", err)
 		}
 		into.networkPolicies[o.Name] = &o
+	case "networking.k8s.io/v1 Ingress":
+		var o networkingv1.Ingress
+		if err := strictJSON(js, &o); err != nil {
+			return fmt.Errorf("Ingress: %w", err)
+		}
+		into.ingresses[o.Name] = &o
 	default:
 		return fmt.Errorf("unexpected object %q %q: add it to decodeStrict", tm.APIVersion, tm.Kind)
 	}
@@ -140,6 +147,7 @@ func loadKustomization(t *testing.T, dir string) (listed []string, objs *objects
 		services:        map[string]*corev1.Service{},
 		configMaps:      map[string]*corev1.ConfigMap{},
 		networkPolicies: map[string]*networkingv1.NetworkPolicy{},
+		ingresses:       map[string]*networkingv1.Ingress{},
 	}
 	for _, r := range k.Resources {
 		path := filepath.Join(dir, r)
@@ -169,14 +177,17 @@ func loadKustomization(t *testing.T, dir string) (listed []string, objs *objects
 }
 
 func TestKustomizationListsEveryCoreManifest(t *testing.T) {
-	for _, dir := range []string{".", "istio"} {
+	for _, dir := range []string{".", "istio", "ingress-nginx"} {
 		listed, _ := loadKustomization(t, dir)
 		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Install-time and alternative resources are deliberately unlisted.
-		unlisted := map[string]bool{"kustomization.yaml": true, "mesh-config.yaml": true, "envoyfilter.yaml": true}
+		unlisted := map[string]bool{
+			"kustomization.yaml": true, "mesh-config.yaml": true, "envoyfilter.yaml": true, "authorizationpolicy-http.yaml": true,
+			"controller-configmap.yaml": true,
+		}
 		for _, f := range files {
 			base := filepath.Base(f)
 			if !unlisted[base] && !slices.Contains(listed, base) {
@@ -290,6 +301,18 @@ func TestFlashgateSidecar(t *testing.T) {
 					t.Errorf("flashgate declares port 9191: it is loopback only")
 				}
 			}
+			// So is the HTTP front-end, where it is on.
+			if a := env(fg, "FLASHGATE_HTTP_AUTHZ_ADDR"); a != "" {
+				host, port, err := net.SplitHostPort(a)
+				if err != nil || host != "127.0.0.1" {
+					t.Errorf("FLASHGATE_HTTP_AUTHZ_ADDR = %q, want 127.0.0.1:PORT", a)
+				}
+				for _, p := range fg.Ports {
+					if strconv.Itoa(int(p.ContainerPort)) == port {
+						t.Errorf("flashgate declares port %s: the HTTP front-end is loopback only", port)
+					}
+				}
+			}
 
 			// Probes: kubelet connects to the pod IP, so they cannot use the
 			// loopback gRPC port; they use the HTTP port, bound to all addresses.
@@ -321,7 +344,7 @@ func TestFlashgateSidecar(t *testing.T) {
 			if got := env(fg, "FLASHGATE_BACKEND"); got != "redis" {
 				t.Errorf("FLASHGATE_BACKEND = %q, want redis", got)
 			}
-			checkDescriptorsMount(t, spec, fg)
+			checkDescriptorsMount(t, spec, fg, "flashgate-descriptors")
 
 			// Hardening of every container and of the pod.
 			checkHardening(t, spec)
@@ -345,11 +368,13 @@ func TestFlashgateSidecar(t *testing.T) {
 	}
 }
 
-func checkDescriptorsMount(t *testing.T, spec *corev1.PodSpec, fg *corev1.Container) {
+// checkDescriptorsMount asserts that fg mounts ConfigMap configMap as a
+// directory, read-only, and reads its flashsale.yaml.
+func checkDescriptorsMount(t *testing.T, spec *corev1.PodSpec, fg *corev1.Container, configMap string) {
 	t.Helper()
 	var volume string
 	for _, v := range spec.Volumes {
-		if v.ConfigMap != nil && v.ConfigMap.Name == "flashgate-descriptors" {
+		if v.ConfigMap != nil && v.ConfigMap.Name == configMap {
 			volume = v.Name
 			if len(v.ConfigMap.Items) > 0 {
 				t.Errorf("volume %s selects items: mount the whole ConfigMap", v.Name)
@@ -357,7 +382,7 @@ func checkDescriptorsMount(t *testing.T, spec *corev1.PodSpec, fg *corev1.Contai
 		}
 	}
 	if volume == "" {
-		t.Fatalf("no volume from ConfigMap flashgate-descriptors")
+		t.Fatalf("no volume from ConfigMap %s", configMap)
 	}
 	var mount *corev1.VolumeMount
 	for i := range fg.VolumeMounts {
@@ -641,16 +666,7 @@ func TestIstio(t *testing.T) {
 			t.Errorf("the mesh app runs its own Envoy (%s): istio-proxy is the sidecar", c.Name)
 		}
 	}
-	ap := readGeneric(t, "istio/authorizationpolicy.yaml", "security.istio.io/v1", "AuthorizationPolicy")
-	if a := get(t, ap, "spec", "action"); a != "CUSTOM" {
-		t.Errorf("AuthorizationPolicy action = %v, want CUSTOM", a)
-	}
-	if n := get(t, ap, "spec", "provider", "name"); n != provName {
-		t.Errorf("AuthorizationPolicy provider.name = %v, want the mesh config's %q", n, provName)
-	}
-	if !selects(stringMap(get(t, ap, "spec", "selector", "matchLabels")), app.Spec.Template.Labels) {
-		t.Errorf("AuthorizationPolicy selector does not select the mesh app")
-	}
+	checkCustomPolicy(t, "istio/authorizationpolicy.yaml", provName, app.Spec.Template.Labels)
 
 	// The EnvoyFilter alternative: inserted before the HCM's router, and its
 	// filter config valid against Envoy's protos.
@@ -692,6 +708,22 @@ func TestIstio(t *testing.T) {
 	wantCluster := fmt.Sprintf("outbound|%d||%s", 9191, service)
 	if c := authz.GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != wantCluster {
 		t.Errorf("EnvoyFilter ext_authz cluster = %q, want the ServiceEntry's %q", c, wantCluster)
+	}
+}
+
+// checkCustomPolicy asserts that the AuthorizationPolicy in path is CUSTOM,
+// names provider and selects pods labelled podLabels.
+func checkCustomPolicy(t *testing.T, path, provider string, podLabels map[string]string) {
+	t.Helper()
+	ap := readGeneric(t, path, "security.istio.io/v1", "AuthorizationPolicy")
+	if a := get(t, ap, "spec", "action"); a != "CUSTOM" {
+		t.Errorf("%s: action = %v, want CUSTOM", path, a)
+	}
+	if n := get(t, ap, "spec", "provider", "name"); n != provider {
+		t.Errorf("%s: provider.name = %v, want the mesh config's %q", path, n, provider)
+	}
+	if !selects(stringMap(get(t, ap, "spec", "selector", "matchLabels")), podLabels) {
+		t.Errorf("%s: the selector does not select the mesh app", path)
 	}
 }
 
