@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/guard"
+	"github.com/flashgate/flashgate/window/memory"
 	"github.com/flashgate/flashgate/window/testclock"
 )
 
@@ -294,10 +296,49 @@ func TestSubscriberRestoresLostBans(t *testing.T) {
 	}
 }
 
-// BenchmarkReporterDenied is what a fleet reporter adds to a refusal on the
-// check path: one key denied from every core.
+// BenchmarkGuardDenyReported is guard's BenchmarkGuardDeny (the Guard
+// refusing a known-full key) with serve's fleet reporter attached: what
+// reporting a denial adds to the check path.
+func BenchmarkGuardDenyReported(b *testing.B) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted: nothing is flushed
+	defer c.Close()
+	fb, err := NewFleetBans(c, window.Keys{}, FleetBansOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rep, err := fb.NewReporter(ReporterOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := memory.New(memory.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := guard.NewGuard(m, guard.GuardOptions{Ban: window.DefaultBan, Reporter: rep})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	hits := []window.Hit{hit(window.Keys{}.Key("coupon_per_uid", "abuser"), 1, time.Hour)}
+	ctx := context.Background()
+	g.Decide(ctx, hits)
+	g.Decide(ctx, hits)
+	g.Wait()
+	if d, _ := g.Decide(ctx, hits); d.Source == window.SourceBackend {
+		b.Fatal("the key is not cached as full")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, _ := g.Decide(ctx, hits); d.Allowed {
+			b.Fatal("allowed")
+		}
+	}
+}
+
+// BenchmarkReporterDenied is Reporter.Denied alone: one key denied from
+// every core at once (its shard's lock contended).
 func BenchmarkReporterDenied(b *testing.B) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted: nothing is flushed
 	defer c.Close()
 	fb, err := NewFleetBans(c, window.Keys{}, FleetBansOptions{})
 	if err != nil {
@@ -307,7 +348,8 @@ func BenchmarkReporterDenied(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	k := window.Keys{}.Key("rule", "abuser")
+	k := window.Keys{}.Key("coupon_per_uid", "abuser")
+	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			r.Denied(k, window.DefaultBan)
