@@ -74,27 +74,11 @@ func newBansFleet(t *testing.T) *bansFleet {
 	return f
 }
 
-// start starts n sidecars at once.
+// start starts n sidecars at once (the rules' own boxes override
+// startFleet's --ban-duration 0).
 func (f *bansFleet) start(t *testing.T, n int) []*proc {
 	t.Helper()
-	procs := make([]*proc, n)
-	var wg sync.WaitGroup
-	for i := range procs {
-		wg.Go(func() {
-			p, err := launchRetry(t, []string{"--backend", "redis", "--redis-addr", f.redis.Addr(),
-				"--key-prefix", f.prefix, "--config", f.config})
-			if err != nil {
-				t.Errorf("start sidecar %d: %v", i, err)
-				return
-			}
-			procs[i] = p
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	return procs
+	return startFleet(t, n, f.redis.Addr(), f.prefix, "--config", f.config)
 }
 
 func uidReq(v string) req  { return req{Path: "/x", Headers: map[string]string{"x-uid": v}} }

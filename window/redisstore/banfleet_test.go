@@ -10,8 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
-	"github.com/flashgate/flashgate/window/guard"
-	"github.com/flashgate/flashgate/window/memory"
 	"github.com/flashgate/flashgate/window/testclock"
 )
 
@@ -293,45 +291,6 @@ func TestSubscriberRestoresLostBans(t *testing.T) {
 	// The index's epoch is not a ban.
 	if n := c.ZCard(ctx, b.Channel()).Val(); n != 2 {
 		t.Fatalf("index holds %d members, want the ban and the epoch", n)
-	}
-}
-
-// BenchmarkGuardDenyReported is guard's BenchmarkGuardDeny (the Guard
-// refusing a known-full key) with serve's fleet reporter attached: what
-// reporting a denial adds to the check path.
-func BenchmarkGuardDenyReported(b *testing.B) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted: nothing is flushed
-	defer c.Close()
-	fb, err := NewFleetBans(c, window.Keys{}, FleetBansOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	rep, err := fb.NewReporter(ReporterOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := memory.New(memory.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := guard.NewGuard(m, guard.GuardOptions{Ban: window.DefaultBan, Reporter: rep})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer g.Close()
-	hits := []window.Hit{hit(window.Keys{}.Key("coupon_per_uid", "abuser"), 1, time.Hour)}
-	ctx := context.Background()
-	g.Decide(ctx, hits)
-	g.Decide(ctx, hits)
-	g.Wait()
-	if d, _ := g.Decide(ctx, hits); d.Source == window.SourceBackend {
-		b.Fatal("the key is not cached as full")
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if d, _ := g.Decide(ctx, hits); d.Allowed {
-			b.Fatal("allowed")
-		}
 	}
 }
 

@@ -236,13 +236,7 @@ func (r *Reporter) Flush(ctx context.Context) {
 	if len(bans) == 0 {
 		return
 	}
-	pipe := r.fleet.client.Pipeline()
-	for _, b := range bans {
-		ms := b.Until.UnixMilli()
-		pipe.ZAddArgs(ctx, r.fleet.index, redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(ms), Member: b.Key}}})
-		pipe.Publish(ctx, r.fleet.index, banMessage(ms, b.Key, ByThreshold))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := r.fleet.announce(ctx, bans); err != nil {
 		// Tried again by the next flush, the ones still in force, within
 		// the key bound.
 		for _, b := range bans {

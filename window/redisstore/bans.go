@@ -225,6 +225,22 @@ func (b *FleetBans) Get(ctx context.Context, key string) (until time.Time, banne
 	return until, until.After(b.now()), nil
 }
 
+// announce indexes bans set by a script (a threshold crossed, a lost ban
+// written back) and publishes them, in one pipeline; an index entry is
+// only moved later (ZADD GT).
+func (b *FleetBans) announce(ctx context.Context, bans []BanEntry) error {
+	pipe := b.client.Pipeline()
+	for _, e := range bans {
+		ms := e.Until.UnixMilli()
+		pipe.ZAddArgs(ctx, b.index, redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(ms), Member: e.Key}}})
+		pipe.Publish(ctx, b.index, banMessage(ms, e.Key, ByThreshold))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("fleet bans: index and publish %d bans: %w", len(bans), err)
+	}
+	return nil
+}
+
 // banMessage is the channel's message that bans key until ms.
 func banMessage(ms int64, key string, by BanOrigin) string {
 	return "ban " + strconv.FormatInt(ms, 10) + " " + key + " " + by.String()

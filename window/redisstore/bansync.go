@@ -360,16 +360,7 @@ func (s *Subscriber) restore(ctx context.Context, bans []BanEntry) error {
 			return fmt.Errorf("fleet bans: write back lost bans: %w", err)
 		}
 	}
-	pipe := s.fleet.client.Pipeline()
-	for _, b := range bans {
-		ms := b.Until.UnixMilli()
-		pipe.ZAddArgs(ctx, s.fleet.index, redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(ms), Member: b.Key}}})
-		pipe.Publish(ctx, s.fleet.index, banMessage(ms, b.Key, ByThreshold))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("fleet bans: index lost bans: %w", err)
-	}
-	return nil
+	return s.fleet.announce(ctx, bans)
 }
 
 // keyRule returns a limit key's rule segment: "<prefix>:{tag}:<rule>:…".
