@@ -294,6 +294,29 @@ func TestSubscriberRestoresLostBans(t *testing.T) {
 	}
 }
 
+// TestSubscriberNoticesFlush: Redis loses the index without dropping the
+// subscription (FLUSHALL): the periodic check of the epoch finds it and the
+// bans held are written back.
+func TestSubscriberNoticesFlush(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, keys, c := newTestBans(t)
+	k := keys.Key("r", "abuser")
+	until := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if err := b.Add(ctx, k, until); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	startSubscriber(t, b, SubscriberOptions{Resync: 50 * time.Millisecond})
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatalf("FLUSHALL: %v", err)
+	}
+	eventually(t, "the flushed ban written back", func() bool {
+		u, banned, err := b.Get(ctx, k)
+		list, lerr := b.List(ctx)
+		return err == nil && banned && u.Equal(until) && lerr == nil && len(list) == 1
+	})
+}
+
 // BenchmarkReporterDenied is Reporter.Denied alone: one key denied from
 // every core at once (its shard's lock contended).
 func BenchmarkReporterDenied(b *testing.B) {

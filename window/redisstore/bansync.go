@@ -56,8 +56,9 @@ type SubscriberOptions struct {
 	// Redis loses them); a ban beyond it is still applied, not remembered.
 	// 0 means DefaultMaxBans.
 	MaxBans int
-	// Resync is how often the subscriber syncs with the index while
-	// connected (a missed message, a FLUSHALL); 0 means DefaultResync,
+	// Resync is how often the subscriber checks, while connected, that
+	// Redis still holds the index (its epoch: a FLUSHALL, say), and syncs
+	// with it if not; 0 means DefaultResync,
 	// negative never.
 	Resync time.Duration
 	// Events, if not nil, hears of bans raised and lifted.
@@ -72,6 +73,8 @@ type SubscriberOptions struct {
 // published, and it syncs with the index (every ban in force) after every
 // (re)subscription, so that a sidecar that starts or reconnects learns the
 // bans it missed; [Subscriber.Synced] tells when the first sync is done.
+// Every Resync it checks the index's epoch (one read) and syncs if it
+// changed.
 //
 // The index carries an epoch, a member that only Redis losing the index
 // removes (a restart without persistence, a flush, a failover to a replica
@@ -156,7 +159,7 @@ func (s *Subscriber) Run(ctx context.Context) {
 		due := unsynced || s.resync > 0 && !lastSync.IsZero() && time.Since(lastSync) >= s.resync
 		if subscribed && due {
 			sctx, cancel := context.WithTimeout(ctx, banCallTimeout)
-			err := s.sync(sctx)
+			err := s.sync(sctx, unsynced)
 			cancel()
 			if ctx.Err() != nil {
 				return
@@ -288,8 +291,8 @@ func (s *Subscriber) pruneLocked(now time.Time) bool {
 }
 
 // sync reads the index and applies it (see Subscriber): the epoch first,
-// then the bans in force.
-func (s *Subscriber) sync(ctx context.Context) error {
+// then, if full or the epoch changed, the bans in force.
+func (s *Subscriber) sync(ctx context.Context, full bool) error {
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return fmt.Errorf("fleet bans: sync: draw an epoch: %w", err)
@@ -298,16 +301,22 @@ func (s *Subscriber) sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet bans: sync: epoch: %w", err)
 	}
-	list, err := s.fleet.List(ctx)
-	if err != nil {
-		return fmt.Errorf("fleet bans: sync: %w", err)
-	}
 	var e string
 	if len(epoch) == 1 {
 		e, _ = epoch[0].(string)
 	}
 	if e == "" {
 		return fmt.Errorf("fleet bans: sync: the epoch script replied %v", epoch)
+	}
+	s.mu.Lock()
+	same := e == s.epoch
+	s.mu.Unlock()
+	if same && !full {
+		return nil
+	}
+	list, err := s.fleet.List(ctx)
+	if err != nil {
+		return fmt.Errorf("fleet bans: sync: %w", err)
 	}
 	now := s.fleet.now()
 	indexed := make(map[string]struct{}, len(list))

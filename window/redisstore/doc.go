@@ -79,8 +79,9 @@
 // second between flushes, so a hammered ban costs Redis one script call per
 // second per sidecar and is renewed at most once a second. Each sidecar's
 // [Subscriber] applies every message to its Guard (guard.Guard.Ban, Lift),
-// and syncs with the index after each (re)subscription and every 30 s, so
-// a sidecar that starts or reconnects learns the bans in force; the index's
+// and syncs with the index after each (re)subscription (and when a check
+// of the index every 30 s finds it lost), so a sidecar that starts or
+// reconnects learns the bans in force; the index's
 // epoch member tells a sync whether Redis lost the bans (then it writes
 // back those it holds) or a ban missing from it was lifted (then it lifts
 // it). Checks never wait for any of it: a banned key is refused from the
