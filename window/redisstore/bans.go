@@ -51,6 +51,27 @@ type BanEntry struct {
 	Until time.Time
 }
 
+// Rule returns the rule segment of the ban's key ("<prefix>:{tag}:<rule>:
+// <value>"): the rule's name as window.Keys wrote it (hashed when it is not
+// a safe name; the RLS's keys hold "rls.<domain>").
+func (e BanEntry) Rule() string { return keyRule(e.Key) }
+
+// Value returns the value segment of the ban's key when the key holds it
+// verbatim; ok is false when it holds a hash (a long or unsafe value is
+// never recoverable from its key).
+func (e BanEntry) Value() (v string, ok bool) {
+	i := strings.Index(e.Key, "}:")
+	if i < 0 {
+		return "", false
+	}
+	rest := e.Key[i+2:]
+	j := strings.IndexByte(rest, ':')
+	if j < 0 || strings.HasPrefix(rest[j+1:], "#") {
+		return "", false
+	}
+	return rest[j+1:], true
+}
+
 // BanOrigin tells how a ban was raised: by the fleet's denials crossing a
 // rule's threshold, or by hand (an operator's Add).
 type BanOrigin uint8

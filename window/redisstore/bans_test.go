@@ -114,6 +114,29 @@ func TestFleetBansAddGetListLift(t *testing.T) {
 	}
 }
 
+func TestBanEntryRuleValue(t *testing.T) {
+	t.Parallel()
+	keys := testKeys(t)
+	for name, tc := range map[string]struct {
+		rule, value string
+		verbatim    bool
+	}{
+		"verbatim": {"coupon_per_uid", "u-1.x", true},
+		"hashed":   {"coupon_per_uid", strings.Repeat("v", 100), false},
+		"unsafe":   {"per_ip", "2001:db8::1", false},
+		"rls":      {"rls.flashsale", "k1_v1", true},
+	} {
+		e := BanEntry{Key: keys.Key(tc.rule, tc.value)}
+		if got := e.Rule(); got != tc.rule {
+			t.Errorf("%s: Rule() = %q, want %q", name, got, tc.rule)
+		}
+		v, ok := e.Value()
+		if ok != tc.verbatim || ok && v != tc.value {
+			t.Errorf("%s: Value() = %q, %v; want %q, %v", name, v, ok, tc.value, tc.verbatim)
+		}
+	}
+}
+
 func TestFleetBansListPrunes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
