@@ -28,6 +28,18 @@ type GuardOptions struct {
 	// Ban is the penalty box for hits whose Tag names none (see [RuleBan]).
 	// The zero Ban disables it; use DefaultBan for serve's default.
 	Ban window.Ban
+	// Reporter, if not nil, is told of every denial that counts toward a
+	// ban (see [BanReporter]).
+	Reporter BanReporter
+}
+
+// BanReporter hears of the denials that count toward a penalty box: every
+// denial of an enforcing hit whose ban is enabled, remote or local (a
+// refusal by a full window or a ban), with the ban of the hit's rule. The
+// Guard calls Denied on the check path: it must not block (a fleet reporter
+// queues it and returns).
+type BanReporter interface {
+	Denied(key string, ban window.Ban)
 }
 
 // RuleBan is what the Guard reads of a hit's Tag: the penalty box of the
@@ -42,16 +54,17 @@ type RuleBan interface {
 // repeat offenders without asking the limiter behind it. Guard is safe for
 // concurrent use; Close releases the cache's goroutines.
 type Guard struct {
-	next  window.Limiter
-	now   func() time.Time
-	ban   window.Ban
-	cache *ristretto.Cache[string, *guardEntry]
+	next     window.Limiter
+	now      func() time.Time
+	ban      window.Ban
+	reporter BanReporter // nil: none
+	cache    *ristretto.Cache[string, *guardEntry]
 }
 
 // guardEntry is what the Guard knows of one key; fields are updated in
 // place with atomics, so concurrent requests share one entry.
 type guardEntry struct {
-	requests    int64 // the limit the entry was made for
+	requests    int64 // the limit the entry was made for; 0: none yet (a ban learnt by Ban)
 	window      int64
 	ban         window.Ban   // the penalty box the entry was made under
 	fullUntil   atomic.Int64 // UnixNano; refuse before this
@@ -92,7 +105,7 @@ func NewGuard(next window.Limiter, opts GuardOptions) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("guard: local cache: %w", err)
 	}
-	return &Guard{next: next, now: opts.Now, ban: opts.Ban, cache: cache}, nil
+	return &Guard{next: next, now: opts.Now, ban: opts.Ban, reporter: opts.Reporter, cache: cache}, nil
 }
 
 // Close stops the cache's background work. Decide after Close passes every
@@ -157,6 +170,9 @@ func (g *Guard) local(hits []window.Hit, now int64) (window.Decision, bool) {
 			continue
 		}
 		if until := e.bannedUntil.Load(); now < until && g.banHolds(e, h) {
+			if e.requests == 0 {
+				e = g.adopt(h, e)
+			}
 			g.denied(h, e, now)
 			return localDecision(i, h, until-now, window.SourceLocalBanned), true
 		}
@@ -179,6 +195,8 @@ func (g *Guard) banHolds(e *guardEntry, h *window.Hit) bool {
 	if !g.banOf(h).Enabled() {
 		return false
 	}
+	// A ban learnt from the fleet before any hit (requests 0) holds: the
+	// first hit it refuses adopts the hit's limit (see adopt).
 	// Requests/Window > e.requests/e.window, in floats: the products of
 	// int64 nanoseconds and counts can overflow.
 	return float64(h.Limit.Requests)*float64(e.window) <= float64(e.requests)*float64(h.Limit.Window)
@@ -190,6 +208,9 @@ func (g *Guard) denied(h *window.Hit, e *guardEntry, now int64) {
 	ban := g.banOf(h)
 	if !ban.Enabled() {
 		return
+	}
+	if g.reporter != nil {
+		g.reporter.Denied(h.Key, ban)
 	}
 	if start := e.denyStart.Load(); now-start > int64(ban.Window) {
 		if e.denyStart.CompareAndSwap(start, now) {
@@ -206,6 +227,67 @@ func (g *Guard) denied(h *window.Hit, e *guardEntry, now int64) {
 			g.store(h, e)
 		}
 	}
+}
+
+// adopt replaces e, an entry made by Ban for a key the Guard had no limit
+// for, by one made for h's limit and rule, keeping its ban and denial
+// count: so a reload that loosens the rule lifts it as it lifts a ban the
+// Guard raised itself (banHolds).
+func (g *Guard) adopt(h *window.Hit, e *guardEntry) *guardEntry {
+	ne := &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window), ban: g.banOf(h)}
+	ne.bannedUntil.Store(e.bannedUntil.Load())
+	ne.denyStart.Store(e.denyStart.Load())
+	ne.denials.Store(e.denials.Load())
+	g.store(h, ne)
+	return ne
+}
+
+// Ban refuses key until until, as the penalty box does (SourceLocalBanned,
+// retry-after until-now), whatever the Guard knew of it: an earlier or a
+// later ban is replaced. It is how a ban raised elsewhere in the fleet (or
+// by hand) takes effect here. The ban holds for every enforcing hit of key
+// whose rule enables a penalty box; a reload that disables the rule's box
+// or loosens its rate lifts it, as it lifts the Guard's own (the first hit
+// refused makes the rule's limit the one the ban was earned under). Ban is
+// safe for concurrent use; it returns when the ban is in effect, unless the
+// cache, full, rejected it (a cache is a hint: the key is then decided by
+// the store again).
+func (g *Guard) Ban(key string, until time.Time) {
+	u := until.UnixNano()
+	if e, ok := g.cache.Get(key); ok && e != nil {
+		e.bannedUntil.Store(u)
+		return
+	}
+	e := &guardEntry{}
+	e.bannedUntil.Store(u)
+	e.denyStart.Store(g.now().UnixNano())
+	g.set(key, e)
+}
+
+// Lift ends key's ban here and forgets when its window was full (a lift may
+// have emptied the window: the store decides the key's next request). It is
+// how a ban lifted elsewhere in the fleet takes effect here; a ban the
+// Guard raises again by its own count is not prevented. Lift is safe for
+// concurrent use; it returns when the lift is in effect.
+func (g *Guard) Lift(key string) {
+	e, ok := g.cache.Get(key)
+	if !ok || e == nil {
+		return
+	}
+	e.bannedUntil.Store(0)
+	e.fullUntil.Store(0)
+	e.denials.Store(0)
+	e.denyStart.Store(g.now().UnixNano())
+}
+
+// set inserts e for key and waits until it is in effect: a Set that the
+// cache's buffers dropped under contention is tried once more.
+func (g *Guard) set(key string, e *guardEntry) {
+	if !g.cache.Set(key, e, int64(len(key))+guardEntryCost) {
+		g.cache.Wait()
+		g.cache.Set(key, e, int64(len(key))+guardEntryCost)
+	}
+	g.cache.Wait()
 }
 
 // banOf returns the penalty box that applies to h: its rule's (RuleBan), or
