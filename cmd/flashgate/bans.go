@@ -136,9 +136,8 @@ func runBansList(ctx context.Context, w io.Writer, o *opsOptions, rule, domain s
 	now := p.now()
 	rows := []banRow{}
 	for _, b := range bans {
-		r := p.row(b.Key, b.Until, now)
-		if only == "" || r.Rule == only {
-			rows = append(rows, r)
+		if seg, _, _ := splitKey(p.keys, b.Key); only == "" || seg == only {
+			rows = append(rows, p.row(b.Key, b.Until, now))
 		}
 	}
 	if o.json {
