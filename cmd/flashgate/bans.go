@@ -219,15 +219,11 @@ func runBansAdd(ctx context.Context, e env, o *opsOptions, k *keyOptions, dur ti
 	if dur <= 0 {
 		return fmt.Errorf("--for %s: must be positive", dur)
 	}
-	p, err := openOps(o)
+	p, t, err := openTarget(o, k, true)
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	t, err := p.resolve(k, true)
-	if err != nil {
-		return err
-	}
 	if !t.Ban.Enabled() {
 		return fmt.Errorf("rule %s has its penalty box off (%s): every sidecar would drop the ban at the key's first request; turn the rule's ban on first", t.Rule, banSource(t))
 	}
@@ -290,15 +286,11 @@ type liftResult struct {
 }
 
 func runBansLift(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions, reset bool) error {
-	p, err := openOps(o)
+	p, t, err := openTarget(o, k, false)
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	t, err := p.resolve(k, false)
-	if err != nil {
-		return err
-	}
 	until, banned, err := p.bans.Get(ctx, t.Key)
 	if err != nil {
 		return err

@@ -73,15 +73,11 @@ type inspectResult struct {
 }
 
 func runInspect(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions) error {
-	p, err := openOps(o)
+	p, t, err := openTarget(o, k, false)
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	t, err := p.resolve(k, false)
-	if err != nil {
-		return err
-	}
 	st, err := redisstore.Inspect(ctx, p.client, t.Key, t.Limit)
 	if err != nil {
 		return err

@@ -118,6 +118,21 @@ func openOps(o *opsOptions) (*ops, error) {
 
 func (p *ops) close() { p.client.Close() }
 
+// openTarget opens the connection of o and resolves the key k names (see
+// resolve); the caller closes the connection.
+func openTarget(o *opsOptions, k *keyOptions, needValue bool) (*ops, *target, error) {
+	p, err := openOps(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := p.resolve(k, needValue)
+	if err != nil {
+		p.close()
+		return nil, nil, err
+	}
+	return p, t, nil
+}
+
 // target is the limit key an operator named, with its rule's settings.
 type target struct {
 	// Rule is the rule's name (ratelimit service: its name or path);
