@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,7 @@ type backend struct {
 	breaker  *guard.Breaker // nil when disabled or for memory
 	budget   *guard.Budget
 	fleet    *fallback.Fleet // nil for memory or a fixed --fleet-size
+	bans     *fleetBans      // the fleet-wide bans; nil for memory
 	// fleetSize returns N for the fallback (fixed or discovered).
 	fleetSize func() int
 	describe  string
@@ -63,10 +65,21 @@ func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logge
 			return nil, err
 		}
 	}
-	guard, err := guard.NewGuard(store, guard.GuardOptions{Budget: int64(c.localCacheSize), Ban: c.ban})
+	gopts := guard.GuardOptions{Budget: int64(c.localCacheSize), Ban: c.ban}
+	if b.bans != nil {
+		gopts.Reporter = b.bans.reporter
+	}
+	guard, err := guard.NewGuard(store, gopts)
 	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("local cache: %w", err)
+	}
+	if b.bans != nil {
+		if err := b.bans.attach(guard, log); err != nil {
+			guard.Close()
+			b.close()
+			return nil, fmt.Errorf("fleet bans: %w", err)
+		}
 	}
 	b.limiter = guard
 	closeStore := b.close
@@ -99,6 +112,15 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 	b.close = func() {
 		r.Close() // stops the auto-pipeline before its client
 		client.Close()
+	}
+	if b.bans, err = newFleetBans(cc, c); err != nil {
+		b.close()
+		return nil, err
+	}
+	closeStore := b.close
+	b.close = func() {
+		closeStore()
+		b.bans.client.Close()
 	}
 	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(c.redisAddrs, ","), c.redisModeName)
 	if c.redisAutoPipe && c.redisModeName != redisstore.ModeCluster {
@@ -171,9 +193,11 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 }
 
 // warm readies the backend before health turns SERVING: PING, the script
-// loaded, the pool's idle connections dialled, and (unless --fleet-size is
+// loaded, the pool's idle connections dialled, (unless --fleet-size is
 // fixed) a first heartbeat, so that the fallback knows N from the first
-// check on. The memory backend is ready at once.
+// check on, and the fleet's bans in force learnt (the subscriber's first
+// sync), so that a banned key is refused from the first check on. The
+// memory backend is ready at once.
 func (b *backend) warm(ctx context.Context) error {
 	if b.redis == nil {
 		return nil
@@ -186,13 +210,18 @@ func (b *backend) warm(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return b.bans.synced(ctx)
 }
 
-// run keeps what the backend runs in the background (the fleet heartbeat)
-// going until ctx ends; the fleet then leaves. Each failed beat is logged:
+// run keeps what the backend runs in the background (the fleet heartbeat,
+// the fleet bans' reporter and subscriber) going until ctx ends; the fleet then leaves. Each failed beat is logged:
 // serve's logger writes one line of a kind per 10s and counts the rest.
 func (b *backend) run(ctx context.Context, log *slog.Logger) {
+	if b.bans != nil {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { b.bans.run(ctx) })
+	}
 	if b.fleet == nil {
 		return
 	}
@@ -254,6 +283,9 @@ func (b *backend) collectors() []prometheus.Collector {
 				Name: "flashgate_writeback_pending_keys",
 				Help: "Keys whose local admissions wait to be written back to Redis; their checks take the failure mode until then.",
 			}, func() float64 { return float64(wb().Pending) }))
+	}
+	if b.bans != nil {
+		cs = append(cs, b.bans.collectors()...)
 	}
 	if b.breaker != nil {
 		cs = append(cs,

@@ -312,13 +312,14 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[1])
 return 1`
 
-// epochLua returns the index's epoch member, creating it as ARGV[1] when the
+// epochLua returns the index's epoch member (in a one-element array),
+// creating it as ARGV[1] when the
 // index has none (Redis lost it: restarted empty, flushed, or a fresh one).
 //
 //	KEYS[1]: the index. ARGV[1]: a new epoch member ("~" and random hex).
 const epochLua = `local e = redis.call('ZRANGEBYSCORE', KEYS[1], '+inf', '+inf', 'LIMIT', 0, 1)
 if e[1] then
-  return e[1]
+  return e
 end
 redis.call('ZADD', KEYS[1], '+inf', ARGV[1])
-return ARGV[1]`
+return { ARGV[1] }`

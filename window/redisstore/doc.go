@@ -2,7 +2,9 @@
 // sorted set per key, one entry per admitted request scored by its admission
 // time in microseconds, decided by one Lua script (redis.lua, its KEYS/ARGV
 // contract at its top), plus the client factory ([NewClient]) and the
-// write-back of a fallback's local admissions ([Redis.Restore]).
+// write-back of a fallback's local admissions ([Redis.Restore]), the
+// fleet's ban list ([FleetBans], with its [Reporter] and [Subscriber]) and
+// a read-only view of one key's window ([Inspect]).
 //
 // # Guarantees
 //
@@ -61,4 +63,27 @@
 // when its batch goes out, so a request the failure mode already answered is
 // never recorded. A call cut by its deadline in flight may still be
 // recorded, as any timed-out call may.
+//
+// # Fleet-wide bans
+//
+// A Guard's penalty box is per process; [FleetBans] makes it the fleet's,
+// off the check path. Beside each limit key K, in K's slot, K!bc counts the
+// fleet's denials of K within the rule's ban window and K!ban holds a ban's
+// end (it expires then); the index "<prefix>:bans" (a sorted set by end)
+// lists the bans in force, and the channel of the same name carries "ban"
+// and "lift" messages (bans.go has the layout). Each sidecar's [Reporter]
+// hears its Guard's denials (guard.BanReporter), adds them up in memory and
+// every 100 ms sends one pipeline of a short script per key; the script
+// that takes a counter above the rule's threshold sets the ban, and the
+// Reporter then indexes and publishes it. A banned key's reports wait a
+// second between flushes, so a hammered ban costs Redis one script call per
+// second per sidecar and is renewed at most once a second. Each sidecar's
+// [Subscriber] applies every message to its Guard (guard.Guard.Ban, Lift),
+// and syncs with the index after each (re)subscription and every 30 s, so
+// a sidecar that starts or reconnects learns the bans in force; the index's
+// epoch member tells a sync whether Redis lost the bans (then it writes
+// back those it holds) or a ban missing from it was lifted (then it lifts
+// it). Checks never wait for any of it: a banned key is refused from the
+// Guard's memory, and while Redis is down every sidecar keeps the bans it
+// knows and bans by its own count.
 package redisstore
