@@ -18,7 +18,7 @@ import (
 
 func newBansCmd(e env) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "bans list|add|lift",
+		Use:   "bans",
 		Short: "List, add and lift the fleet's bans in Redis",
 		Long: `bans works on the fleet's ban list in serve's Redis: the keys every sidecar
 refuses without asking Redis, until their ban ends. A ban added or lifted
