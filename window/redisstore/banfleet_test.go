@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/testclock"
 )
@@ -290,4 +292,25 @@ func TestSubscriberRestoresLostBans(t *testing.T) {
 	if n := c.ZCard(ctx, b.Channel()).Val(); n != 2 {
 		t.Fatalf("index holds %d members, want the ban and the epoch", n)
 	}
+}
+
+// BenchmarkReporterDenied is what a fleet reporter adds to a refusal on the
+// check path: one key denied from every core.
+func BenchmarkReporterDenied(b *testing.B) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted
+	defer c.Close()
+	fb, err := NewFleetBans(c, window.Keys{}, FleetBansOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := fb.NewReporter(ReporterOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	k := window.Keys{}.Key("rule", "abuser")
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r.Denied(k, window.DefaultBan)
+		}
+	})
 }
