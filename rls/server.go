@@ -315,7 +315,7 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 		c.hits = append(c.hits, window.Hit{
 			Key:    s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
 			Rule:   r.Label(),
-			Limit:  window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window, Buckets: r.Buckets},
+			Limit:  r.WindowLimit(),
 			Cost:   int(cost),
 			Shadow: c.shadow(r),
 		})

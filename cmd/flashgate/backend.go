@@ -92,11 +92,8 @@ func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logge
 
 // redisStack builds Fallback.Watch(Breaker(Budget(Redis))) and the fleet.
 func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, log *slog.Logger) (window.Limiter, error) {
-	cc := redisstore.ClientConfig{
-		Addrs: c.redisAddrs, Mode: c.redisMode, MasterName: c.redisMasterName,
-		Username: c.redisUsername, Password: c.redisPassword, DB: c.redisDB, TLS: c.redisTLS,
-		PoolSize: c.redisPoolSize, Timeout: c.budgetMax,
-	}
+	cc := c.clientConfig(c.budgetMax)
+	cc.PoolSize = c.redisPoolSize
 	// go-redis logs dial failures through a package-level logger of its
 	// own; route it into ours so --log-format json stays JSON. SetLogger is
 	// atomic, and the last serve to start wins, which is the only one in a

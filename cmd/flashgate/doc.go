@@ -6,6 +6,8 @@
 //	flashgate check     an ext_authz client: one CheckRequest, n times, one line per answer
 //	flashgate validate  load a descriptors file and print its rules (errors FILE:LINE:COL)
 //	flashgate version   module version and VCS commit from the build info
+//	flashgate inspect   one key's window and ban in serve's Redis (ops.go: keys derived as serve does)
+//	flashgate bans      list, add and lift the fleet's bans in serve's Redis
 //
 // The load generator and the do-nothing reference server are not in this
 // binary: they are cmd/flashgate-bench.

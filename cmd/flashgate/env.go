@@ -20,13 +20,17 @@ func envName(flag string) string {
 
 // withEnv lets every flag of cmd be set from its FLASHGATE_<FLAG>
 // environment variable (flags win) and says so in the help.
-func withEnv(cmd *cobra.Command, e env) {
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+func withEnv(cmd *cobra.Command, e env) { withEnvOf(cmd, cmd.Flags(), e) }
+
+// withEnvOf is withEnv for the flags of fs only, which are cmd's too
+// (added with AddFlagSet).
+func withEnvOf(cmd *cobra.Command, fs *pflag.FlagSet, e env) {
+	fs.VisitAll(func(f *pflag.Flag) {
 		f.Usage += fmt.Sprintf(" [$%s]", envName(f.Name))
 	})
 	next := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
-		if err := bindEnv(cmd.Flags(), e.lookupEnv); err != nil {
+		if err := bindEnv(fs, e.lookupEnv); err != nil {
 			return err
 		}
 		if next != nil {

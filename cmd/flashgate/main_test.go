@@ -22,7 +22,7 @@ func TestRootHelpAndUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("flashgate: %v", err)
 	}
-	for _, sub := range []string{"check", "validate", "version"} {
+	for _, sub := range []string{"check", "validate", "version", "inspect", "bans"} {
 		if !strings.Contains(out, sub) {
 			t.Errorf("help does not list %s:\n%s", sub, out)
 		}

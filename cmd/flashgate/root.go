@@ -59,6 +59,8 @@ probe and validate it.`,
 		newCheckCmd(e),
 		newValidateCmd(e),
 		newVersionCmd(e),
+		newInspectCmd(e),
+		newBansCmd(e),
 	)
 	return root
 }

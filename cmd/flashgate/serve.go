@@ -16,7 +16,6 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
-	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -186,18 +185,6 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		log.Info("stopped")
 	}
 	return runErr
-}
-
-func modeName(o *serveOptions) string {
-	switch {
-	case o.redisMode != "":
-		return o.redisMode
-	case o.redisMasterName != "":
-		return redisstore.ModeSentinel
-	case len(o.redisAddrs) == 1:
-		return redisstore.ModeStandalone
-	}
-	return redisstore.ModeCluster
 }
 
 // warmup is the state of the backend's warm-up, for /metrics.

@@ -25,23 +25,13 @@ type serveOptions struct {
 	httpAddr string
 	backend  string
 
-	redisAddrs      []string
-	redisMode       string
-	redisMasterName string
-	redisUsername   string
-	redisPassword   string
-	redisDB         int
-	redisTLS        bool
-	redisTimeout    time.Duration
-	redisPoolSize   int
-	redisAutoPipe   bool
-	keyPrefix       string
-	clock           string
+	redisOptions
+	redisPoolSize int
+	redisAutoPipe bool
+	clock         string
 
-	failureMode    string
-	banThreshold   int
-	banWindow      time.Duration
-	banDuration    time.Duration
+	failureMode string
+	banOptions
 	localCacheSize byteSize
 	memoryMaxKeys  int
 	shadow         bool
@@ -78,22 +68,12 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9191", "listen address of ext_authz, grpc.health.v1 and reflection")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9192", "listen address of /metrics, /healthz and /readyz (empty: none)")
 	f.StringVar(&o.backend, "backend", "memory", "where the windows live: memory (embedded, single process) or redis")
-	f.StringSliceVar(&o.redisAddrs, "redis-addr", nil, "Redis address(es) host:port, comma-separated: the server, the sentinels, or cluster seeds")
-	f.StringVar(&o.redisMode, "redis-mode", "", "standalone, sentinel or cluster (default: sentinel with --redis-master-name, standalone for one address, else cluster)")
-	f.StringVar(&o.redisMasterName, "redis-master-name", "", "Sentinel master name")
-	f.StringVar(&o.redisUsername, "redis-username", "", "Redis ACL user name")
-	f.StringVar(&o.redisPassword, "redis-password", "", "Redis password (prefer FLASHGATE_REDIS_PASSWORD)")
-	f.IntVar(&o.redisDB, "redis-db", 0, "Redis database (standalone and sentinel)")
-	f.BoolVar(&o.redisTLS, "redis-tls", false, "connect to Redis with TLS")
-	f.DurationVar(&o.redisTimeout, "redis-timeout", redisstore.DefaultRedisTimeout, "budget for one Redis round trip")
+	o.redisOptions.addFlags(f, redisstore.DefaultRedisTimeout)
 	f.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
 	f.BoolVar(&o.redisAutoPipe, "redis-autopipeline", true, "standalone and sentinel: checks arriving while a script call is in flight are decided together by the next one, one script call for the batch (a second call goes out when the one in flight stalls; after a batch of n ≥ 4 the next call waits for n checks or about 200 µs; ignored on cluster); --redis-autopipeline=false sends each check on its own round trip")
-	f.StringVar(&o.keyPrefix, "key-prefix", "fg", "prefix of every Redis key")
 	f.StringVar(&o.clock, "clock", "redis", "time source of the windows: redis (TIME in the script) or local")
 	f.StringVar(&o.failureMode, "failure-mode", "local", "when Redis fails: local (enforce per process in memory), allow or deny")
-	f.IntVar(&o.banThreshold, "ban-threshold", window.DefaultBan.Threshold, "penalty box: denials of one key within --ban-window that ban it")
-	f.DurationVar(&o.banWindow, "ban-window", window.DefaultBan.Window, "penalty box: span in which --ban-threshold denials ban a key")
-	f.DurationVar(&o.banDuration, "ban-duration", window.DefaultBan.Duration, "penalty box: how long a banned key is refused locally (0: no penalty box)")
+	o.banOptions.addFlags(f)
 	o.localCacheSize = guard.DefaultGuardBudget
 	f.Var(&o.localCacheSize, "local-cache-size", "memory budget of the local over-limit cache and penalty box (e.g. 32MiB)")
 	f.IntVar(&o.memoryMaxKeys, "memory-max-keys", 0, "keys the memory backend (and the local failure mode) track at most (0: the window package's default)")
@@ -182,7 +162,7 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 			return nil, err
 		}
 		c.clock = clock
-		c.redisModeName = modeName(o)
+		c.redisModeName = o.modeName()
 	default:
 		return nil, fmt.Errorf("--backend %q: want memory or redis", o.backend)
 	}
@@ -207,15 +187,11 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	if c.headers, err = enforce.ParseFamilies(o.headers); err != nil {
 		return nil, fmt.Errorf("--ratelimit-headers %q: want both, ietf, x or none", o.headers)
 	}
-	if o.banThreshold < 0 || o.banWindow < 0 || o.banDuration < 0 {
-		return nil, fmt.Errorf("--ban-threshold, --ban-window and --ban-duration must not be negative")
+	if c.ban, err = o.banOptions.parse(); err != nil {
+		return nil, err
 	}
-	if o.banDuration > 0 && (o.banThreshold == 0 || o.banWindow == 0) {
-		return nil, fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to disable the penalty box)", o.banDuration)
-	}
-	c.ban = window.Ban{Threshold: o.banThreshold, Window: o.banWindow, Duration: o.banDuration}
-	if c.keys, err = window.NewKeys(o.keyPrefix); err != nil {
-		return nil, fmt.Errorf("--key-prefix: %w", err)
+	if c.keys, err = o.redisOptions.keys(); err != nil {
+		return nil, err
 	}
 	if o.localCacheSize < minLocalCacheSize {
 		return nil, fmt.Errorf("--local-cache-size %s: must be at least 64KiB (the local cache cannot be turned off; default 32MiB)", o.localCacheSize.String())
@@ -278,6 +254,92 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 		return nil, fmt.Errorf("--grpc-addr is empty")
 	}
 	return c, nil
+}
+
+// redisOptions are the flags that reach serve's Redis and name its keys,
+// shared by serve and the operator commands (inspect, bans) so that both
+// find the same keys.
+type redisOptions struct {
+	redisAddrs      []string
+	redisMode       string
+	redisMasterName string
+	redisUsername   string
+	redisPassword   string
+	redisDB         int
+	redisTLS        bool
+	redisTimeout    time.Duration
+	keyPrefix       string
+}
+
+// addFlags adds the flags to f, --redis-timeout defaulting to timeout.
+func (o *redisOptions) addFlags(f *pflag.FlagSet, timeout time.Duration) {
+	f.StringSliceVar(&o.redisAddrs, "redis-addr", nil, "Redis address(es) host:port, comma-separated: the server, the sentinels, or cluster seeds")
+	f.StringVar(&o.redisMode, "redis-mode", "", "standalone, sentinel or cluster (default: sentinel with --redis-master-name, standalone for one address, else cluster)")
+	f.StringVar(&o.redisMasterName, "redis-master-name", "", "Sentinel master name")
+	f.StringVar(&o.redisUsername, "redis-username", "", "Redis ACL user name")
+	f.StringVar(&o.redisPassword, "redis-password", "", "Redis password (prefer FLASHGATE_REDIS_PASSWORD)")
+	f.IntVar(&o.redisDB, "redis-db", 0, "Redis database (standalone and sentinel)")
+	f.BoolVar(&o.redisTLS, "redis-tls", false, "connect to Redis with TLS")
+	f.DurationVar(&o.redisTimeout, "redis-timeout", timeout, "budget for one Redis round trip")
+	f.StringVar(&o.keyPrefix, "key-prefix", "fg", "prefix of every Redis key")
+}
+
+// clientConfig is the Redis client of the flags, each round trip given
+// timeout.
+func (o *redisOptions) clientConfig(timeout time.Duration) redisstore.ClientConfig {
+	return redisstore.ClientConfig{
+		Addrs: o.redisAddrs, Mode: o.redisMode, MasterName: o.redisMasterName,
+		Username: o.redisUsername, Password: o.redisPassword, DB: o.redisDB, TLS: o.redisTLS,
+		Timeout: timeout,
+	}
+}
+
+// keys returns the key builder of --key-prefix.
+func (o *redisOptions) keys() (window.Keys, error) {
+	k, err := window.NewKeys(o.keyPrefix)
+	if err != nil {
+		return window.Keys{}, fmt.Errorf("--key-prefix: %w", err)
+	}
+	return k, nil
+}
+
+// modeName is the Redis mode in use: --redis-mode, else what the other
+// flags imply.
+func (o *redisOptions) modeName() string {
+	switch {
+	case o.redisMode != "":
+		return o.redisMode
+	case o.redisMasterName != "":
+		return redisstore.ModeSentinel
+	case len(o.redisAddrs) == 1:
+		return redisstore.ModeStandalone
+	}
+	return redisstore.ModeCluster
+}
+
+// banOptions are the server's penalty box (--ban-*), shared by serve and
+// the bans command, which must know whether a rule's box is on.
+type banOptions struct {
+	banThreshold int
+	banWindow    time.Duration
+	banDuration  time.Duration
+}
+
+func (o *banOptions) addFlags(f *pflag.FlagSet) {
+	f.IntVar(&o.banThreshold, "ban-threshold", window.DefaultBan.Threshold, "penalty box: denials of one key within --ban-window that ban it")
+	f.DurationVar(&o.banWindow, "ban-window", window.DefaultBan.Window, "penalty box: span in which --ban-threshold denials ban a key")
+	f.DurationVar(&o.banDuration, "ban-duration", window.DefaultBan.Duration, "penalty box: how long a banned key is refused locally (0: no penalty box)")
+}
+
+// parse validates the flags together and returns the penalty box.
+func (o *banOptions) parse() (window.Ban, error) {
+	if o.banThreshold < 0 || o.banWindow < 0 || o.banDuration < 0 {
+		return window.Ban{}, fmt.Errorf("--ban-threshold, --ban-window and --ban-duration must not be negative")
+	}
+	if o.banDuration > 0 && (o.banThreshold == 0 || o.banWindow == 0) {
+		return window.Ban{}, fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to disable the penalty box)", o.banDuration)
+	}
+	return window.Ban{Threshold: o.banThreshold, Window: o.banWindow, Duration: o.banDuration}, nil
 }
 
 func parseClock(s string) (redisstore.Clock, error) {

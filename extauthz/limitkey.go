@@ -1,0 +1,176 @@
+package extauthz
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/window"
+)
+
+// This file derives a rule's limit key from request values, for operators
+// (flashgate inspect, flashgate bans): the key the server builds for a
+// request carrying those values, or an error that says why the rule never
+// sees them.
+
+// Errors of [Config.LimitKey], wrapped with the reason.
+var (
+	// ErrUnknownRule: the descriptors file has no rule of that name.
+	ErrUnknownRule = errors.New("unknown rule")
+	// ErrNeverSeen: no request the rule applies to carries those values,
+	// so the rule never keys them.
+	ErrNeverSeen = errors.New("the rule never sees that value")
+)
+
+// maxRequestBytes bounds every request value: a CheckRequest is no larger
+// than the gRPC message limit (host.MaxRecvMsgSize).
+const maxRequestBytes = 4 << 20
+
+// Rule returns the rule named name, nil if there is none.
+func (c *Config) Rule(name string) *Rule {
+	for _, r := range c.Rules {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// Keyed returns the descriptors whose request values r's key holds (those
+// without a value), in order; none for a rule with one key for all.
+func (r *Rule) Keyed() []Match {
+	var out []Match
+	for _, m := range r.Match {
+		if !m.HasValue {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// LimitKey returns the rule named rule and the limit key that the server,
+// building keys with keys, gives every request the rule applies to whose
+// values for the rule's keyed descriptors ([Rule.Keyed]) are values, in
+// that order: the key [Config.Map] builds for such a request. A rule whose
+// descriptors all set a value takes no values: every request it applies
+// to shares its one key.
+//
+// A client IP (remote_address) may be written in any form netip parses; it
+// is keyed canonical, as the server keys it. The error wraps
+// [ErrUnknownRule], or [ErrNeverSeen] and says why: the wrong number of
+// values, an empty one, one its source never yields (not an IP address; a
+// header value holding a comma, of which the rule keys the first element,
+// or blanks around it, or control characters; a path holding a query;
+// invalid UTF-8, which the server repairs; longer than a CheckRequest can
+// be), or one the rule's own patterns exclude. LimitKey is safe for
+// concurrent use.
+func (c *Config) LimitKey(keys window.Keys, rule string, values ...string) (string, *Rule, error) {
+	r := c.Rule(rule)
+	if r == nil {
+		return "", nil, fmt.Errorf("%w %q: %s has no rule of that name", ErrUnknownRule, rule, c.Name)
+	}
+	if r.nvar == 0 {
+		if len(values) > 0 {
+			return "", r, fmt.Errorf("%w: rule %s keys no request value (every descriptor of it sets one): all the requests it applies to share one window, so it takes no value", ErrNeverSeen, r.Name)
+		}
+		return keys.Key(r.Name, r.constKey), r, nil
+	}
+	if len(values) != r.nvar {
+		return "", r, fmt.Errorf("%w: rule %s keys %d request value(s), one for each of %s in order; %d given", ErrNeverSeen, r.Name, r.nvar, describeKeyed(r), len(values))
+	}
+	parts := make([]string, 0, len(r.Match))
+	vi := 0
+	for _, m := range r.Match {
+		if m.HasValue {
+			parts = append(parts, m.Pattern())
+			continue
+		}
+		v, err := c.seen(r, m, values[vi])
+		if err != nil {
+			return "", r, fmt.Errorf("%w: rule %s, %s (%s): %w", ErrNeverSeen, r.Name, m.Key, m.Source, err)
+		}
+		parts = append(parts, v)
+		vi++
+	}
+	return keys.Key(r.Name, joinParts(parts)), r, nil
+}
+
+// describeKeyed lists r's keyed descriptors and their sources.
+func describeKeyed(r *Rule) string {
+	var b strings.Builder
+	for i, m := range r.Keyed() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%s)", m.Key, m.Source)
+	}
+	return b.String()
+}
+
+// seen returns v as the server reads it for keyed descriptor m of r, or
+// why no request carries it.
+func (c *Config) seen(r *Rule, m Match, v string) (string, error) {
+	switch {
+	case v == "":
+		return "", errors.New("the value is empty: a request without it is never keyed by the rule")
+	case len(v) > maxRequestBytes:
+		return "", fmt.Errorf("the value is %d bytes, more than a CheckRequest holds (%d)", len(v), maxRequestBytes)
+	case !utf8.ValidString(v):
+		return "", errors.New("the value is not valid UTF-8: the server reads each invalid byte sequence as U+FFFD")
+	}
+	switch m.Source.Kind {
+	case SourceHeader:
+		if strings.IndexByte(v, ',') >= 0 {
+			return "", errors.New("the value holds a comma: the rule keys a header's first comma-separated element (Envoy joins a repeated header's values with commas)")
+		}
+		if strings.Trim(v, " \t") != v {
+			return "", errors.New("the value begins or ends with blanks, which HTTP strips from a header value")
+		}
+		if hasControl(v) {
+			return "", errors.New("the value holds control characters, which a header value cannot")
+		}
+	case SourceRemoteAddress:
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return "", fmt.Errorf("%q is not an IP address", v)
+		}
+		v = a.Unmap().WithZone("").String()
+	case SourcePath:
+		if strings.ContainsAny(v, "?#") {
+			return "", errors.New("the value holds ? or #: the rule keys the path without its query")
+		}
+		if hasControl(v) || strings.ContainsAny(v, " \t") {
+			return "", errors.New("the value holds blanks or control characters, which a request path cannot")
+		}
+	case SourceMethod:
+		if strings.HasPrefix(v, ":") || !enforce.ValidHeaderName(v) {
+			return "", fmt.Errorf("%q is not an HTTP method (a token)", v)
+		}
+	case SourceAuthority:
+		if hasControl(v) || strings.ContainsAny(v, " \t") {
+			return "", errors.New("the value holds blanks or control characters, which a host cannot")
+		}
+	}
+	// Another descriptor of the rule that reads the same source with a
+	// pattern lets only the values that pattern matches through.
+	for _, o := range r.Match {
+		if o.HasValue && o.Source == m.Source && !(o.Prefix && strings.HasPrefix(v, o.Value) || !o.Prefix && v == o.Value) {
+			return "", fmt.Errorf("the rule applies only where %s is %q, which the value does not match", o.Key, o.Pattern())
+		}
+	}
+	return v, nil
+}
+
+// hasControl reports whether s holds an ASCII control character other than
+// a tab, or DEL.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
