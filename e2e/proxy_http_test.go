@@ -1,18 +1,16 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"regexp"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/internal/proxytest"
 	"github.com/flashgate/flashgate/window/redistest"
 )
@@ -93,7 +91,8 @@ func checkBehindProxy(t *testing.T, p *proxytest.Proxy, up *proxytest.Upstream) 
 			t.Fatalf("request %d: %v, want 200 from the upstream", i, a)
 		}
 		rl := rateLimitFields(t, a)
-		if got := rl[proxyUIDRule]; got.r != int64(proxyUIDLimit-i) || got.t < 1 || got.t > proxyWindowSec {
+		got, _ := rl.State(proxyUIDRule)
+		if got.Remaining != int64(proxyUIDLimit-i) || got.T < 1 || got.T > proxyWindowSec {
 			t.Errorf("request %d: RateLimit %q, want r=%d and 1 ≤ t ≤ %d", i, a.header.Get("RateLimit"), proxyUIDLimit-i, proxyWindowSec)
 		}
 	}
@@ -151,113 +150,22 @@ func checkProxyDenial(t *testing.T, a proxyAnswer, rule string) {
 		t.Errorf("Retry-After %q: want whole seconds in [1, %d]", a.header.Get("Retry-After"), proxyWindowSec)
 	}
 	rl := rateLimitFields(t, a)
-	if got, ok := rl[rule]; !ok || got.r != 0 || got.t < 1 || got.t > int64(retry) {
+	if got, ok := rl.State(rule); !ok || got.Remaining != 0 || got.T < 1 || got.T > int64(retry) {
 		t.Errorf("RateLimit %q: want %q with r=0 and 1 ≤ t ≤ Retry-After (%d)", a.header.Get("RateLimit"), rule, retry)
 	}
-	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Errorf("Content-Type %q, want application/problem+json", ct)
-	}
-	var problem struct {
-		Type     string   `json:"type"`
-		Status   int      `json:"status"`
-		Violated []string `json:"violated-policies"`
-	}
-	if err := json.Unmarshal([]byte(a.body), &problem); err != nil {
-		t.Fatalf("problem body %q: %v", a.body, err)
-	}
-	if problem.Type != "https://iana.org/assignments/http-problem-types#quota-exceeded" ||
-		problem.Status != http.StatusTooManyRequests || !slices.Contains(problem.Violated, rule) {
-		t.Errorf("problem body %q: want quota-exceeded, status 429, violated-policies with %q", a.body, rule)
-	}
+	enforcetest.CheckProblem(t, a.header, a.body, http.StatusTooManyRequests, rule)
 }
 
-// limitItem is one member of a RateLimit field: r and t.
-type limitItem struct{ r, t int64 }
-
-// rateLimitFields checks RateLimit and RateLimit-Policy against the draft's
-// grammar (sf-lists of sf-string items with integer parameters: q and w for
-// a policy, r and t for its state), checks every RateLimit item has its
-// policy with 0 ≤ r ≤ q and 1 ≤ w, and returns RateLimit's items by policy.
-func rateLimitFields(t *testing.T, a proxyAnswer) map[string]limitItem {
+// rateLimitFields reads RateLimit and RateLimit-Policy with enforcetest's
+// strict RFC 8941 reader (every RateLimit item names its policy, r ≤ q) and
+// fails unless both are there.
+func rateLimitFields(t *testing.T, a proxyAnswer) enforcetest.Got {
 	t.Helper()
-	policies, err := sfIntItems(a.header.Values("RateLimit-Policy"))
-	if err != nil || len(policies) == 0 {
-		t.Fatalf("RateLimit-Policy %q: %v (want at least one item)", a.header.Values("RateLimit-Policy"), err)
+	got := enforcetest.ReadHeaders(t, a.header)
+	if len(got.Policies) == 0 || len(got.States) == 0 {
+		t.Fatalf("%v: want RateLimit-Policy and RateLimit", a)
 	}
-	limits, err := sfIntItems(a.header.Values("RateLimit"))
-	if err != nil || len(limits) == 0 {
-		t.Fatalf("RateLimit %q: %v (want at least one item)", a.header.Values("RateLimit"), err)
-	}
-	out := map[string]limitItem{}
-	for name, params := range limits {
-		pol, ok := policies[name]
-		if !ok {
-			t.Errorf("RateLimit item %q has no RateLimit-Policy item", name)
-			continue
-		}
-		r, rok := params["r"]
-		tt, tok := params["t"]
-		if !rok || !tok || r < 0 || r > pol["q"] || tt < 0 || pol["w"] < 1 {
-			t.Errorf("RateLimit %v for policy %v: want r in [0, q], t ≥ 0, w ≥ 1", params, pol)
-		}
-		out[name] = limitItem{r: r, t: tt}
-	}
-	return out
-}
-
-// A small structured-field check (RFC 8941), enough for the RateLimit
-// fields; enforce/enforcetest's strict parser takes its place once both are
-// in one tree. A member is an sf-string with integer parameters.
-var (
-	sfStringItem = regexp.MustCompile(`^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"((?:;[a-z*][a-z0-9_.*-]*=-?[0-9]{1,15})*)$`)
-	sfIntParam   = regexp.MustCompile(`;([a-z*][a-z0-9_.*-]*)=(-?[0-9]{1,15})`)
-)
-
-// sfIntItems parses the field lines of one sf-list (lines join with ",")
-// into its members' parameters by the member's string; a repeated member
-// or parameter is an error.
-func sfIntItems(lines []string) (map[string]map[string]int64, error) {
-	out := map[string]map[string]int64{}
-	if len(lines) == 0 {
-		return out, nil
-	}
-	for _, m := range splitSFList(strings.Join(lines, ",")) {
-		g := sfStringItem.FindStringSubmatch(strings.Trim(m, " \t"))
-		if g == nil {
-			return nil, fmt.Errorf("member %q is not an sf-string with integer parameters", m)
-		}
-		name := strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(g[1])
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("member %q twice", name)
-		}
-		params := map[string]int64{}
-		for _, pm := range sfIntParam.FindAllStringSubmatch(g[2], -1) {
-			if _, dup := params[pm[1]]; dup {
-				return nil, fmt.Errorf("member %q: parameter %s twice", name, pm[1])
-			}
-			params[pm[1]], _ = strconv.ParseInt(pm[2], 10, 64)
-		}
-		out[name] = params
-	}
-	return out, nil
-}
-
-// splitSFList splits a list at the commas outside sf-strings.
-func splitSFList(s string) []string {
-	var out []string
-	start, quoted := 0, false
-	for i := 0; i < len(s); i++ {
-		switch {
-		case quoted && s[i] == '\\':
-			i++
-		case s[i] == '"':
-			quoted = !quoted
-		case !quoted && s[i] == ',':
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
+	return got
 }
 
 // proxyAnswer is one response as a client of the proxy saw it.

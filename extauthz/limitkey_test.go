@@ -63,14 +63,14 @@ descriptors:
         rate_limit: {requests: 100, window: 1s}
 `
 
-// recorder is a Limiter that admits every request and remembers the key of
+// keyRecorder is a Limiter that admits every request and remembers the key of
 // each hit by rule.
-type recorder struct {
+type keyRecorder struct {
 	mu   sync.Mutex
 	keys map[string][]string // rule → keys, in order
 }
 
-func (r *recorder) Decide(_ context.Context, hits []window.Hit) (window.Decision, error) {
+func (r *keyRecorder) Decide(_ context.Context, hits []window.Hit) (window.Decision, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range hits {
@@ -84,7 +84,7 @@ func (r *recorder) Decide(_ context.Context, hits []window.Hit) (window.Decision
 // the key it gave rule's hit, "" when rule did not apply.
 func keyOf(t *testing.T, cfg *Config, keys window.Keys, rule string, req *authv3.CheckRequest) string {
 	t.Helper()
-	rec := &recorder{keys: map[string][]string{}}
+	rec := &keyRecorder{keys: map[string][]string{}}
 	core, err := enforce.New(enforce.Options{Limiter: rec, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
