@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -139,11 +141,25 @@ func TestKeyCardinalityFlood(t *testing.T) {
 	// Every key is set to expire by the window (1s) + 1s after the flood's
 	// end: its PEXPIRETIME, a fact of Redis, not of how soon a poll on a
 	// busy machine notices. Every check was answered (so its script ran)
-	// before end.
+	// before end. The flooding IP's fleet-wide ban (K!ban) and denial count
+	// (K!bc) live as long as serve's default box says (5 denials in 10s →
+	// 5m), no longer.
 	rc := redisClient(t, rs.Addr())
-	keysAtEnd, err := scanKeys(bg(), rc, prefix+":{*") // limit keys; the fleet heartbeat lives as long as flashgate
+	scanned, err := scanKeys(bg(), rc, prefix+":{*") // limit keys; the fleet heartbeat lives as long as flashgate
 	if err != nil {
 		t.Fatalf("SCAN: %v", err)
+	}
+	var keysAtEnd []string
+	for _, k := range scanned {
+		life, ok := banKeyLife(k)
+		if !ok {
+			keysAtEnd = append(keysAtEnd, k)
+			continue
+		}
+		at, err := rc.Do(bg(), "PEXPIRETIME", k).Int64()
+		if err != nil || at < 0 || at > end.Add(life+2*time.Second).UnixMilli() {
+			t.Errorf("%q: PEXPIRETIME %d (%v), want by %s after the flood's end", k, at, err, life)
+		}
 	}
 	expireBy := end.Add(2 * time.Second).UnixMilli()
 	var latest int64
@@ -182,7 +198,12 @@ func TestKeyCardinalityFlood(t *testing.T) {
 	var left int
 	took, ok := waitFor(10*time.Second, func() bool {
 		keys, err := scanKeys(bg(), rc, prefix+":{*")
-		left = len(keys)
+		left = 0
+		for _, k := range keys {
+			if _, ok := banKeyLife(k); !ok {
+				left++
+			}
+		}
 		return err == nil && left == 0
 	})
 	t.Logf("%d keys in Redis at the flood's end, the last set to expire %s after it; all gone %s after it (%s of polling)",
@@ -190,4 +211,16 @@ func TestKeyCardinalityFlood(t *testing.T) {
 	if !ok {
 		t.Errorf("%d keys still in Redis %s after the flood's end", left, time.Since(end))
 	}
+}
+
+// banKeyLife tells whether k is a fleet-wide ban's key (K!ban) or denial
+// count (K!bc), and how long serve's default penalty box keeps it at most.
+func banKeyLife(k string) (time.Duration, bool) {
+	switch {
+	case strings.HasSuffix(k, "!ban"):
+		return window.DefaultBan.Duration, true
+	case strings.HasSuffix(k, "!bc"):
+		return window.DefaultBan.Window, true
+	}
+	return 0, false
 }

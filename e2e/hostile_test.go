@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -184,7 +185,8 @@ func TestHostileInput(t *testing.T) {
 	if p.Exited() {
 		t.Fatalf("flashgate exited")
 	}
-	keys, err := scanKeys(bg(), redisClient(t, rs.Addr()), "*")
+	rc := redisClient(t, rs.Addr())
+	keys, err := scanKeys(bg(), rc, "*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,12 +195,19 @@ func TestHostileInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet := wk.Fleet("flashsale") // the sidecars' heartbeat, no request in it
+	bans, err := redisstore.NewFleetBans(rc, wk, redisstore.FleetBansOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	longest := 0
 	for _, k := range keys {
 		longest = max(longest, len(k))
+		// A limit key K, or K's fleet-wide ban (K!ban) or denial count (K!bc).
+		lk := strings.TrimSuffix(strings.TrimSuffix(k, "!ban"), "!bc")
 		switch {
 		case k == fleet:
-		case len(k) > window.MaxKeyLen:
+		case k == bans.Channel(): // the index of bans in force, named as its channel
+		case len(lk) > window.MaxKeyLen:
 			t.Errorf("key of %d bytes, over window.MaxKeyLen %d: %.100q", len(k), window.MaxKeyLen, k)
 		case !strings.HasPrefix(k, prefix+":{"):
 			t.Errorf("key %q lacks the prefix and the server-generated hash tag", k)

@@ -1,15 +1,18 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/internal/proxytest"
 	"github.com/flashgate/flashgate/window/redistest"
@@ -153,7 +156,23 @@ func checkProxyDenial(t *testing.T, a proxyAnswer, rule string) {
 	if got, ok := rl.State(rule); !ok || got.Remaining != 0 || got.T < 1 || got.T > int64(retry) {
 		t.Errorf("RateLimit %q: want %q with r=0 and 1 ≤ t ≤ Retry-After (%d)", a.header.Get("RateLimit"), rule, retry)
 	}
-	enforcetest.CheckProblem(t, a.header, a.body, http.StatusTooManyRequests, rule)
+	// nginx writes the problem itself from the fields it copied (it cannot
+	// pass flashgate's body through auth_request): the RFC 9457 members,
+	// not the older error/rule/retry_after_ms that flashgate adds.
+	if ct := a.header.Get("Content-Type"); ct != enforce.ProblemContentType {
+		t.Errorf("Content-Type %q, want %s", ct, enforce.ProblemContentType)
+	}
+	var problem struct {
+		Type     string   `json:"type"`
+		Status   int      `json:"status"`
+		Violated []string `json:"violated-policies"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &problem); err != nil {
+		t.Fatalf("problem body %q: %v", a.body, err)
+	}
+	if problem.Type != enforce.ProblemType || problem.Status != http.StatusTooManyRequests || !slices.Contains(problem.Violated, rule) {
+		t.Errorf("problem body %q: want %s, status 429, violated-policies with %q", a.body, enforce.ProblemType, rule)
+	}
 }
 
 // rateLimitFields reads RateLimit and RateLimit-Policy with enforcetest's
