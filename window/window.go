@@ -228,13 +228,13 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Reset: for an admission, how long until the binding window's oldest
 	// counted admission leaves it, so that it has room for one more than
-	// Remaining: the whole window for a key the request started, never more
-	// (a bucketed window: until its oldest counted sub-window leaves, so up
-	// to Window+Width(), that much for a key the request started). 0 when
-	// the limiter does not know it (a failure mode's answer, or a binding
-	// hit that is a shadow hit over its limit); 0 for a denial. It is what
-	// the IETF RateLimit field's t and RLS's duration_until_reset report for
-	// an admission.
+	// Remaining: the whole window for a key the request started, never more.
+	// A bucketed window counts whole sub-windows: until its oldest counted
+	// sub-window leaves, for a key the request started between the window
+	// and Window+Width(). 0 when the limiter does not know it (a failure
+	// mode's answer, or a binding hit that is a shadow hit over its limit);
+	// 0 for a denial. It is what the IETF RateLimit field's t and RLS's
+	// duration_until_reset report for an admission.
 	Reset time.Duration
 	// Shadowed: some shadow hit was over its limit (a would-be denial).
 	// ShadowIndex is its index, -1 if none.

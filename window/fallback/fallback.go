@@ -134,7 +134,8 @@ func (f *Fallback) Evictions() uint64 { return f.mem.Evictions() }
 
 // Decide implements [window.Limiter]: hits decided together, all or nothing, each
 // at its local allowance (see the package doc). The Decision's Limit is the
-// hit's own; Remaining counts against the allowance. It is DecideAfter with
+// hit's own; Remaining counts against the allowance, and Reset is the local
+// log's (until its oldest local admission leaves). It is DecideAfter with
 // no cause.
 func (f *Fallback) Decide(ctx context.Context, hits []window.Hit) (window.Decision, error) {
 	return f.DecideAfter(ctx, hits, nil)

@@ -52,6 +52,27 @@ func TestFallbackShare(t *testing.T) {
 	}
 }
 
+// TestFallbackReset: an admission at a share reports the local log's reset,
+// until its oldest local admission leaves; a denial none.
+func TestFallbackReset(t *testing.T) {
+	clock := testclock.New()
+	f, err := New(Options{Now: clock.Now, Size: func() int { return 2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hit("k", 4, time.Second) // a share of 2
+	if d := mustDecide(t, f, h); !d.Allowed || d.Remaining != 1 || d.Reset != time.Second {
+		t.Fatalf("first = %+v, want allowed, 1 remaining of the share, reset 1s", d)
+	}
+	clock.Advance(300 * time.Millisecond)
+	if d := mustDecide(t, f, h); !d.Allowed || d.Remaining != 0 || d.Reset != 700*time.Millisecond {
+		t.Fatalf("second = %+v, want allowed, 0 remaining, reset 700ms", d)
+	}
+	if d := mustDecide(t, f, h); d.Allowed || d.Reset != 0 || d.RetryAfter != 700*time.Millisecond {
+		t.Fatalf("third = %+v, want denied, reset 0, retry-after 700ms", d)
+	}
+}
+
 // answer is a Limiter that always decides d: a backend whose decisions a
 // test chooses, for the Fallback to observe through Watch.
 type answer window.Decision

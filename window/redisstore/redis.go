@@ -408,13 +408,14 @@ func parseReply(res []any, hits []window.Hit, st []window.HitState) error {
 		// A retry-after is at least 1 µs for a window without room; a window
 		// with room has minus its reset, or 0 for the whole window.
 		st[i] = window.HitState{Count: int(count)}
-		switch l := keyLimit(hits, i); {
+		switch {
 		case wait > 0:
 			st[i].Over, st[i].RetryAfter = true, time.Duration(wait)*time.Microsecond
 		case wait < 0:
+			l := keyLimit(hits, i)
 			st[i].Reset = min(time.Duration(-wait)*time.Microsecond, l.Window+l.Width())
 		default:
-			st[i].Reset = l.Window
+			st[i].Reset = keyLimit(hits, i).Window
 		}
 	}
 	return nil
