@@ -92,6 +92,7 @@ func (f Families) X() bool { return f == FamiliesBoth || f == FamiliesX }
 // Field is one header field of an answer (its name: [Field.Name]).
 type Field uint8
 
+// The fields an answer may carry, in the order it sends them.
 const (
 	FieldRetryAfter Field = iota
 	FieldPolicy
@@ -107,21 +108,25 @@ const (
 // MaxFields is the most fields an answer carries.
 const MaxFields = int(numFields)
 
-var fieldNames = [numFields]string{
-	FieldRetryAfter:  HeaderRetryAfter,
-	FieldPolicy:      HeaderRateLimitPolicy,
-	FieldRateLimit:   HeaderRateLimit,
-	FieldLimit:       HeaderLimit,
-	FieldRemaining:   HeaderRemaining,
-	FieldReset:       HeaderReset,
-	FieldShadow:      HeaderShadow,
-	FieldContentType: HeaderContentType,
-}
-
 // Name returns the field's header name, lower case.
 func (k Field) Name() string {
-	if k < numFields {
-		return fieldNames[k]
+	switch k {
+	case FieldRetryAfter:
+		return HeaderRetryAfter
+	case FieldPolicy:
+		return HeaderRateLimitPolicy
+	case FieldRateLimit:
+		return HeaderRateLimit
+	case FieldLimit:
+		return HeaderLimit
+	case FieldRemaining:
+		return HeaderRemaining
+	case FieldReset:
+		return HeaderReset
+	case FieldShadow:
+		return HeaderShadow
+	case FieldContentType:
+		return HeaderContentType
 	}
 	return ""
 }
@@ -171,7 +176,7 @@ type Policy struct {
 func NewPolicy(rule string, l window.Limit) *Policy {
 	name := PolicyName(rule)
 	quoted := strconv.Quote(name) // = the sf-string and JSON string: name is printable ASCII
-	w := ceilSeconds(l.Window)
+	w := max(ceilSeconds(l.Window), 1)
 	p := &Policy{name: name, quota: l.Requests, window: w}
 	p.item = quoted + ";q=" + strconv.Itoa(l.Requests) + ";w=" + strconv.FormatInt(w, 10)
 	p.head = quoted + ";r="
@@ -239,7 +244,7 @@ func (p *Policy) AppendState(b []byte, remaining int, t int64) []byte {
 // (unknown).
 func (p *Policy) AdmitT(reset time.Duration) int64 {
 	if reset <= 0 {
-		return max(p.window, 1)
+		return p.window
 	}
 	return max(min(ceilSeconds(reset), p.window), 1)
 }

@@ -16,7 +16,7 @@
 //	core, err := enforce.New(enforce.Options{
 //	        Limiter:  stack,                       // e.g. guard.NewGuard(fb.Watch(guard.NewBreaker(guard.NewBudget(redisstore.New(…))))), built once
 //	        Fallback: fb,                          // failure mode "local": a *fallback.Fallback (window/fallback)
-//	        FailureMode: mode, Shadow: shadow, Registerer: reg, Logger: log,
+//	        FailureMode: mode, Shadow: shadow, Headers: enforce.FamiliesBoth, Registerer: reg, Logger: log,
 //	})
 //	srv, err := extauthz.NewServer(cfg, extauthz.Options{Core: core, Keys: keys})
 //	h, err := host.New(host.Options{GRPC: lis, Codec: srv.Codec(), ...})   // the process's gRPC server (package host)

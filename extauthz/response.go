@@ -27,9 +27,12 @@ import (
 // rules a request fell under. A response whose every part is bounded (at
 // most maxKeyRules rules, t and retry-after within maxCachedSeconds) is
 // shared whole, OK or denied, by its respKey: built on first use and
-// encoded once for the codec, maxCachedResponses of them per rule set.
-// Any other allocates its messages in one piece, plus one string for what
-// it must format: a denial's body and a RateLimit of several items.
+// encoded once for the codec, in a direct-mapped table of
+// maxCachedResponses slots per rule set, where a response replaces the one
+// whose slot it takes (one asked for often is soon back; a lookup takes no
+// lock). Any other allocates its messages in one piece, plus one string
+// for what it must format: a denial's body and a RateLimit of several
+// items.
 
 // respConsts are the response parts every rule shares. They are built once
 // per Server and never modified.
@@ -48,7 +51,7 @@ const maxCachedSeconds = 120
 
 // maxCachedStates bounds the RateLimit items of one state a rule keeps,
 // (remaining, t) pairs, and maxCachedResponses the responses a rule set
-// keeps.
+// keeps (slots of a slotCache, a power of two).
 const (
 	maxCachedStates    = 4096
 	maxCachedResponses = 4096
@@ -112,8 +115,8 @@ type ruleSet struct {
 	encoded *sync.Map
 	// resps are the shared responses (see respKey); policies the
 	// RateLimit-Policy headers of several rules (see policyKey).
-	resps    boundedCache[respKey, *authv3.CheckResponse]
-	policies boundedCache[policyKey, *corev3.HeaderValueOption]
+	resps    slotCache[respKey, *authv3.CheckResponse]
+	policies slotCache[policyKey, *corev3.HeaderValueOption]
 }
 
 // ruleResp is one rule's response parts.
@@ -145,10 +148,8 @@ func (s *Server) newRuleSet(cfg *Config) *ruleSet {
 		encoded: new(sync.Map),
 	}
 	preEncode(rs.encoded, rs.okPlain)
-	rs.resps = newBoundedCache[respKey](maxCachedResponses,
-		func(r *authv3.CheckResponse) { preEncode(rs.encoded, r) },
-		func(r *authv3.CheckResponse) { rs.encoded.Delete(r) })
-	rs.policies = newBoundedCache[policyKey, *corev3.HeaderValueOption](maxCachedPolicies, nil, nil)
+	rs.resps = newSlotCache[respKey](maxCachedResponses, func(r *authv3.CheckResponse) { rs.encoded.Delete(r) })
+	rs.policies = newSlotCache[policyKey, *corev3.HeaderValueOption](maxCachedPolicies, nil)
 	rs.rules = make([]ruleResp, len(cfg.Rules))
 	for i, r := range cfg.Rules {
 		rr := &rs.rules[i]
@@ -304,7 +305,10 @@ func (rs *ruleSet) build(p *plan) *authv3.CheckResponse {
 	if r, ok := rs.resps.get(key); ok {
 		return r
 	}
-	return rs.resps.put(key, rs.assemble(p))
+	r := rs.assemble(p)
+	preEncode(rs.encoded, r) // before it is shared: every kept response has its encoding
+	rs.resps.put(key, r)
+	return r
 }
 
 // okMsg and deniedMsg hold the messages of one response in one allocation.
@@ -453,6 +457,14 @@ type respKey struct {
 	ms                 uint32
 }
 
+func (k respKey) hash() uint64 {
+	h := mix(uint64(k.n)|uint64(k.has)<<8|uint64(k.bind)<<16|uint64(k.kind)<<24|uint64(k.ms)<<32, 0)
+	for i := range int(k.n) {
+		h = mix(h, uint64(k.idx[i])|uint64(k.r[i])<<16|uint64(k.t[i])<<32)
+	}
+	return h
+}
+
 // key returns the key of p's response; false when p does not fit one: more
 // than maxKeyRules rules, a t or a retry-after above maxCachedSeconds, a
 // remaining count above 65535.
@@ -494,7 +506,8 @@ func (p *plan) key() (respKey, bool) {
 }
 
 // maxKeyPolicies bounds the rules a policyKey names; maxCachedPolicies the
-// RateLimit-Policy headers of several rules a rule set keeps.
+// RateLimit-Policy headers of several rules a rule set keeps (slots of a
+// slotCache, a power of two).
 const (
 	maxKeyPolicies    = 8
 	maxCachedPolicies = 1024
@@ -504,6 +517,14 @@ const (
 type policyKey struct {
 	n   uint8
 	idx [maxKeyPolicies]uint16
+}
+
+func (k policyKey) hash() uint64 {
+	h := mix(uint64(k.n), 0)
+	for i := range int(k.n) {
+		h = mix(h, uint64(k.idx[i]))
+	}
+	return h
 }
 
 // policyHeader returns the RateLimit-Policy header of p's policies.
@@ -523,74 +544,58 @@ func (rs *ruleSet) policyHeader(p *plan) *corev3.HeaderValueOption {
 	}
 	h := header(enforce.HeaderRateLimitPolicy, string(enforce.AppendPolicies(nil, p.Policies)))
 	if ok {
-		h = rs.policies.put(key, h)
+		rs.policies.put(key, h)
 	}
 	return h
 }
 
-// boundedCache maps small keys to values that are the same whenever they
-// are built, keeping at most max: when full, a value is not stored, and
-// every max-th value not stored empties it, so that it follows a working
-// set that moves. stored is called for a value before it is stored
-// (outside the lock when there is room, as encoding takes a while),
-// dropped for one stored before that is dropped or not kept. Safe for
-// concurrent use.
-type boundedCache[K comparable, V any] struct {
-	max             int
-	stored, dropped func(V)
-
-	// mu guards m and misses.
-	mu     sync.RWMutex
-	m      map[K]V
-	misses int
+// slotCache is a direct-mapped cache: a key lives in the one slot its
+// hash names, and a value put there replaces the one before, for which
+// dropped is called. Its values are the same whenever they are built, so
+// what it keeps is a hint: a value replaced is built again when next
+// asked for. It is lock-free and safe for concurrent use.
+type slotCache[K cacheKey, V any] struct {
+	slots   []atomic.Pointer[slotEntry[K, V]]
+	dropped func(V)
 }
 
-func newBoundedCache[K comparable, V any](max int, stored, dropped func(V)) boundedCache[K, V] {
-	return boundedCache[K, V]{max: max, stored: stored, dropped: dropped, m: make(map[K]V)}
+// cacheKey is a slotCache's key: comparable, with a hash.
+type cacheKey interface {
+	comparable
+	hash() uint64
 }
 
-func (c *boundedCache[K, V]) get(k K) (V, bool) {
-	c.mu.RLock()
-	v, ok := c.m[k]
-	c.mu.RUnlock()
-	return v, ok
+type slotEntry[K comparable, V any] struct {
+	key K
+	val V
 }
 
-// put stores v under k and returns it, or returns the value k has.
-func (c *boundedCache[K, V]) put(k K, v V) V {
-	c.mu.RLock()
-	early := len(c.m) < c.max && c.stored != nil
-	c.mu.RUnlock()
-	if early {
-		c.stored(v)
+// newSlotCache returns a cache of n slots, n a power of two.
+func newSlotCache[K cacheKey, V any](n int, dropped func(V)) slotCache[K, V] {
+	return slotCache[K, V]{slots: make([]atomic.Pointer[slotEntry[K, V]], n), dropped: dropped}
+}
+
+func (c *slotCache[K, V]) slot(k K) *atomic.Pointer[slotEntry[K, V]] {
+	return &c.slots[k.hash()&uint64(len(c.slots)-1)]
+}
+
+func (c *slotCache[K, V]) get(k K) (V, bool) {
+	if e := c.slot(k).Load(); e != nil && e.key == k {
+		return e.val, true
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	notKept := func() {
-		if early && c.dropped != nil {
-			c.dropped(v)
-		}
+	var zero V
+	return zero, false
+}
+
+// put keeps v under k, in place of what k's slot held.
+func (c *slotCache[K, V]) put(k K, v V) {
+	if old := c.slot(k).Swap(&slotEntry[K, V]{key: k, val: v}); old != nil && c.dropped != nil {
+		c.dropped(old.val)
 	}
-	if old, ok := c.m[k]; ok {
-		notKept()
-		return old
-	}
-	if len(c.m) >= c.max {
-		notKept()
-		if c.misses++; c.misses >= c.max {
-			for _, old := range c.m {
-				if c.dropped != nil {
-					c.dropped(old)
-				}
-			}
-			clear(c.m)
-			c.misses = 0
-		}
-		return v
-	}
-	if !early && c.stored != nil {
-		c.stored(v)
-	}
-	c.m[k] = v
-	return v
+}
+
+// mix folds x into the hash h (a multiply-xorshift step).
+func mix(h, x uint64) uint64 {
+	h = (h ^ x) * 0x9e3779b97f4a7c15
+	return h ^ h>>29
 }
