@@ -14,18 +14,27 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/flashgate/flashgate/rls/xds/xdstest"
+	"github.com/flashgate/flashgate/window/redistest"
 )
 
 // TestServeRLSXDS runs serve with --rls-xds-server on an in-process xDS
-// server, plaintext and mTLS: health waits for the first config, then
-// ShouldRateLimit answers by it and by its update.
+// server, plaintext and mTLS, on the memory backend and on Redis: health
+// waits for the first config, then ShouldRateLimit answers by it and by
+// its update.
 func TestServeRLSXDS(t *testing.T) {
 	pki := xdstest.NewPKI(t)
-	for name, mtls := range map[string]bool{"plaintext": false, "mtls": true} {
+	rs := redistest.Start(t)
+	for name, tc := range map[string]struct {
+		mtls  bool
+		redis bool
+	}{"plaintext": {}, "mtls": {mtls: true}, "redis-mtls": {mtls: true, redis: true}} {
 		t.Run(name, func(t *testing.T) {
 			args := []string{"--rls-xds-node-id", "envoy-ratelimit", "--rls-xds-retry-interval", "200ms"}
+			if tc.redis {
+				args = append(args, "--backend", "redis", "--redis-addr", rs.Addr(), "--redis-timeout", "500ms", "--fleet-size", "1", "--key-prefix", "xds"+name)
+			}
 			var cp *xdstest.ControlPlane
-			if mtls {
+			if tc.mtls {
 				cp = xdstest.Start(t, "127.0.0.1:0", pki.ServerTLS(true))
 				args = append(args, "--rls-xds-tls", "--rls-xds-tls-cert", pki.ClientCert, "--rls-xds-tls-key", pki.ClientKey, "--rls-xds-tls-ca", pki.CAFile)
 			} else {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,13 +43,14 @@ func eventually(t *testing.T, what string, cond func() error) {
 
 // newRLS returns an RLS server on the memory limiter with no config, and a
 // running xDS client of server feeding it.
-func newRLS(t *testing.T, server string, tlsCfg *tls.Config) (*rls.Server, *xds.Client) {
+func newRLS(t *testing.T, server string, tlsCfg *tls.Config) (*rls.Server, *xds.Client, *prometheus.Registry) {
 	t.Helper()
 	mem, err := memory.New(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, err := enforce.New(enforce.Options{Limiter: mem, Registerer: prometheus.NewRegistry()})
+	reg := prometheus.NewRegistry()
+	core, err := enforce.New(enforce.Options{Limiter: mem, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,30 @@ func newRLS(t *testing.T, server string, tlsCfg *tls.Config) (*rls.Server, *xds.
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return s, c
+	return s, c, reg
+}
+
+// reloads returns flashgate_rls_config_reloads_total{result}.
+func reloads(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "flashgate_rls_config_reloads_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no flashgate_rls_config_reloads_total{result=%q}", result)
+	return 0
 }
 
 func limitConf(name, domain string, n uint32) *rlsconfv3.RateLimitConfig {
@@ -123,7 +148,7 @@ func waitReply(t *testing.T, cp *xdstest.ControlPlane, version string, nack bool
 // config in force keeps answering, and sends ratelimit's node.
 func TestPushes(t *testing.T) {
 	cp := xdstest.Start(t, "127.0.0.1:0", nil)
-	s, c := newRLS(t, cp.Addr, nil)
+	s, c, reg := newRLS(t, cp.Addr, nil)
 	select {
 	case <-c.Applied():
 		t.Fatal("applied before any config was pushed")
@@ -152,7 +177,12 @@ func TestPushes(t *testing.T) {
 		if r.GetVersionInfo() != "1" {
 			t.Errorf("NACK carries version %q, want the one in force, 1", r.GetVersionInfo())
 		}
-		t.Logf("NACK: %s", r.GetErrorDetail().GetMessage())
+		if msg := r.GetErrorDetail().GetMessage(); !strings.Contains(msg, "xds:a:") || !strings.Contains(msg, "unit") {
+			t.Errorf("NACK error_detail %q, want the resource's FILE:LINE:COL error about its unit", msg)
+		}
+		if n := reloads(t, reg, "error"); n < 1 {
+			t.Errorf("reloads{result=error} = %v, want the refused config counted", n)
+		}
 		wantLimit(t, s, "alpha", 2)
 		wantLimit(t, s, "beta", 3)
 	})
@@ -202,7 +232,7 @@ func TestPushes(t *testing.T) {
 // keeps answering; once it is back, a new stream gets the configs.
 func TestReconnect(t *testing.T) {
 	cp := xdstest.Start(t, "127.0.0.1:0", nil)
-	s, _ := newRLS(t, cp.Addr, nil)
+	s, _, _ := newRLS(t, cp.Addr, nil)
 	cp.Push(t, nodeID, "1", limitConf("a", "alpha", 2))
 	wantLimit(t, s, "alpha", 2)
 
@@ -229,7 +259,7 @@ func TestTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, _ := newRLS(t, cp.Addr, clientCfg)
+			s, _, _ := newRLS(t, cp.Addr, clientCfg)
 			cp.Push(t, nodeID, "1", limitConf("a", "alpha", 3))
 			wantLimit(t, s, "alpha", 3)
 			waitReply(t, cp, "1", false)
