@@ -12,6 +12,8 @@
 //	r := srv.Reloader(dir)                       // enforce.Reloader of the directory
 //	go r.Watch(ctx, 0)                           // reload on change; a bad directory keeps the old config
 //	r.Reload()                                   // on SIGHUP
+//	p := srv.Pusher("xds://cp:18001")            // or: configs pushed from elsewhere (package rls/xds)
+//	err = p.Push(files)                          // the whole config, checked as a directory's; a bad one keeps the old
 //
 // # Config directory
 //

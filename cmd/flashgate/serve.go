@@ -158,8 +158,8 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	rlsSrv.start(ctx, &wg, h, log)
-	wg.Go(func() { waitBackend(ctx, h, b, wu, o.failureMode.String(), log) })
+	ready := rlsSrv.start(ctx, &wg, h, h, log)
+	wg.Go(func() { waitBackend(ctx, ready, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
 	rules := srv.Reloader(o.config) // "": the built-in example, nothing to watch
 	wg.Go(func() { _ = rules.Watch(ctx, 0) })

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/flashgate/flashgate/rls/xds/xdstest"
+	"github.com/flashgate/flashgate/window/redistest"
+)
+
+// TestServeRLSXDS runs serve with --rls-xds-server on an in-process xDS
+// server, plaintext and mTLS, on the memory backend and on Redis: health
+// waits for the first config, then ShouldRateLimit answers by it and by
+// its update.
+func TestServeRLSXDS(t *testing.T) {
+	pki := xdstest.NewPKI(t)
+	rs := redistest.Start(t)
+	for name, tc := range map[string]struct {
+		mtls  bool
+		redis bool
+	}{"plaintext": {}, "mtls": {mtls: true}, "redis-mtls": {mtls: true, redis: true}} {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"--rls-xds-node-id", "envoy-ratelimit", "--rls-xds-retry-interval", "200ms"}
+			if tc.redis {
+				args = append(args, "--backend", "redis", "--redis-addr", rs.Addr(), "--redis-timeout", "500ms", "--fleet-size", "1", "--key-prefix", "xds"+name)
+			}
+			var cp *xdstest.ControlPlane
+			if tc.mtls {
+				cp = xdstest.Start(t, "127.0.0.1:0", pki.ServerTLS(true))
+				args = append(args, "--rls-xds-tls", "--rls-xds-tls-cert", pki.ClientCert, "--rls-xds-tls-key", pki.ClientKey, "--rls-xds-tls-ca", pki.CAFile)
+			} else {
+				cp = xdstest.Start(t, "127.0.0.1:0", nil)
+			}
+			s := startServe(t, append([]string{"--rls-xds-server", cp.Addr}, args...)...)
+			// The stream is open and the backend ready (memory: at once),
+			// but no config came: not serving.
+			waitFor(t, eventually, "the xDS stream", func() bool { return len(cp.Requests()) > 0 })
+			if st := grpcHealth(t, s.grpcAddr); st == healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("SERVING before a config was pushed")
+			}
+			cp.Push(t, "envoy-ratelimit", "1", xdstest.LimitConfig("edge", "edge", "remote_address", 2))
+			waitFor(t, eventually, "SERVING", func() bool { return grpcHealth(t, s.grpcAddr) == healthpb.HealthCheckResponse_SERVING })
+			if got := rlsCodes(t, s.grpcAddr, "203.0.113.1", 3); got != "OK,OK,OVER_LIMIT" {
+				t.Fatalf("codes %s, want OK,OK,OVER_LIMIT", got)
+			}
+			cp.Push(t, "envoy-ratelimit", "2", xdstest.LimitConfig("edge", "edge", "remote_address", 3))
+			waitFor(t, eventually, "the update", func() bool { return cp.Reply("2", false) != nil })
+			if got := rlsCodes(t, s.grpcAddr, "203.0.113.2", 4); got != "OK,OK,OK,OVER_LIMIT" {
+				t.Fatalf("codes %s, want OK,OK,OK,OVER_LIMIT", got)
+			}
+		})
+	}
+}
+
+// TestServeRLSXDSForceStart: with --rls-xds-force-start, serve is ready
+// with no xDS server at all, and answers OK for every domain.
+func TestServeRLSXDSForceStart(t *testing.T) {
+	cp := xdstest.Start(t, "127.0.0.1:0", nil)
+	addr := cp.Addr
+	cp.Stop()
+	s := startServe(t, "--rls-xds-server", addr, "--rls-xds-force-start", "--rls-xds-retry-interval", "1s")
+	waitFor(t, eventually, "SERVING", func() bool { return grpcHealth(t, s.grpcAddr) == healthpb.HealthCheckResponse_SERVING })
+	if got := rlsCodes(t, s.grpcAddr, "203.0.113.1", 3); got != "OK,OK,OK" {
+		t.Fatalf("codes %s, want OK,OK,OK", got)
+	}
+}
+
+// rlsCodes sends n ShouldRateLimit of domain edge, remote_address=ip, and
+// returns the overall codes.
+func rlsCodes(t *testing.T, addr, ip string, n int) string {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}},
+	}}}
+	var codes []string
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := client.ShouldRateLimit(ctx, req)
+		cancel()
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		codes = append(codes, resp.GetOverallCode().String())
+	}
+	return strings.Join(codes, ",")
+}
+
+// servingLog records SetServing calls.
+type servingLog struct {
+	mu  sync.Mutex
+	got []bool
+}
+
+func (l *servingLog) SetServing(v bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, v)
+}
+
+// TestReadyGate: health turns SERVING only once both the backend and the
+// first config are ready, whichever comes first.
+func TestReadyGate(t *testing.T) {
+	for name, backendFirst := range map[string]bool{"backend first": true, "config first": false} {
+		t.Run(name, func(t *testing.T) {
+			l := &servingLog{}
+			g := &readyGate{next: l}
+			if backendFirst {
+				g.SetServing(true)
+				if len(l.got) != 0 {
+					t.Fatalf("serving before the config: %v", l.got)
+				}
+				g.open()
+			} else {
+				g.open()
+				if len(l.got) != 0 {
+					t.Fatalf("serving before the backend: %v", l.got)
+				}
+				g.SetServing(true)
+			}
+			if len(l.got) != 1 || !l.got[0] {
+				t.Fatalf("SetServing calls %v, want [true]", l.got)
+			}
+		})
+	}
+}
