@@ -79,16 +79,7 @@ func TestBinaryAsRatelimit(t *testing.T) {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	exited := startProcess(t, cmd, logs)
 
 	base := "http://127.0.0.1:" + port
 	waitFor(t, eventually, "/healthcheck 200", func() bool {
