@@ -193,3 +193,53 @@ func TestRatelimitVarsRows(t *testing.T) {
 		}
 	}
 }
+
+// TestRatelimitCommand runs the ratelimit command in-process on
+// environments that must not start: each error names what to change, after
+// the settings not honoured are logged.
+func TestRatelimitCommand(t *testing.T) {
+	eg := egEnv("127.0.0.1:1", t.TempDir())
+	tests := map[string]struct {
+		env     map[string]string
+		environ []string
+		err     string
+		logged  []string
+	}{
+		"unix socket": {env: map[string]string{"REDIS_URL": "/run/redis.sock"}, err: "REDIS_SOCKET_TYPE"},
+		"xds without its flags": {
+			env:    map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:1", "USE_STATSD": "true"},
+			err:    "no ratelimit config",
+			logged: []string{"USE_STATSD", "CONFIG_TYPE"},
+		},
+		"bad runtime directory": {
+			env:     eg,
+			environ: []string{"TRACING_ENABLED=true"},
+			err:     "ratelimit config directory",
+			logged:  []string{"USE_STATSD", "STATSD_PORT", "TRACING_ENABLED"},
+		},
+	}
+	if serveFlagsHave("rls-xds-server") {
+		delete(tests, "xds without its flags") // the xDS client's tests start it
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			err := runEnv(t.Context(), []string{"ratelimit"}, env{stdout: &stdout, stderr: &stderr,
+				lookupEnv: func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok },
+				environ:   func() []string { return tc.environ }})
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("err = %v, want %q", err, tc.err)
+			}
+			if n := strings.Count(stderr.String(), "ratelimit settings not honoured"); n != min(len(tc.logged), 1) {
+				t.Errorf("logged %d times:\n%s", n, stderr.String())
+			}
+			for _, v := range tc.logged {
+				if !strings.Contains(stderr.String(), " "+v+"=") {
+					t.Errorf("%s not logged as not honoured:\n%s", v, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+func serveFlagsHave(name string) bool { return serveFlags().Lookup(name) != nil }
