@@ -2,6 +2,9 @@
 # flashgate: a static binary on distroless, running as nonroot.
 #   docker build -t flashgate:dev .
 #   docker run --rm flashgate:dev --help        (ENTRYPOINT is "flashgate serve")
+# The binary is at /bin/ratelimit too: run by that name (Envoy Gateway's
+# command: /bin/ratelimit) it is `flashgate ratelimit`, configured by
+# envoyproxy/ratelimit's environment variables (README: "Envoy Gateway: swap the image").
 
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
@@ -16,9 +19,11 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/flashgate /usr/local/bin/flashgate
+COPY --from=build /out/flashgate /bin/ratelimit
 USER 65532:65532
 # 9191: ext_authz gRPC (+ grpc.health.v1, reflection); 9192: /metrics /healthz /readyz.
 # Both bind 127.0.0.1 by default: set FLASHGATE_GRPC_ADDR / FLASHGATE_HTTP_ADDR
 # to reach them from outside the container (docker-compose.yml does).
-EXPOSE 9191 9192
+# As ratelimit: 8081 gRPC, 8080 /healthcheck and /json, 6070 /metrics (0.0.0.0).
+EXPOSE 9191 9192 8080 8081 6070
 ENTRYPOINT ["/usr/local/bin/flashgate", "serve"]

@@ -264,11 +264,15 @@ func TestDockerfile(t *testing.T) {
 	df := loadDockerfile(t)
 	var froms []string
 	var runs, user, entrypoint, expose string
+	var copies []string // the final stage's
 	for _, in := range df {
 		switch in.op {
 		case "FROM":
 			froms = append(froms, in.args)
 			user = "" // USER is per stage
+			copies = nil
+		case "COPY":
+			copies = append(copies, in.args)
 		case "RUN":
 			if len(froms) == 1 {
 				runs += in.args + "\n"
@@ -302,6 +306,11 @@ func TestDockerfile(t *testing.T) {
 	}
 	if !strings.Contains(entrypoint, "flashgate") || !strings.Contains(entrypoint, `"serve"`) {
 		t.Errorf("ENTRYPOINT %s, want flashgate serve", entrypoint)
+	}
+	// Envoy Gateway runs command: /bin/ratelimit; by that name the binary
+	// is flashgate ratelimit.
+	if !slices.ContainsFunc(copies, func(c string) bool { return strings.HasSuffix(c, "/flashgate /bin/ratelimit") }) {
+		t.Errorf("final stage COPY %q: want the binary at /bin/ratelimit too", copies)
 	}
 	if f := strings.Fields(expose); !slices.Contains(f, "9191") || !slices.Contains(f, "9192") {
 		t.Errorf("EXPOSE %q, want 9191 9192", expose)

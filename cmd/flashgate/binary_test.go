@@ -35,6 +35,24 @@ func logField(logs, msg, field string) (string, bool) {
 	return "", false
 }
 
+// startProcess starts cmd with its output in logs, and kills it at the
+// end of the test. The channel gets Wait's error once (a test that reads it
+// must put it back for the cleanup).
+func startProcess(t *testing.T, cmd *exec.Cmd, logs *syncBuffer) chan error {
+	t.Helper()
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	return exited
+}
+
 // TestBinary builds flashgate once and runs it as a process.
 func TestBinary(t *testing.T) {
 	bin := buildBinary(t)
@@ -50,16 +68,7 @@ func testBinaryServeSignals(t *testing.T, bin string) {
 	cmd := exec.Command(bin, "serve", "--config", file, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--drain-timeout", "5s")
 	cmd.Env = append(os.Environ(), "FLASHGATE_LOG_LEVEL=debug")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
+	exited := startProcess(t, cmd, logs)
 
 	var addr string
 	waitFor(t, eventually, "serve to listen and serve", func() bool {

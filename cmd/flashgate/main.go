@@ -16,7 +16,7 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := run(ctx, programArgs(os.Args), os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, errorLine(err))

@@ -18,6 +18,8 @@ type env struct {
 	stdout, stderr io.Writer
 	// lookupEnv reads an environment variable, as os.LookupEnv.
 	lookupEnv func(string) (string, bool)
+	// environ lists the environment as NAME=value, as os.Environ; nil: empty.
+	environ func() []string
 	// serveStarted, when set, is told where serve listens once it does.
 	serveStarted func(serveInfo)
 }
@@ -26,7 +28,7 @@ type env struct {
 // It returns the error that should end the process with exit code 1; the
 // caller prints it. ctx is cancelled on SIGINT/SIGTERM.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runEnv(ctx, args, env{stdout: stdout, stderr: stderr, lookupEnv: os.LookupEnv})
+	return runEnv(ctx, args, env{stdout: stdout, stderr: stderr, lookupEnv: os.LookupEnv, environ: os.Environ})
 }
 
 func runEnv(ctx context.Context, args []string, e env) error {
@@ -61,6 +63,7 @@ probe and validate it.`,
 		newVersionCmd(e),
 		newInspectCmd(e),
 		newBansCmd(e),
+		newRatelimitCmd(e),
 	)
 	return root
 }

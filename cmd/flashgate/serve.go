@@ -118,6 +118,11 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		return err
 	}
 
+	rlHTTP, err := newRatelimitHTTP(o.rlsHTTP)
+	if err != nil {
+		return err
+	}
+	defer rlHTTP.close()
 	front, err := newHTTPFront(o, srv, cfg, reg, log)
 	if err != nil {
 		return err
@@ -153,12 +158,16 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	// Listening, not serving yet: health turns SERVING once the backend is
 	// warm (waitBackend says so).
 	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
-		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", cfg.Name)
+		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", cfg.Name,
+		"rls_http_addr", rlHTTP.addr())
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
 	ready := rlsSrv.start(ctx, &wg, h, h, log)
+	if rlsSrv != nil {
+		rlHTTP.start(&wg, rlsSrv.srv, h.Serving, log)
+	}
 	wg.Go(func() { waitBackend(ctx, ready, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
 	rules := srv.Reloader(o.config) // "": the built-in example, nothing to watch
@@ -180,6 +189,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err := h.Shutdown(dctx); err != nil {
 		log.Warn("drain deadline passed: remaining checks were cut", "error", err)
 	}
+	rlHTTP.stop(dctx)
 	wg.Wait()
 	if runErr == nil {
 		log.Info("stopped")

@@ -48,6 +48,7 @@ type serveOptions struct {
 	rlsConfig  string
 	rlsHeaders bool
 	rlsNames   string
+	rlsHTTP    string
 	rlsXDSOptions
 
 	httpAuthzAddr       string
@@ -90,6 +91,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.rlsConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): also serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr; reloaded on change and on SIGHUP")
 	f.BoolVar(&o.rlsHeaders, "rls-response-headers", false, "RLS: add RateLimit-Limit, -Remaining and -Reset to ShouldRateLimit answers (ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	f.StringVar(&o.rlsNames, "rls-header-names", "", "RLS: the three response header names, LIMIT,REMAINING,RESET (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset")
+	f.StringVar(&o.rlsHTTP, "rls-http-addr", "", "listen address of ratelimit's HTTP side: GET /healthcheck (200 while serving) and POST /json (ShouldRateLimit as JSON); needs --rls-config (empty: none)")
 	o.rlsXDSOptions.addFlags(f)
 	f.StringVar(&o.httpAuthzAddr, "http-authz-addr", "", "listen address of the HTTP front-end, where every request is a check (Envoy ext_authz http_service, nginx auth_request, Caddy forward_auth, Traefik ForwardAuth): 200 allowed, the denial's status (429) otherwise (empty: none)")
 	f.StringVar(&o.httpAuthzPathPrefix, "http-authz-path-prefix", "", "the HTTP front-end: Envoy http_service's path_prefix, removed from the path of a check that carries no X-Original-URI or X-Forwarded-Uri")
@@ -248,6 +250,9 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	}
 	if o.rlsHeaders && o.rlsConfig == "" && o.rlsXDSServer == "" {
 		return nil, fmt.Errorf("--rls-response-headers needs --rls-config or --rls-xds-server")
+	}
+	if o.rlsHTTP != "" && o.rlsConfig == "" && o.rlsXDSServer == "" {
+		return nil, fmt.Errorf("--rls-http-addr needs --rls-config or --rls-xds-server")
 	}
 	if o.rlsNames != "" && !o.rlsHeaders {
 		return nil, fmt.Errorf("--rls-header-names needs --rls-response-headers")

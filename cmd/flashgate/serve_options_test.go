@@ -86,6 +86,7 @@ func TestServeFlagCombinations(t *testing.T) {
 		"defaults":                  {nil, ""},
 		"redis":                     {[]string{"--backend", "redis", "--redis-addr", "127.0.0.1:6379"}, ""},
 		"redis without address":     {[]string{"--backend", "redis"}, "needs --redis-addr"},
+		"rls http without config":   {[]string{"--rls-http-addr", "127.0.0.1:0"}, "--rls-http-addr needs --rls-config"},
 		"redis address on memory":   {[]string{"--redis-addr", "127.0.0.1:6379"}, "--redis-addr is only for --backend redis"},
 		"clock on memory":           {[]string{"--clock", "local"}, "--clock is only for --backend redis"},
 		"autopipeline on memory":    {[]string{"--redis-autopipeline"}, "--redis-autopipeline is only for --backend redis"},
