@@ -118,6 +118,10 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		return err
 	}
 
+	grpcTLS, err := newGRPCTLS(o, reg, log)
+	if err != nil {
+		return err
+	}
 	front, err := newHTTPFront(o, srv, cfg, reg, log)
 	if err != nil {
 		return err
@@ -139,7 +143,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	h, err := host.New(host.Options{
 		GRPC: grpcLis, HTTP: httpLis, GRPCMaxConns: o.grpcMaxConns, HTTPMaxConns: o.httpMaxConns,
 		HTTPAuthz: authzLis, HTTPAuthzHandler: authzHandler, HTTPAuthzMaxConns: o.httpAuthzMaxConns,
-		Codec: srv.Codec(), Registry: reg, Pprof: o.pprof,
+		Codec: srv.Codec(), Registry: reg, Pprof: o.pprof, TLS: grpcTLS.config(),
 	})
 	if err != nil {
 		grpcLis.Close()
@@ -152,13 +156,14 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	srv.Register(h)
 	// Listening, not serving yet: health turns SERVING once the backend is
 	// warm (waitBackend says so).
-	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
+	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "grpc_tls", grpcTLS.mode(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
 		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", cfg.Name)
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
 	rlsSrv.start(ctx, &wg, h, log)
+	grpcTLS.start(ctx, &wg)
 	wg.Go(func() { waitBackend(ctx, h, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
 	rules := srv.Reloader(o.config) // "": the built-in example, nothing to watch

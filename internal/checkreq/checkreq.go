@@ -134,14 +134,15 @@ func ParseIP(s string) (netip.Addr, error) {
 	return ip, nil
 }
 
-// Dial returns a plaintext gRPC client connection to the --addr value addr
-// ("host:port" or "unix:///path"). It does not connect until the first
-// call; the caller closes it.
-func Dial(addr string) (*grpc.ClientConn, error) {
+// Dial returns a gRPC client connection to the --addr value addr
+// ("host:port" or "unix:///path"), plaintext unless opts give transport
+// credentials (they follow the plaintext default). It does not connect
+// until the first call; the caller closes it.
+func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("--addr is empty")
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}
