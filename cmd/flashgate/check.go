@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,11 +14,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/flashgate/flashgate/internal/checkreq"
-	"github.com/flashgate/flashgate/internal/tlsreload"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 )
 
 type checkOptions struct {
@@ -36,14 +31,7 @@ type checkOptions struct {
 	count      int
 	json       bool
 	timeout    time.Duration
-	tls        checkTLS
-}
-
-// checkTLS is check's side of TLS to the gRPC server (--api authz).
-type checkTLS struct {
-	on            bool
-	ca, cert, key string
-	serverName    string
+	tls        checkreq.TLS
 }
 
 func newCheckCmd(e env) *cobra.Command {
@@ -61,6 +49,9 @@ as Envoy's ext_authz http_service does: the request itself, with --method,
 --path, --host and the -H headers; the client IP is check's own address
 (send -H 'x-forwarded-for: IP' to rules with trusted_hops).
 
+A TLS server is asked with --tls (the system roots), --tls-ca, and
+--tls-cert with --tls-key for mTLS (--api authz).
+
 A denial (429) is a valid answer: check exits non-zero only when a call fails
 (connection refused, timeout, gRPC error; over HTTP also a 400, 431 or 5xx).`,
 		Example: `  flashgate check --addr 127.0.0.1:9191 --path /api/coupon/1 -H 'x-uid: alice' -n 6
@@ -68,7 +59,7 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.api == "http" {
-				for _, name := range []string{"ip", "scheme", "context-extension", "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name"} {
+				for _, name := range append([]string{"ip", "scheme", "context-extension"}, checkreq.TLSFlags...) {
 					if cmd.Flags().Changed(name) {
 						return fmt.Errorf("--%s applies to --api authz only: over HTTP the peer, scheme and route are the connection's", name)
 					}
@@ -93,11 +84,7 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
 	f.IntVarP(&o.count, "count", "n", 1, "number of requests to send")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per answer")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Second, "deadline of each call")
-	f.BoolVar(&o.tls.on, "tls", false, "--api authz: connect with TLS, verifying the server against the system roots (implied by --tls-ca, --tls-cert)")
-	f.StringVar(&o.tls.ca, "tls-ca", "", "--api authz: PEM CA bundle to verify the server's certificate against (implies --tls)")
-	f.StringVar(&o.tls.cert, "tls-cert", "", "--api authz: PEM client certificate for mTLS, with --tls-key (implies --tls)")
-	f.StringVar(&o.tls.key, "tls-key", "", "--api authz: PEM private key of --tls-cert")
-	f.StringVar(&o.tls.serverName, "tls-server-name", "", "--api authz: the name (or IP address) the server's certificate must carry (default: --addr's host)")
+	o.tls.AddFlags(f)
 	_ = cmd.MarkFlagRequired("path")
 	return cmd
 }
@@ -197,7 +184,7 @@ func checker(o checkOptions) (askFunc, func(), error) {
 			return askHTTP(ctx, client, base, n, spec)
 		}, client.CloseIdleConnections, nil
 	}
-	creds, err := o.tls.dialOptions(o.addr)
+	creds, err := o.tls.DialOptions(o.addr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -217,27 +204,6 @@ func checker(o checkOptions) (askFunc, func(), error) {
 		}
 		return describeResponse(n, resp, latency), nil
 	}, func() { conn.Close() }, nil
-}
-
-// dialOptions returns the transport credentials of the flags for a server
-// at addr: none (plaintext) without them.
-func (c checkTLS) dialOptions(addr string) ([]grpc.DialOption, error) {
-	if !c.on && c.ca == "" && c.cert == "" && c.key == "" && c.serverName == "" {
-		return nil, nil
-	}
-	name := c.serverName
-	if host, _, err := net.SplitHostPort(addr); err == nil && name == "" {
-		name = host
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: name}
-	if c.ca != "" || c.cert != "" || c.key != "" {
-		r, err := tlsreload.New(tlsreload.Options{Files: tlsreload.Files{Cert: c.cert, Key: c.key, CA: c.ca}})
-		if err != nil {
-			return nil, fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
-		}
-		cfg = r.ClientConfig(name)
-	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, nil
 }
 
 // askHTTP sends spec to the HTTP front-end at base and reads the answer as

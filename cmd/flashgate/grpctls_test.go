@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/flashgate/flashgate/internal/tlsreload/tlstest"
 )
 
@@ -64,7 +65,7 @@ func TestServeTLS(t *testing.T) {
 	f := newServeTLSFiles(t)
 	s := startServe(t, "--rls-config", rlsDir(t), "--config", exampleStretched(t),
 		"--grpc-tls-cert", f.sec.Path("tls.crt"), "--grpc-tls-key", f.sec.Path("tls.key"), "--grpc-tls-client-ca", f.sec.Path("ca.crt"))
-	creds, err := (checkTLS{ca: f.client("ca.crt"), cert: f.client("cli.crt"), key: f.client("cli.key")}).dialOptions(s.grpcAddr)
+	creds, err := (checkreq.TLS{CA: f.client("ca.crt"), Cert: f.client("cli.crt"), Key: f.client("cli.key")}).DialOptions(s.grpcAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,5 +177,13 @@ func TestServeTLSStartErrors(t *testing.T) {
 				t.Fatalf("err = %v, want %q in it", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckTLSFlagsOnHTTP: the TLS flags are for the gRPC API only.
+func TestCheckTLSFlagsOnHTTP(t *testing.T) {
+	_, _, err := runCmd(t, context.Background(), "check", "--api", "http", "--addr", "127.0.0.1:1", "--path", "/", "--tls")
+	if err == nil || !strings.Contains(err.Error(), "--tls applies to --api authz only") {
+		t.Fatalf("err = %v, want --tls refused with --api http", err)
 	}
 }

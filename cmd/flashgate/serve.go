@@ -32,6 +32,10 @@ with --http-authz-addr, the HTTP front-end (Envoy's ext_authz http_service,
 nginx auth_request, Caddy forward_auth, Traefik ForwardAuth), whose every
 request is a check decided by the same rules, limiter and failure modes.
 
+With --grpc-tls-cert and --grpc-tls-key, --grpc-addr serves TLS only, and
+mTLS with --grpc-tls-client-ca; the files are reloaded when they change (a
+bad new file keeps the certificate in force).
+
 Every flag can also be set as FLASHGATE_<FLAG> (upper case, - becomes _);
 flags win over the environment.
 
