@@ -69,6 +69,9 @@ type Reloader struct {
 	log     *slog.Logger
 	reloads *prometheus.CounterVec
 
+	// reloading orders Reload's calls, so that an older load never
+	// replaces a newer one.
+	reloading sync.Mutex
 	// mu guards cur and stamps.
 	mu     sync.Mutex
 	cur    material
@@ -175,8 +178,11 @@ func (r *Reloader) stat() []stamp {
 
 // Reload reloads the files if any changed since the last attempt, and
 // reports whether it did so, and the error that kept the material in force.
-// An attempt that failed is not repeated until a file changes again.
+// An attempt that failed is not repeated until a file changes again. It is
+// safe to call concurrently with Watch (on SIGHUP, say).
 func (r *Reloader) Reload() (bool, error) {
+	r.reloading.Lock()
+	defer r.reloading.Unlock()
 	st := r.stat()
 	r.mu.Lock()
 	changed := false

@@ -1,10 +1,12 @@
 package tlsreload_test
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -221,5 +223,70 @@ func TestNewErrors(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestWatchClientCA: Watch picks up a swap of the client's CA bundle and
+// certificate: the client then trusts only the new CA's servers, and
+// presents its new certificate. Two Reloaders share one counter.
+func TestWatchClientCA(t *testing.T) {
+	oldCA, newCA := tlstest.NewCA(t, "old CA"), tlstest.NewCA(t, "new CA")
+	dir := t.TempDir()
+	oldSrv, newSrv := oldCA.Server(t, "old server"), newCA.Server(t, "new server")
+	tlstest.Write(t, dir, map[string][]byte{"old.crt": oldSrv.Cert, "old.key": oldSrv.Key, "new.crt": newSrv.Cert, "new.key": newSrv.Key})
+	serve := func(name string) string {
+		r, err := tlsreload.New(tlsreload.Options{Files: tlsreload.Files{Cert: dir + "/" + name + ".crt", Key: dir + "/" + name + ".key"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := r.ServerConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return echoServer(t, cfg)
+	}
+	oldAddr, newAddr := serve("old"), serve("new")
+
+	sec := tlstest.NewSecretDir(t)
+	cliOld := oldCA.Client(t, "client")
+	sec.Update(t, map[string][]byte{"ca.crt": oldCA.PEM, "tls.crt": cliOld.Cert, "tls.key": cliOld.Key})
+	reg := prometheus.NewRegistry()
+	files := tlsreload.Files{Cert: sec.Path("tls.crt"), Key: sec.Path("tls.key"), CA: sec.Path("ca.crt")}
+	r, err := tlsreload.New(tlsreload.Options{Files: files, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tlsreload.New(tlsreload.Options{Files: files, Registry: reg}); err != nil {
+		t.Fatalf("a second Reloader on the registry: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Watch(ctx, 10*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	client := r.ClientConfig("127.0.0.1")
+	if _, err := dial(t, oldAddr, client); err != nil {
+		t.Fatalf("old CA's server: %v", err)
+	}
+	if _, err := dial(t, newAddr, client); err == nil {
+		t.Fatal("new CA's server trusted before the swap")
+	}
+
+	cliNew := newCA.Client(t, "client 2")
+	sec.Update(t, map[string][]byte{"ca.crt": newCA.PEM, "tls.crt": cliNew.Cert, "tls.key": cliNew.Key})
+	deadline := time.Now().Add(30 * time.Second)
+	for r.Certificate().Leaf.Subject.CommonName != "client 2" {
+		if time.Now().After(deadline) {
+			t.Fatal("Watch did not reload the swapped files within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := dial(t, newAddr, client); err != nil {
+		t.Fatalf("new CA's server after the swap: %v", err)
+	}
+	if _, err := dial(t, oldAddr, client); err == nil {
+		t.Fatal("old CA's server still trusted after the swap")
+	}
+	if got := reloads(t, reg, "ok"); got != 1 {
+		t.Errorf("reloads ok = %v, want 1", got)
 	}
 }
