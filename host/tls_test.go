@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,14 +25,7 @@ import (
 // answered; one without a certificate, with one of another CA, or in
 // plaintext is refused.
 func TestTLS(t *testing.T) {
-	ca, other := tlstest.NewCA(t, "test CA"), tlstest.NewCA(t, "other CA")
-	dir := t.TempDir()
-	srv, cli, stranger := ca.Server(t, "server"), ca.Client(t, "client"), other.Client(t, "stranger")
-	tlstest.Write(t, dir, map[string][]byte{
-		"tls.crt": srv.Cert, "tls.key": srv.Key, "ca.crt": ca.PEM,
-		"cli.crt": cli.Cert, "cli.key": cli.Key, "stranger.crt": stranger.Cert, "stranger.key": stranger.Key,
-	})
-	p := func(name string) string { return filepath.Join(dir, name) }
+	p := tlstest.NewPKI(t).Path
 	reg := prometheus.NewRegistry()
 	r, err := tlsreload.New(tlsreload.Options{Files: tlsreload.Files{Cert: p("tls.crt"), Key: p("tls.key"), CA: p("ca.crt")}, Registry: reg})
 	if err != nil {
@@ -70,7 +62,7 @@ func TestTLS(t *testing.T) {
 		creds grpc.DialOption
 		ok    bool
 	}{
-		"client cert":        {creds(tlsreload.Files{Cert: p("cli.crt"), Key: p("cli.key"), CA: p("ca.crt")}), true},
+		"client cert":        {creds(tlsreload.Files{Cert: p("client.crt"), Key: p("client.key"), CA: p("ca.crt")}), true},
 		"no client cert":     {creds(tlsreload.Files{CA: p("ca.crt")}), false},
 		"cert of another CA": {creds(tlsreload.Files{Cert: p("stranger.crt"), Key: p("stranger.key"), CA: p("ca.crt")}), false},
 		"plaintext":          {grpc.WithTransportCredentials(insecure.NewCredentials()), false},

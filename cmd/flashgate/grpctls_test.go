@@ -18,35 +18,29 @@ import (
 	"github.com/flashgate/flashgate/internal/tlsreload/tlstest"
 )
 
-// serveTLSFiles writes a Secret-style mount of the server's certificate
-// "one" and the client CA, and the client's own files beside it.
+// serveTLSFiles is a test PKI for the client and a Secret-style mount of
+// the server's certificate "one" and the client CA.
 type serveTLSFiles struct {
-	ca, other *tlstest.CA
-	sec       *tlstest.SecretDir
-	dir       string // the client's files
+	*tlstest.PKI
+	sec *tlstest.SecretDir
 }
 
 func newServeTLSFiles(t *testing.T) *serveTLSFiles {
-	f := &serveTLSFiles{ca: tlstest.NewCA(t, "test CA"), other: tlstest.NewCA(t, "other CA"), sec: tlstest.NewSecretDir(t), dir: t.TempDir()}
-	one := f.ca.Server(t, "one")
-	f.sec.Update(t, map[string][]byte{"tls.crt": one.Cert, "tls.key": one.Key, "ca.crt": f.ca.PEM})
-	cli, stranger := f.ca.Client(t, "client"), f.other.Client(t, "stranger")
-	tlstest.Write(t, f.dir, map[string][]byte{"ca.crt": f.ca.PEM, "cli.crt": cli.Cert, "cli.key": cli.Key,
-		"stranger.crt": stranger.Cert, "stranger.key": stranger.Key})
+	f := &serveTLSFiles{PKI: tlstest.NewPKI(t), sec: tlstest.NewSecretDir(t)}
+	one := f.CA.Server(t, "one")
+	f.sec.Update(t, map[string][]byte{"tls.crt": one.Cert, "tls.key": one.Key, "ca.crt": f.CA.PEM})
 	return f
 }
-
-func (f *serveTLSFiles) client(name string) string { return filepath.Join(f.dir, name) }
 
 // handshakeCN opens a new mTLS connection to addr with the client's
 // certificate and returns the common name of the server's certificate.
 func (f *serveTLSFiles) handshakeCN(t *testing.T, addr string) string {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(f.client("cli.crt"), f.client("cli.key"))
+	pair, err := tls.LoadX509KeyPair(f.Path("client.crt"), f.Path("client.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: f.ca.Pool(), ServerName: "127.0.0.1",
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: f.CA.Pool(), ServerName: "127.0.0.1",
 		Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2"}})
 	if err != nil {
 		t.Fatalf("handshake: %v", err)
@@ -65,7 +59,7 @@ func TestServeTLS(t *testing.T) {
 	f := newServeTLSFiles(t)
 	s := startServe(t, "--rls-config", rlsDir(t), "--config", exampleStretched(t),
 		"--grpc-tls-cert", f.sec.Path("tls.crt"), "--grpc-tls-key", f.sec.Path("tls.key"), "--grpc-tls-client-ca", f.sec.Path("ca.crt"))
-	creds, err := (checkreq.TLS{CA: f.client("ca.crt"), Cert: f.client("cli.crt"), Key: f.client("cli.key")}).DialOptions(s.grpcAddr)
+	creds, err := (checkreq.TLS{CA: f.Path("ca.crt"), Cert: f.Path("client.crt"), Key: f.Path("client.key")}).DialOptions(s.grpcAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,14 +80,14 @@ func TestServeTLS(t *testing.T) {
 			"-H", "x-uid: tls", "--timeout", "10s"}, args...)...)
 		return out, err
 	}
-	if out, err := check("--tls-ca", f.client("ca.crt"), "--tls-cert", f.client("cli.crt"), "--tls-key", f.client("cli.key")); err != nil ||
+	if out, err := check("--tls-ca", f.Path("ca.crt"), "--tls-cert", f.Path("client.crt"), "--tls-key", f.Path("client.key")); err != nil ||
 		!strings.Contains(out, " allowed 200 ") {
 		t.Fatalf("check over mTLS: %v\n%s", err, out)
 	}
 	for name, args := range map[string][]string{
 		"plaintext":          nil,
-		"no client cert":     {"--tls-ca", f.client("ca.crt")},
-		"cert of another CA": {"--tls-ca", f.client("ca.crt"), "--tls-cert", f.client("stranger.crt"), "--tls-key", f.client("stranger.key")},
+		"no client cert":     {"--tls-ca", f.Path("ca.crt")},
+		"cert of another CA": {"--tls-ca", f.Path("ca.crt"), "--tls-cert", f.Path("stranger.crt"), "--tls-key", f.Path("stranger.key")},
 	} {
 		if out, err := check(args...); err == nil {
 			t.Errorf("%s: check answered:\n%s", name, out)
@@ -115,15 +109,15 @@ func TestServeTLS(t *testing.T) {
 
 	// The kubelet's swap of the Secret: new handshakes get "two", the
 	// connection open keeps answering.
-	two := f.ca.Server(t, "two")
-	f.sec.Update(t, map[string][]byte{"tls.crt": two.Cert, "tls.key": two.Key, "ca.crt": f.ca.PEM})
+	two := f.CA.Server(t, "two")
+	f.sec.Update(t, map[string][]byte{"tls.crt": two.Cert, "tls.key": two.Key, "ca.crt": f.CA.PEM})
 	waitFor(t, eventually, "the new certificate", func() bool { return f.handshakeCN(t, s.grpcAddr) == "two" })
 	if err := shouldRateLimit(); err != nil {
 		t.Fatalf("ShouldRateLimit on the connection opened before the swap: %v", err)
 	}
 
 	// A key that does not match: "two" stays, the failure is counted.
-	f.sec.Update(t, map[string][]byte{"tls.crt": f.ca.Server(t, "three").Cert, "tls.key": two.Key, "ca.crt": f.ca.PEM})
+	f.sec.Update(t, map[string][]byte{"tls.crt": f.CA.Server(t, "three").Cert, "tls.key": two.Key, "ca.crt": f.CA.PEM})
 	waitFor(t, eventually, "the failed reload counted", func() bool {
 		_, m := httpGet(t, "http://"+s.httpAddr+"/metrics")
 		return strings.Contains(m, `flashgate_tls_reloads_total{result="error"} 1`)

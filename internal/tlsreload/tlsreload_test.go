@@ -156,16 +156,8 @@ func reloads(t *testing.T, reg *prometheus.Registry, result string) float64 {
 // TestMTLS: with a CA the server requires a client certificate signed by
 // it; ClientConfig sends one and verifies the server against the CA.
 func TestMTLS(t *testing.T) {
-	ca, other := tlstest.NewCA(t, "test CA"), tlstest.NewCA(t, "other CA")
-	dir := t.TempDir()
-	srv, cli, stranger := ca.Server(t, "server"), ca.Client(t, "client"), other.Client(t, "stranger")
-	tlstest.Write(t, dir, map[string][]byte{
-		"srv.crt": srv.Cert, "srv.key": srv.Key, "ca.crt": ca.PEM,
-		"cli.crt": cli.Cert, "cli.key": cli.Key, "stranger.crt": stranger.Cert, "stranger.key": stranger.Key,
-		"other-ca.crt": other.PEM,
-	})
-	p := func(name string) string { return dir + "/" + name }
-	sr, err := tlsreload.New(tlsreload.Options{Files: tlsreload.Files{Cert: p("srv.crt"), Key: p("srv.key"), CA: p("ca.crt")}})
+	p := tlstest.NewPKI(t).Path
+	sr, err := tlsreload.New(tlsreload.Options{Files: tlsreload.Files{Cert: p("tls.crt"), Key: p("tls.key"), CA: p("ca.crt")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +177,10 @@ func TestMTLS(t *testing.T) {
 		files tlsreload.Files
 		ok    bool
 	}{
-		"client cert":          {tlsreload.Files{Cert: p("cli.crt"), Key: p("cli.key"), CA: p("ca.crt")}, true},
+		"client cert":          {tlsreload.Files{Cert: p("client.crt"), Key: p("client.key"), CA: p("ca.crt")}, true},
 		"no client cert":       {tlsreload.Files{CA: p("ca.crt")}, false},
 		"cert of another CA":   {tlsreload.Files{Cert: p("stranger.crt"), Key: p("stranger.key"), CA: p("ca.crt")}, false},
-		"server of another CA": {tlsreload.Files{Cert: p("cli.crt"), Key: p("cli.key"), CA: p("other-ca.crt")}, false},
+		"server of another CA": {tlsreload.Files{Cert: p("client.crt"), Key: p("client.key"), CA: p("other-ca.crt")}, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := dial(t, addr, client(tc.files))

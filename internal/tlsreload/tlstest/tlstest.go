@@ -179,3 +179,30 @@ func serial(t testing.TB) *big.Int {
 	}
 	return n
 }
+
+// PKI is a test PKI written into Dir: the CA in "ca.crt"; a server
+// certificate of it for the loopback addresses (common name "server") in
+// "tls.crt" and "tls.key"; a client certificate of it (common name
+// "client") in "client.crt" and "client.key"; and a client certificate of
+// Other, another CA (in "other-ca.crt"), in "stranger.crt" and
+// "stranger.key".
+type PKI struct {
+	Dir       string
+	CA, Other *CA
+}
+
+// NewPKI writes a new PKI into a directory under t.TempDir().
+func NewPKI(t testing.TB) *PKI {
+	t.Helper()
+	p := &PKI{Dir: t.TempDir(), CA: NewCA(t, "test CA"), Other: NewCA(t, "other CA")}
+	srv, cli, stranger := p.CA.Server(t, "server"), p.CA.Client(t, "client"), p.Other.Client(t, "stranger")
+	Write(t, p.Dir, map[string][]byte{
+		"ca.crt": p.CA.PEM, "tls.crt": srv.Cert, "tls.key": srv.Key,
+		"client.crt": cli.Cert, "client.key": cli.Key,
+		"other-ca.crt": p.Other.PEM, "stranger.crt": stranger.Cert, "stranger.key": stranger.Key,
+	})
+	return p
+}
+
+// Path returns the path of file name in the PKI's directory.
+func (p *PKI) Path(name string) string { return filepath.Join(p.Dir, name) }
