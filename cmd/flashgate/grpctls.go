@@ -68,5 +68,5 @@ func (g *grpcTLS) start(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	wg.Go(func() { _ = g.files.Watch(ctx, 0) })
-	wg.Go(func() { onSIGHUP(ctx, func() { _, _ = g.files.Reload() }) })
+	wg.Go(func() { onSIGHUP(ctx, func() { _ = g.files.Load() }) })
 }

@@ -179,13 +179,26 @@ func (r *Reloader) stat() []stamp {
 // Reload reloads the files if any changed since the last attempt, and
 // reports whether it did so, and the error that kept the material in force.
 // An attempt that failed is not repeated until a file changes again. It is
-// safe to call concurrently with Watch (on SIGHUP, say).
+// safe to call concurrently with Watch.
 func (r *Reloader) Reload() (bool, error) {
+	return r.reload(false)
+}
+
+// Load reloads the files now, changed or not (a rewrite in place within
+// one tick of the file system's clock, at the same size, looks unchanged to
+// Reload), and returns the error that kept the material in force. It is
+// what SIGHUP should call.
+func (r *Reloader) Load() error {
+	_, err := r.reload(true)
+	return err
+}
+
+func (r *Reloader) reload(force bool) (bool, error) {
 	r.reloading.Lock()
 	defer r.reloading.Unlock()
 	st := r.stat()
 	r.mu.Lock()
-	changed := false
+	changed := force
 	for i := range st {
 		if !st[i].same(r.stamps[i]) {
 			changed = true
@@ -200,7 +213,7 @@ func (r *Reloader) Reload() (bool, error) {
 	m, err := load(r.files)
 	if err != nil {
 		r.count("error")
-		r.log.Error("tls files changed but could not be loaded; keeping the certificate in force", "files", r.name, "error", err)
+		r.log.Error("tls files could not be loaded; keeping the certificate in force", "files", r.name, "error", err)
 		return false, err
 	}
 	r.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -280,5 +281,42 @@ func TestWatchClientCA(t *testing.T) {
 	}
 	if got := reloads(t, reg, "ok"); got != 1 {
 		t.Errorf("reloads ok = %v, want 1", got)
+	}
+}
+
+// TestRewriteInPlace: files rewritten one after the other, not swapped: the
+// certificate alone does not match the key in force, which stays; the key
+// that follows completes the pair. Load reads the files unchanged too.
+func TestRewriteInPlace(t *testing.T) {
+	ca := tlstest.NewCA(t, "test CA")
+	one, two := ca.Server(t, "one"), ca.Server(t, "two")
+	dir := t.TempDir()
+	tlstest.Write(t, dir, map[string][]byte{"tls.crt": one.Cert, "tls.key": one.Key})
+	r, err := tlsreload.New(tlsreload.Options{Files: tlsreload.Files{Cert: dir + "/tls.crt", Key: dir + "/tls.key"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := func() string { return r.Certificate().Leaf.Subject.CommonName }
+	// Replace by rename, as editors and config tools do: a new inode, so
+	// the change is seen whatever the file system's clock.
+	replace := func(name string, b []byte) {
+		tlstest.Write(t, dir, map[string][]byte{name + ".new": b})
+		if err := os.Rename(dir+"/"+name+".new", dir+"/"+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replace("tls.crt", two.Cert)
+	if changed, err := r.Reload(); changed || err == nil || cn() != "one" {
+		t.Fatalf("the new certificate without its key: Reload = %v, %v, serving %q; want an error and one", changed, err, cn())
+	}
+	if changed, err := r.Reload(); changed || err != nil {
+		t.Fatalf("Reload with nothing changed since the failure = %v, %v; want false, nil", changed, err)
+	}
+	replace("tls.key", two.Key)
+	if changed, err := r.Reload(); !changed || err != nil || cn() != "two" {
+		t.Fatalf("the key following: Reload = %v, %v, serving %q; want two", changed, err, cn())
+	}
+	if err := r.Load(); err != nil || cn() != "two" {
+		t.Fatalf("Load of unchanged files = %v, serving %q", err, cn())
 	}
 }
