@@ -59,7 +59,7 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.api == "http" {
-				for _, name := range append([]string{"ip", "scheme", "context-extension"}, checkreq.TLSFlags...) {
+				for _, name := range append([]string{"ip", "scheme", "context-extension"}, checkreq.TLSFlagNames()...) {
 					if cmd.Flags().Changed(name) {
 						return fmt.Errorf("--%s applies to --api authz only: over HTTP the peer, scheme and route are the connection's", name)
 					}

@@ -188,8 +188,10 @@ func (t *TLS) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&t.ServerName, "tls-server-name", "", "gRPC: the name (or IP address) the server's certificate must carry (default: --addr's host)")
 }
 
-// TLSFlags are the names of the flags of AddFlags.
-var TLSFlags = []string{"tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name"}
+// TLSFlagNames returns the names of the flags of AddFlags.
+func TLSFlagNames() []string {
+	return []string{"tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name"}
+}
 
 // DialOptions returns the transport credentials of t for a server at
 // addr, for Dial: none (plaintext) for the zero TLS. Errors name the file.

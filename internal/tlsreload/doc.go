@@ -9,7 +9,8 @@
 // it reads and checks all the files together; a file that is unreadable,
 // unparsable or does not match its pair keeps the material in force, and
 // the failure is logged and counted in flashgate_tls_reloads_total
-// {result="error"}. The next change of any file is tried again.
+// {result="error"}. The next change of any file is tried again;
+// [Reloader.Load] reads the files whether or not they look changed.
 //
 // [Reloader.ServerConfig] is a server's tls.Config (mTLS when a CA is
 // given: client certificates required and verified against it);
