@@ -1,5 +1,6 @@
 // Package host is the server side of the flashgate process, owned by no
-// front-end: the gRPC server with its options and limits, gRPC health and
+// front-end: the gRPC server with its options, limits and optional TLS
+// (Options.TLS, e.g. a tlsreload.Reloader's ServerConfig), gRPC health and
 // reflection for every service on it, the HTTP server of /metrics,
 // /healthz and /readyz (and /debug/pprof/), the HTTP server of an HTTP
 // front-end (HTTP/1.1 and h2c), the listeners' connection caps, and the

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -111,6 +113,10 @@ type Options struct {
 	// flashgate_conns_shed_total with label listener="grpc", "http" or
 	// "http_authz".
 	GRPCMaxConns, HTTPMaxConns, HTTPAuthzMaxConns int
+	// TLS, when set, makes the gRPC listener serve TLS only (ext_authz,
+	// RLS, health and reflection alike); its GetConfigForClient may
+	// rotate the certificate and require client certificates (mTLS).
+	TLS *tls.Config
 	// Codec replaces grpc-go's proto codec on the gRPC server (a
 	// front-end's, such as one that repairs invalid UTF-8); nil keeps it.
 	Codec encoding.CodecV2
@@ -160,8 +166,12 @@ func New(opts Options) (*Host, error) {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
+	gopts := ServerOptions(opts.Codec)
+	if opts.TLS != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
 	h := &Host{
-		gs:     grpc.NewServer(ServerOptions(opts.Codec)...),
+		gs:     grpc.NewServer(gopts...),
 		health: health.NewServer(),
 		errc:   make(chan error, 3),
 	}

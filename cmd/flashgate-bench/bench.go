@@ -51,6 +51,7 @@ type benchOptions struct {
 	api         string // authz, rls or http
 	domain      string // --api rls: the request's domain
 	descKey     string // --api rls: the descriptor entry's key
+	tls         checkreq.TLS
 }
 
 // prebuildMax is the largest --users for which every user's request
@@ -120,6 +121,7 @@ serve's HTTP front-end that answers 200 to everything.`,
 	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis: report Redis's CPU time, commands and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
 	f.StringVar(&o.api, "api", "authz", "what to call: authz (ext_authz Check), rls (the rate limit service's ShouldRateLimit, as Envoy's ratelimit filter does: --domain, one descriptor --descriptor-key=<the user's uid>; --shape, --path, --method and --ip do not apply) or http (serve's HTTP front-end, --http-authz-addr, as Envoy's http_service asks it)")
 	f.StringVar(&o.domain, "domain", "flashsale", "--api rls: the request's domain")
+	o.tls.AddFlags(f)
 	f.StringVar(&o.descKey, "descriptor-key", "uid", "--api rls: the key of the descriptor's one entry, whose value is the user's uid (u0000000 ...); a comma-separated list sends one such descriptor per key (e.g. uid,device,ip: three limits per request, each per user)")
 	return cmd
 }
@@ -136,6 +138,9 @@ func (o benchOptions) validate() error {
 		}
 	default:
 		return fmt.Errorf("--api %q: want authz, rls or http", o.api)
+	}
+	if o.api == "http" && o.tls != (checkreq.TLS{}) {
+		return errors.New("--tls flags apply to gRPC (--api authz, rls) only")
 	}
 	if o.shape != "minimal" && o.shape != "envoy" {
 		return fmt.Errorf("--shape %q: want minimal or envoy", o.shape)
@@ -347,9 +352,13 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 				prebuilt[i] = rawMessage(append([]byte(nil), b...))
 			}
 		}
+		creds, err := o.tls.DialOptions(o.addr)
+		if err != nil {
+			return err
+		}
 		conns := make([]*grpc.ClientConn, o.connections)
 		for i := range conns {
-			c, err := checkreq.Dial(o.addr)
+			c, err := checkreq.Dial(o.addr, creds...)
 			if err != nil {
 				return err
 			}

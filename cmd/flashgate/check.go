@@ -31,6 +31,7 @@ type checkOptions struct {
 	count      int
 	json       bool
 	timeout    time.Duration
+	tls        checkreq.TLS
 }
 
 func newCheckCmd(e env) *cobra.Command {
@@ -48,6 +49,9 @@ as Envoy's ext_authz http_service does: the request itself, with --method,
 --path, --host and the -H headers; the client IP is check's own address
 (send -H 'x-forwarded-for: IP' to rules with trusted_hops).
 
+A TLS server is asked with --tls (the system roots), --tls-ca, and
+--tls-cert with --tls-key for mTLS (--api authz).
+
 A denial (429) is a valid answer: check exits non-zero only when a call fails
 (connection refused, timeout, gRPC error; over HTTP also a 400, 431 or 5xx).`,
 		Example: `  flashgate check --addr 127.0.0.1:9191 --path /api/coupon/1 -H 'x-uid: alice' -n 6
@@ -55,7 +59,7 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.api == "http" {
-				for _, name := range []string{"ip", "scheme", "context-extension"} {
+				for _, name := range append([]string{"ip", "scheme", "context-extension"}, checkreq.TLSFlagNames()...) {
 					if cmd.Flags().Changed(name) {
 						return fmt.Errorf("--%s applies to --api authz only: over HTTP the peer, scheme and route are the connection's", name)
 					}
@@ -80,6 +84,7 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
 	f.IntVarP(&o.count, "count", "n", 1, "number of requests to send")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per answer")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Second, "deadline of each call")
+	o.tls.AddFlags(f)
 	_ = cmd.MarkFlagRequired("path")
 	return cmd
 }
@@ -179,7 +184,11 @@ func checker(o checkOptions) (askFunc, func(), error) {
 			return askHTTP(ctx, client, base, n, spec)
 		}, client.CloseIdleConnections, nil
 	}
-	conn, err := checkreq.Dial(o.addr)
+	creds, err := o.tls.DialOptions(o.addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := checkreq.Dial(o.addr, creds...)
 	if err != nil {
 		return nil, nil, err
 	}

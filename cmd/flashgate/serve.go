@@ -32,6 +32,10 @@ with --http-authz-addr, the HTTP front-end (Envoy's ext_authz http_service,
 nginx auth_request, Caddy forward_auth, Traefik ForwardAuth), whose every
 request is a check decided by the same rules, limiter and failure modes.
 
+With --grpc-tls-cert and --grpc-tls-key, --grpc-addr serves TLS only, and
+mTLS with --grpc-tls-client-ca; the files are reloaded when they change (a
+bad new file keeps the certificate in force).
+
 Every flag can also be set as FLASHGATE_<FLAG> (upper case, - becomes _);
 flags win over the environment.
 
@@ -123,6 +127,10 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		return err
 	}
 	defer rlHTTP.close()
+	grpcTLS, err := newGRPCTLS(o, reg, log)
+	if err != nil {
+		return err
+	}
 	front, err := newHTTPFront(o, srv, cfg, reg, log)
 	if err != nil {
 		return err
@@ -144,7 +152,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	h, err := host.New(host.Options{
 		GRPC: grpcLis, HTTP: httpLis, GRPCMaxConns: o.grpcMaxConns, HTTPMaxConns: o.httpMaxConns,
 		HTTPAuthz: authzLis, HTTPAuthzHandler: authzHandler, HTTPAuthzMaxConns: o.httpAuthzMaxConns,
-		Codec: srv.Codec(), Registry: reg, Pprof: o.pprof,
+		Codec: srv.Codec(), Registry: reg, Pprof: o.pprof, TLS: grpcTLS.config(),
 	})
 	if err != nil {
 		grpcLis.Close()
@@ -157,7 +165,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	srv.Register(h)
 	// Listening, not serving yet: health turns SERVING once the backend is
 	// warm (waitBackend says so).
-	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
+	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "grpc_tls", grpcTLS.mode(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
 		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", cfg.Name,
 		"rls_http_addr", rlHTTP.addr())
 
@@ -168,6 +176,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if rlsSrv != nil {
 		rlHTTP.start(&wg, rlsSrv.srv, h.Serving, log)
 	}
+	grpcTLS.start(ctx, &wg)
 	wg.Go(func() { waitBackend(ctx, ready, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
 	rules := srv.Reloader(o.config) // "": the built-in example, nothing to watch

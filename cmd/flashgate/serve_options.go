@@ -59,6 +59,10 @@ type serveOptions struct {
 	httpMaxConns  int
 	grpcMaxConns  int
 
+	grpcTLSCert     string
+	grpcTLSKey      string
+	grpcTLSClientCA string
+
 	drainTimeout time.Duration
 	pprof        bool
 	logLevel     string
@@ -99,6 +103,9 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.warmupTimeout, "warmup-timeout", defaultWarmupTimeout, "redis: how long health may stay NOT_SERVING while Redis cannot be warmed up (down, or refusing writes); then serve anyway, by the failure mode, and keep warming in the background (0: wait for Redis however long)")
 	f.IntVar(&o.httpMaxConns, "http-max-conns", defaultHTTPMaxConns, "connections --http-addr keeps open at most; at the cap a new one closes the one idle the longest")
 	f.IntVar(&o.grpcMaxConns, "grpc-max-conns", defaultGRPCMaxConns, "connections --grpc-addr keeps open at most; at the cap a new one is closed at once")
+	f.StringVar(&o.grpcTLSCert, "grpc-tls-cert", "", "PEM certificate chain of --grpc-addr: serve TLS only, with --grpc-tls-key (both reloaded when they change, Secret symlink swaps too)")
+	f.StringVar(&o.grpcTLSKey, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
+	f.StringVar(&o.grpcTLSClientCA, "grpc-tls-client-ca", "", "PEM CA bundle: mTLS on --grpc-addr, every client must present a certificate signed by one of these CAs (reloaded when it changes)")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM: how long in-flight checks may take before the server stops")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on --http-addr (profiling; keep --http-addr private)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -262,6 +269,12 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	}
 	if o.grpcAddr == "" {
 		return nil, fmt.Errorf("--grpc-addr is empty")
+	}
+	if (o.grpcTLSCert == "") != (o.grpcTLSKey == "") {
+		return nil, fmt.Errorf("--grpc-tls-cert and --grpc-tls-key go together: give both or neither")
+	}
+	if o.grpcTLSClientCA != "" && o.grpcTLSCert == "" {
+		return nil, fmt.Errorf("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
 	}
 	return c, nil
 }

@@ -64,7 +64,8 @@ func TestServeEveryFlagHasItsVariable(t *testing.T) {
 		"redis-username", "redis-password", "redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "key-prefix",
 		"clock", "failure-mode", "ban-threshold", "ban-window", "ban-duration", "local-cache-size", "shadow",
 		"log-level", "log-format", "warmup-timeout", "http-max-conns", "grpc-max-conns",
-		"http-authz-addr", "http-authz-path-prefix", "http-authz-max-conns"}
+		"http-authz-addr", "http-authz-path-prefix", "http-authz-max-conns",
+		"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca"}
 	cmd := newServeCmd(env{lookupEnv: func(string) (string, bool) { return "", false }})
 	for _, name := range design {
 		f := cmd.Flags().Lookup(name)

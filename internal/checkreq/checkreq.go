@@ -2,15 +2,22 @@ package checkreq
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/spf13/pflag"
+
+	"github.com/flashgate/flashgate/internal/tlsreload"
 )
 
 // Spec describes the HTTP request an Envoy ext_authz filter would ask
@@ -134,14 +141,15 @@ func ParseIP(s string) (netip.Addr, error) {
 	return ip, nil
 }
 
-// Dial returns a plaintext gRPC client connection to the --addr value addr
-// ("host:port" or "unix:///path"). It does not connect until the first
-// call; the caller closes it.
-func Dial(addr string) (*grpc.ClientConn, error) {
+// Dial returns a gRPC client connection to the --addr value addr
+// ("host:port" or "unix:///path"), plaintext unless opts give transport
+// credentials (they follow the plaintext default). It does not connect
+// until the first call; the caller closes it.
+func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("--addr is empty")
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}
@@ -154,4 +162,54 @@ func NewID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
 	return hex.EncodeToString(b[:])
+}
+
+// TLS is the client side of TLS to a gRPC server, as the --tls* flags of
+// check and flashgate-bench give it. The zero value is plaintext.
+type TLS struct {
+	// On asks for TLS verified against the system roots; CA, Cert or Key
+	// imply it.
+	On bool
+	// CA is a PEM bundle to verify the server against; Cert and Key a
+	// client certificate and its key for mTLS.
+	CA, Cert, Key string
+	// ServerName is the name (or IP address) the server's certificate
+	// must carry; "": addr's host.
+	ServerName string
+}
+
+// AddFlags adds --tls, --tls-ca, --tls-cert, --tls-key and
+// --tls-server-name, setting t, to f (check's and flashgate-bench's).
+func (t *TLS) AddFlags(f *pflag.FlagSet) {
+	f.BoolVar(&t.On, "tls", false, "gRPC: connect with TLS, verifying the server against the system roots (implied by --tls-ca, --tls-cert)")
+	f.StringVar(&t.CA, "tls-ca", "", "gRPC: PEM CA bundle to verify the server's certificate against (implies --tls)")
+	f.StringVar(&t.Cert, "tls-cert", "", "gRPC: PEM client certificate for mTLS, with --tls-key (implies --tls)")
+	f.StringVar(&t.Key, "tls-key", "", "gRPC: PEM private key of --tls-cert")
+	f.StringVar(&t.ServerName, "tls-server-name", "", "gRPC: the name (or IP address) the server's certificate must carry (default: --addr's host)")
+}
+
+// TLSFlagNames returns the names of the flags of AddFlags.
+func TLSFlagNames() []string {
+	return []string{"tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name"}
+}
+
+// DialOptions returns the transport credentials of t for a server at
+// addr, for Dial: none (plaintext) for the zero TLS. Errors name the file.
+func (t TLS) DialOptions(addr string) ([]grpc.DialOption, error) {
+	if t == (TLS{}) {
+		return nil, nil
+	}
+	name := t.ServerName
+	if host, _, err := net.SplitHostPort(addr); err == nil && name == "" {
+		name = host
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: name}
+	if t.CA != "" || t.Cert != "" || t.Key != "" {
+		r, err := tlsreload.New(tlsreload.Options{Files: tlsreload.Files{Cert: t.Cert, Key: t.Key, CA: t.CA}})
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
+		}
+		cfg = r.ClientConfig(name)
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, nil
 }
