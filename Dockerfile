@@ -4,7 +4,7 @@
 #   docker run --rm flashgate:dev --help        (ENTRYPOINT is "flashgate serve")
 # The binary is at /bin/ratelimit too: run by that name (Envoy Gateway's
 # command: /bin/ratelimit) it is `flashgate ratelimit`, configured by
-# envoyproxy/ratelimit's environment variables (README: "Envoy Gateway: swap the image").
+# envoyproxy/ratelimit's environment variables (docs/ratelimit.md).
 
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src

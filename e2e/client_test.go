@@ -206,7 +206,7 @@ func mustAllowed(t testing.TB, a answer, wantLimit int, what string) {
 	}
 }
 
-// mustDenied fails unless a is a denial as the README spells it:
+// mustDenied fails unless a is a denial as docs/configuration.md spells it:
 // RESOURCE_EXHAUSTED, HTTP 429, retry-after ≥ 1 whole seconds,
 // x-ratelimit-limit (wantLimit unless 0), x-ratelimit-remaining 0,
 // x-ratelimit-reset, RateLimit-Policy and RateLimit with the refusing rule
@@ -235,7 +235,7 @@ func (a answer) denier() string {
 	return body.Rule
 }
 
-// checkDeniedShape checks a denial's HTTP response against the README's contract.
+// checkDeniedShape checks a denial's HTTP response against the documented contract (docs/configuration.md).
 func checkDeniedShape(a answer, wantLimit int) error {
 	d := a.Resp.GetDeniedResponse()
 	if d == nil {

@@ -3,7 +3,7 @@
 // _test.go files.
 //
 // The tests treat flashgate as a black box, through the contracts of
-// the README only (CLI, flags, responses, metrics): TestMain builds ./cmd/flashgate once (with -race when the
+// the README and docs/ only (CLI, flags, responses, metrics): TestMain builds ./cmd/flashgate once (with -race when the
 // tests run with -race), every test starts its own `flashgate serve`
 // processes on free loopback ports and its own redis-server processes
 // (window/redistest), talks to them over ext_authz gRPC, grpc.health.v1 and

@@ -10,7 +10,7 @@ import (
 
 // FrontEnd names a front-end in the core's metrics. Each front-end counts
 // into a set of its own, under the names it has always exported (a user
-// contract, in the README): ext_authz's unprefixed, the ratelimit
+// contract, in docs/operations.md): ext_authz's unprefixed, the ratelimit
 // service's flashgate_rls_*.
 type FrontEnd uint8
 

@@ -6,7 +6,7 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
-// metrics are ext_authz's own Prometheus metrics, listed in the README:
+// metrics are ext_authz's own Prometheus metrics, listed in docs/operations.md:
 // flashgate_checks_total and flashgate_check_duration_seconds, registered
 // by the core with its own (enforce.FrontMetrics; the Reloader counts
 // flashgate_config_reloads_total). Labels never carry request values: rule and

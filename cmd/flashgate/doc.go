@@ -1,6 +1,6 @@
 // Command flashgate is an Envoy ext_authz (gRPC, API v3) server enforcing
 // exact sliding-window-log rate limits on Redis or in memory, and the
-// operator tools around it. The README holds the command-line contract.
+// operator tools around it. docs/configuration.md holds the command-line contract.
 //
 //	flashgate serve     the server; every flag also as FLASHGATE_<FLAG>
 //	flashgate check     an ext_authz client: one CheckRequest, n times, one line per answer

@@ -4,7 +4,7 @@ package main
 // (Envoy Gateway's Deployment runs /bin/ratelimit) or with the ratelimit
 // command, serve is configured by ratelimit's environment variables
 // (its src/settings/settings.go). ratelimitVars is the whole mapping, one
-// row per variable and serve flag: the README's table is checked against
+// row per variable and serve flag: docs/ratelimit.md's table is checked against
 // it. A variable that is set but not honoured (no flag for it, or a flag
 // this build lacks, or a value flashgate cannot follow) is logged once at
 // start, in one line that names each with its reason. Precedence: command
@@ -54,7 +54,7 @@ type ratelimitVar struct {
 	// flag is the serve flag the row sets; "" when none (see value).
 	flag string
 	// note says how the value maps to the flag, or why the variable is not
-	// honoured (the README's table and the start-up log).
+	// honoured (docs/ratelimit.md's table and the start-up log).
 	note string
 	// value returns the flag's value from the variable's v and, through
 	// get, the others' (defaults applied); set false leaves the flag. An
@@ -435,9 +435,8 @@ func newRatelimitCmd(e env) *cobra.Command {
 	cmd.Long = `ratelimit runs serve configured by envoyproxy/ratelimit's environment
 variables (REDIS_URL, GRPC_PORT, PORT, RUNTIME_ROOT, ...), so that flashgate's
 image can replace ratelimit's (Envoy Gateway: command /bin/ratelimit). The
-binary runs this command when it is called ratelimit. The README's table
-"Envoy Gateway: swap the image" lists every variable with the serve flag it
-sets; a variable set but not honoured is logged once at start.
+binary runs this command when it is called ratelimit. The table in
+docs/ratelimit.md lists every variable with the serve flag it sets; a variable set but not honoured is logged once at start.
 
 RLS (envoy.service.ratelimit.v3) and ext_authz on GRPC_HOST:GRPC_PORT
 (default 0.0.0.0:8081); GET /healthcheck and POST /json on HOST:PORT

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// serveOptions are the flags of serve (the README's table), each also settable as
+// serveOptions are the flags of serve (docs/configuration.md's table), each also settable as
 // FLASHGATE_<FLAG>.
 type serveOptions struct {
 	config   string

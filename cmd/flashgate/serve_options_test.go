@@ -59,7 +59,7 @@ func TestServeEnvBindingErrors(t *testing.T) {
 }
 
 func TestServeEveryFlagHasItsVariable(t *testing.T) {
-	// serve's documented flags (the README's table); each must exist and be bound.
+	// serve's documented flags (docs/configuration.md's table); each must exist and be bound.
 	design := []string{"config", "grpc-addr", "http-addr", "backend", "redis-addr", "redis-mode", "redis-master-name",
 		"redis-username", "redis-password", "redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "key-prefix",
 		"clock", "failure-mode", "ban-threshold", "ban-window", "ban-duration", "local-cache-size", "shadow",
