@@ -45,12 +45,12 @@ func (b docBlock) where() string {
 }
 
 // docFiles lists the Markdown files whose examples the tests check: the
-// README, the wiring READMEs and every page under docs/ (and a chart's
-// README), whichever exist.
+// README, BENCHMARKS.md, the wiring READMEs and every page under docs/ (and
+// a chart's README), whichever exist.
 func docFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, f := range []string{"../../README.md", "../../envoy/README.md", "../../k8s/README.md"} {
+	for _, f := range []string{"../../README.md", "../../BENCHMARKS.md", "../../envoy/README.md", "../../k8s/README.md"} {
 		if _, err := os.Stat(f); err == nil {
 			files = append(files, f)
 		}
