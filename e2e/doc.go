@@ -1,5 +1,5 @@
-// Package e2e holds flashgate's end-to-end fault and abuse tests (issue 5,
-// "Faults and bad input"). It has no library code: everything is in the
+// Package e2e holds flashgate's end-to-end fault and abuse tests: Redis and
+// sidecars killed, slowed and restarted, floods and bad input. It has no library code: everything is in the
 // _test.go files.
 //
 // The tests treat flashgate as a black box, through the contracts of

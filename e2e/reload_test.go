@@ -12,7 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// reloadWithin is how soon a changed descriptors file must apply (issue 5).
+// reloadWithin is how soon a changed descriptors file must apply.
 const reloadWithin = 2 * time.Second
 
 // giveUp bounds how long a test waits for a reload to show: far past

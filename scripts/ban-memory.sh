@@ -1,5 +1,5 @@
 #!/bin/bash
-# Redis memory per fleet-wide ban in force (issue 24; BENCHMARKS.md "What a fleet-wide ban costs").
+# Redis memory per fleet-wide ban in force (BENCHMARKS.md, "Fleet-wide bans").
 # usage: scripts/ban-memory.sh PORT [N]      (a redis-server must listen on PORT; it is flushed)
 # Writes N bans (default 100000) as FleetBans.Add does, on keys shaped as serve makes them
 # ("fg:{6 hex}:coupon_per_uid:user-I"): SET <K>!ban <ms> PXAT <ms> and ZADD fg:bans <ms> <K>, one hour

@@ -1,5 +1,5 @@
 #!/bin/bash
-# CPU cost per check, server and Redis (issue 11; BENCHMARKS.md §8).
+# CPU cost per check, server and Redis (BENCHMARKS.md: CPU per check, Redis cost, latency at a fixed rate).
 # usage: scripts/bench-cost.sh OUTDIR ROUNDS BIN...      (build first: go build -o /tmp/fg ./cmd/flashgate)
 #
 # For each round and each flashgate binary (alternating, so that a busy machine hits every binary alike) it

@@ -1,5 +1,6 @@
 #!/bin/bash
-# End-to-end runs of BENCHMARKS.md §5 (§2 before it), all in one sitting with the same bench flags.
+# End-to-end runs of the do-nothing server, serve on memory and serve on Redis (uniform and attack), all in one
+# sitting with the same bench flags.
 # Build first: go build -o /tmp/fg ./cmd/flashgate        usage: scripts/bench-e2e.sh BIN OUTDIR
 # The load generator and the no-op server are flashgate-bench: $BENCH, or built here from this checkout.
 #

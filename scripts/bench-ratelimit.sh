@@ -1,6 +1,6 @@
 #!/bin/bash
-# CPU cost per check of flashgate against envoyproxy/ratelimit, same load, same Redis (issue 11;
-# BENCHMARKS.md §9).
+# CPU cost per check of flashgate against envoyproxy/ratelimit, same load, same Redis
+# (BENCHMARKS.md, "CPU per check, against envoyproxy/ratelimit").
 # usage: scripts/bench-ratelimit.sh OUTDIR ROUNDS FLASHGATE_BIN [RATELIMIT_BIN]
 #   FLASHGATE_BIN: go build -o /tmp/fg ./cmd/flashgate
 #   the load generator: flashgate-bench, $BENCH or built here from this checkout

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Redis CPU per request of flashgate's script against the textbook one (issue 11; BENCHMARKS.md §8),
+# Redis CPU per request of flashgate's script against the textbook one (BENCHMARKS.md, "Redis cost per check"),
 # the recipe of the textbook's README: redis-benchmark, 50 clients, keys rl:<random of RANGE>, CPU from
 # INFO cpu over the calls.
 # usage: scripts/redis-cost.sh PORT TEXTBOOK.lua [ROUNDS]     (a redis-server must listen on PORT)

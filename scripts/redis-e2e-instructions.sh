@@ -1,5 +1,5 @@
 #!/bin/bash
-# Redis's instructions per check end to end (BENCHMARKS.md §17): `flashgate serve` on a redis-server run under
+# Redis's instructions per check end to end (BENCHMARKS.md, "Redis cost per check"): `flashgate serve` on a redis-server run under
 # valgrind's callgrind, driven by flashgate-bench at a fixed rate. Unlike CPU time (scripts/bench-cost.sh), the
 # count does not move with the box's load, so two binaries' scripts can be compared end to end on a shared box.
 # usage: scripts/redis-e2e-instructions.sh OUTDIR ROUNDS BIN...   (needs valgrind; build each BIN first)

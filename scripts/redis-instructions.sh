@@ -1,6 +1,6 @@
 #!/bin/bash
-# Redis's instructions per request of flashgate's script against the textbook one (issue 11; BENCHMARKS.md
-# §12, §13), counted by valgrind's callgrind: unlike CPU time, the count does not move with the machine's load,
+# Redis's instructions per request of flashgate's script against the textbook one (BENCHMARKS.md,
+# "Redis cost per check"), counted by valgrind's callgrind: unlike CPU time, the count does not move with the machine's load,
 # so a change to window/redisstore/redis.lua can be compared on a shared box in one run.
 # usage: scripts/redis-instructions.sh [PORT]         (needs valgrind: Debian's valgrind package)
 # Starts its own redis-server under callgrind on PORT (default 63950), and for each case runs

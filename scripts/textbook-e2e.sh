@@ -1,5 +1,5 @@
 #!/bin/bash
-# The textbook script served end to end the way flashgate serves its own (issue 11; BENCHMARKS.md §12).
+# The textbook script served end to end the way flashgate serves its own (BENCHMARKS.md, "Redis cost per check").
 # usage: scripts/textbook-e2e.sh OUTDIR ROUNDS
 #
 # Builds two binaries of this checkout's HEAD in a throwaway worktree (and the load generator, flashgate-bench,

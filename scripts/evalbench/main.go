@@ -1,6 +1,6 @@
 // Command evalbench drives one Redis script the way redis-benchmark drives a
-// command, for scripts/redis-cost.sh and scripts/redis-instructions.sh (issue
-// 11; BENCHMARKS.md §13): flashgate's script takes a binary hit spec, which
+// command, for scripts/redis-cost.sh and scripts/redis-instructions.sh
+// (BENCHMARKS.md, "Redis cost per check"): flashgate's script takes a binary hit spec, which
 // redis-benchmark cannot send (its arguments are C strings). It is a
 // measurement tool, not part of flashgate.
 //

@@ -54,7 +54,7 @@
 -- call, so the functions live in helpers() and buckets(), made by the first request that needs
 -- them, and a one-key request is decided in place, with its fresh key's ZADD and PEXPIRE inline:
 -- folding it into the several-keys loop or its key into the helpers costs a lone call more than
--- 5% of its instructions (BENCHMARKS.md §15).
+-- 5% of its instructions (BENCHMARKS.md, "Redis cost per check": the one-key path).
 
 -- helpers returns the functions of every path but a one-key request's fresh exact key, made by
 -- a call's first request that needs one. Its field B, the bucketed keys' functions, is made by
