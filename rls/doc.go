@@ -56,12 +56,20 @@
 // answers OVER_LIMIT if any is over. shadow_mode descriptors never deny.
 //
 // Statuses: each descriptor whose window the decision counted reports that
-// window's own numbers (window.HitReporter): limit_remaining exact, and when
-// over its limit duration_until_reset the time until it admits again, else
-// the window's length (a sliding window has no fixed reset). Where no
-// window was counted (the guard of window/guard refused on another
-// descriptor's full window, or the backend failed), only the refusing
-// descriptor's numbers are exact; the others report OK with 0 remaining.
+// window's own numbers (window.HitReporter): limit_remaining exact, and
+// duration_until_reset, over its limit, the time until it admits again,
+// else the time until its window's oldest counted admission leaves it
+// (window.HitReport.Reset: one more request fits then), which ticks down
+// as ratelimit's fixed window's does; the window's length when unknown.
+// duration_until_reset is whole seconds, rounded up, at least 1: Envoy's
+// x-ratelimit-reset reads its seconds alone. Where no window was counted
+// (the guard of window/guard refused on another descriptor's full window,
+// a penalty box, or the backend failed), only the refusing descriptor's
+// numbers are exact: on a refusal the others carry no current_limit, so
+// that Envoy's x-ratelimit headers, taken from the status with a
+// current_limit and the fewest remaining (the first among equals), name
+// the refusing limit; on an admission they report 0 remaining or the
+// binding hit's.
 //
 // Under the core's shadow (enforce.Options.Shadow: --shadow, ratelimit's
 // global SHADOW_MODE) the overall code is OK while an over-limit
