@@ -21,9 +21,12 @@
 // (ratelimit's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY layout), else dir/*.yaml
 // and dir/*.yml; dot files are skipped. One domain per file, in
 // ratelimit's schema: domain, descriptors (nested), key, value (exact, or a
-// prefix with a trailing *), rate_limit {unit, requests_per_unit,
-// unit_multiplier, name, unlimited, replaces: [{name}]}, shadow_mode,
-// share_threshold, detailed_metric, value_to_metric. Units: second, minute,
+// wildcard: each * matches any run of characters, as in foo*bar or a
+// trailing prefix*), rate_limit {unit, requests_per_unit, unit_multiplier,
+// name, unlimited, replaces: [{name}]}, shadow_mode, share_threshold,
+// detailed_metric, value_to_metric, quota_mode (enforced as an ordinary
+// limit, logged when loaded), metadata (any YAML, ignored: flashgate sends
+// no dynamic metadata). Units: second, minute,
 // hour, day, week (month and year are refused: flashgate's windows are at
 // most window.MaxWindow). Loading refuses what ratelimit refuses (empty or
 // duplicate domain, empty key, duplicate key and value at one level, bad
@@ -35,7 +38,8 @@
 //
 // As ratelimit's GetLimit: for each entry of a request descriptor, the
 // config entry with its key and value, else the first wildcard of its key
-// whose prefix the value has, else the entry of the key without a value;
+// (in file order) that the value matches, else the entry of the key
+// without a value;
 // the limit is the last entry's node's. A descriptor's own limit override
 // replaces the config's (when its unit is one flashgate enforces). A rule
 // named in another matched rule's replaces is dropped. unlimited matches and

@@ -179,6 +179,10 @@ func (s *Server) install(cfg *Config) {
 		rules += len(d.rules)
 	}
 	s.log.Info("ratelimit config loaded", "dir", cfg.Dir, "domains", len(cfg.domains), "rules", rules)
+	if quota := cfg.quotaRules(); len(quota) > 0 {
+		s.log.Warn("quota_mode is enforced as an ordinary limit: these rules refuse a request when over, whatever the other quota rules say",
+			"dir", cfg.Dir, "rules", quota)
+	}
 }
 
 // ShouldRateLimit implements the RateLimitService. As ratelimit, it
