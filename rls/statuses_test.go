@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -179,4 +180,31 @@ descriptors:
 	if b := envoyBinding(resp.GetStatuses()); b != 1 {
 		t.Fatalf("Envoy would take its headers from status %d, want 1; statuses %v", b, resp.GetStatuses())
 	}
+}
+
+// TestReloadNotified: a config directory's change is installed on a
+// file-system notification, with a poll far too slow to matter: a file
+// added to the config subdirectory (ratelimit's runtime layout).
+func TestReloadNotified(t *testing.T) {
+	dir := t.TempDir()
+	sub := dir + "/config"
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sub+"/a.yaml", []byte(domainYAML("a", "x")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newMemoryServer(t, cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Reloader(dir).Watch(ctx, time.Hour) }()
+	defer func() { cancel(); <-done }()
+	if err := os.WriteFile(sub+"/b.yaml", []byte(domainYAML("b", "y")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "domain b, told by a notification", func() bool { return s.Config().domains["b"] != nil })
 }
