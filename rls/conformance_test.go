@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -280,15 +279,7 @@ func TestConformance(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					for i, c := range calls {
-						for k := range max(c.times, 1) {
-							resp, err := s.ShouldRateLimit(context.Background(), c.req)
-							if err != nil {
-								t.Fatalf("call %d (#%d): %v", i, k+1, err)
-							}
-							checkResponse(t, fmt.Sprintf("call %d (#%d)", i, k+1), resp, c)
-						}
-					}
+					run(t, s, calls)
 				})
 			}
 		})

@@ -323,14 +323,24 @@ func describeResponse(n int, resp *authv3.CheckResponse, latency time.Duration) 
 }
 
 func headerMap(opts []*corev3.HeaderValueOption) map[string]string {
-	if len(opts) == 0 {
+	hs := make([]*corev3.HeaderValue, len(opts))
+	for i, o := range opts {
+		hs[i] = o.GetHeader()
+	}
+	return headerValueMap(hs)
+}
+
+// headerValueMap maps headers by lower-case name, a repeated name's values
+// joined with ", "; nil for none.
+func headerValueMap(hs []*corev3.HeaderValue) map[string]string {
+	if len(hs) == 0 {
 		return nil
 	}
-	m := make(map[string]string, len(opts))
-	for _, o := range opts {
-		k, v := strings.ToLower(o.GetHeader().GetKey()), o.GetHeader().GetValue()
-		if v == "" && len(o.GetHeader().GetRawValue()) > 0 {
-			v = string(o.GetHeader().GetRawValue())
+	m := make(map[string]string, len(hs))
+	for _, h := range hs {
+		k, v := strings.ToLower(h.GetKey()), h.GetValue()
+		if v == "" && len(h.GetRawValue()) > 0 {
+			v = string(h.GetRawValue())
 		}
 		if old, ok := m[k]; ok {
 			v = old + ", " + v

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -82,8 +81,8 @@ func describeRLS(n int, resp *rlsv3.RateLimitResponse, latency time.Duration) ch
 	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 		res.Allowed, res.Status, res.Body = false, 429, string(resp.GetRawBody())
 	}
-	res.Headers = rlsHeaderMap(resp.GetResponseHeadersToAdd())
-	res.UpstreamHeaders = rlsHeaderMap(resp.GetRequestHeadersToAdd())
+	res.Headers = headerValueMap(resp.GetResponseHeadersToAdd())
+	res.UpstreamHeaders = headerValueMap(resp.GetRequestHeadersToAdd())
 	for _, st := range resp.GetStatuses() {
 		s := rlsStatus{Code: st.GetCode().String(), Remaining: st.GetLimitRemaining(), ResetSeconds: st.GetDurationUntilReset().AsDuration().Seconds()}
 		if l := st.GetCurrentLimit(); l != nil {
@@ -92,22 +91,4 @@ func describeRLS(n int, resp *rlsv3.RateLimitResponse, latency time.Duration) ch
 		res.Statuses = append(res.Statuses, s)
 	}
 	return res
-}
-
-func rlsHeaderMap(hs []*corev3.HeaderValue) map[string]string {
-	if len(hs) == 0 {
-		return nil
-	}
-	m := make(map[string]string, len(hs))
-	for _, h := range hs {
-		k, v := strings.ToLower(h.GetKey()), h.GetValue()
-		if v == "" && len(h.GetRawValue()) > 0 {
-			v = string(h.GetRawValue())
-		}
-		if old, ok := m[k]; ok {
-			v = old + ", " + v
-		}
-		m[k] = v
-	}
-	return m
 }
