@@ -304,5 +304,10 @@ func checkResponse(t *testing.T, what string, resp *rlsv3.RateLimitResponse, c s
 		if w.limit > 0 && (got.GetCurrentLimit() == nil) {
 			t.Fatalf("%s: status %d has no current_limit", what, i)
 		}
+		// A limit's reset: whole seconds, at least 1, at most its window
+		// (a week, the longest here).
+		if d := got.GetDurationUntilReset(); got.GetCurrentLimit() != nil && (d.GetNanos() != 0 || d.GetSeconds() < 1 || d.GetSeconds() > 7*24*3600) {
+			t.Fatalf("%s: status %d duration_until_reset %v, want whole seconds from 1 to a week", what, i, d.AsDuration())
+		}
 	}
 }

@@ -208,3 +208,31 @@ func TestReloadNotified(t *testing.T) {
 	}
 	waitUntil(t, "domain b, told by a notification", func() bool { return s.Config().domains["b"] != nil })
 }
+
+// TestAdmitResetTicksOnRedis: on Redis (its TIME), an admitted
+// descriptor's duration_until_reset is when the oldest admission leaves
+// the window, so a later admission's is shorter than the window.
+func TestAdmitResetTicksOnRedis(t *testing.T) {
+	_, red := startRedis(t, 2*time.Second)
+	keys, err := window.NewKeys("ticks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, loadGood(t), testOptions{Options: Options{Keys: keys}, coreOptions: coreOptions{Limiter: red, Registerer: prometheus.NewRegistry()}})
+	req := request("basic", desc("remote_address", "192.0.2.1")) // 3 a minute
+	first, err := s.ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := untilResetOf(t, first, 0); got != 60 {
+		t.Fatalf("first admission: reset %ds, want the window, 60s", got)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	second, err := s.ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := untilResetOf(t, second, 0); got < 1 || got > 59 {
+		t.Fatalf("admission over a second later: reset %ds, want when the first leaves, 1..59s", got)
+	}
+}
