@@ -24,7 +24,8 @@
 // business.
 //
 // A [Reloader] keeps a front-end's config in step with its file or
-// directory (one poll interval, one last-good rule, one count of reloads);
+// directory (file-system notifications and a poll, one last-good rule,
+// one count of reloads);
 // the front-end only reads, parses and installs.
 //
 // The rule fields both config formats share are checked here too, once:

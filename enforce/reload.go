@@ -1,29 +1,44 @@
 package enforce
 
 // A Reloader keeps one front-end's config in step with a file or a
-// directory. It polls: every interval it reads the config whole (the
-// front-end's Read follows symlinks, so a Kubernetes ConfigMap's atomic
-// ..data swap is seen like any write), hashes it, and parses and installs
-// it only when the hash differs from the config in force. The last good
-// config stays in force whatever comes next: a bad config (refused by the
-// front-end's parser, FILE:LINE:COL) or one that cannot be read (vanished, a
-// directory, a symlink loop) is logged and counted once, and polled again
-// without a word until it changes. Reload, for SIGHUP, reads, reports and
-// counts every time.
+// directory. It is told of changes by file-system notifications (inotify,
+// through fsnotify) on the directories the config lives in, and it polls:
+// every interval, and a short settle after a burst of notifications, it
+// reads the config whole (the front-end's Read follows symlinks, so a
+// Kubernetes ConfigMap's atomic ..data swap is seen like any write), hashes
+// it, and parses and installs it only when the hash differs from the config
+// in force. The poll catches what notifications miss (a file system
+// without them, a watch lost with its directory, a symlink into a
+// directory not watched); a directory that cannot be watched is tried again
+// at every poll. The last good config stays in force whatever comes next: a
+// bad config (refused by the front-end's parser, FILE:LINE:COL) or one that
+// cannot be read (vanished, a directory, a symlink loop) is logged and
+// counted once, and read again without a word until it changes. Reload,
+// for SIGHUP, reads, reports and counts every time.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultPollInterval is how often a Reloader looks at its config.
+// DefaultPollInterval is how often a Reloader looks at its config without
+// being told of a change.
 const DefaultPollInterval = 500 * time.Millisecond
+
+// NotifySettle is how long a Reloader waits after a file-system
+// notification, for the writes of one change to end, before it reads the
+// config: a burst of events is one read.
+const NotifySettle = 50 * time.Millisecond
 
 // ErrNoPath is returned by Reload when the config came from no file or
 // directory (a built-in one).
@@ -44,6 +59,10 @@ type Source[T any] struct {
 	// Install parses content read from path and puts it in force. On an
 	// error the config in force stays.
 	Install func(path string, content T) error
+	// Dirs returns the directories whose changes may change the config
+	// at path, for notifications; nil means path's own directory (path
+	// itself when it is one).
+	Dirs func(path string) []string
 }
 
 // Reloader reloads one front-end's config from a file or a directory (see
@@ -57,6 +76,8 @@ type Reloader struct {
 	// read reads the config and returns its hash and the install of what
 	// it read.
 	read func() (sum [32]byte, install func() error, err error)
+	// dirs are the directories to watch for notifications.
+	dirs func() []string
 
 	// mu is held for a whole reload (read, parse, install), so that SIGHUP
 	// and the watch install their configs in order; it guards the fields
@@ -71,8 +92,13 @@ type Reloader struct {
 // logs on the core's logger. An empty path is a config from no file:
 // Reload returns ErrNoPath and Watch only waits.
 func NewReloader[T any](f *Front, path string, src Source[T]) *Reloader {
+	dirs := func() []string { return defaultDirs(path) }
+	if src.Dirs != nil {
+		dirs = func() []string { return src.Dirs(path) }
+	}
 	return &Reloader{
 		path:    path,
+		dirs:    dirs,
 		what:    src.What,
 		key:     src.PathKey,
 		reloads: f.Metrics().Reloads,
@@ -99,10 +125,11 @@ func (r *Reloader) Reload() error {
 	return err
 }
 
-// Watch polls the config every interval (0 means DefaultPollInterval),
-// first at once, and installs it when it changed, until ctx ends; then it
-// returns nil. A bad config is reported once per content, an unreadable
-// one once per error.
+// Watch reloads the config until ctx ends, then returns nil: first at
+// once, then a NotifySettle after the file-system notifications of a
+// change, and every interval (0 means DefaultPollInterval) whatever the
+// notifications say. It installs the config when it changed. A bad config
+// is reported once per content, an unreadable one once per error.
 func (r *Reloader) Watch(ctx context.Context, interval time.Duration) error {
 	if r.path == "" {
 		<-ctx.Done()
@@ -111,17 +138,107 @@ func (r *Reloader) Watch(ctx context.Context, interval time.Duration) error {
 	if interval <= 0 {
 		interval = DefaultPollInterval
 	}
+	n := r.notifier()
+	defer n.close()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	settle := time.NewTimer(0)
+	<-settle.C
 	for {
 		if changed, err := r.reload(false); err == nil && changed {
 			r.log.Info(r.what+" reloaded", r.key, r.path)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				n.rewatch()
+				break wait
+			case <-n.events():
+				settle.Reset(NotifySettle)
+			case <-n.errors():
+				// e.g. an overflowed event queue: read now.
+				settle.Reset(NotifySettle)
+			case <-settle.C:
+				break wait
+			}
 		}
+	}
+}
+
+// defaultDirs is Source.Dirs' default: path's directory, or path itself
+// when it is a directory.
+func defaultDirs(path string) []string {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return []string{path}
+	}
+	return []string{filepath.Dir(path)}
+}
+
+// notifier forwards the file-system events of a Reloader's directories.
+// Its zero value (notifications unavailable) never fires.
+type notifier struct {
+	r *Reloader
+	w *fsnotify.Watcher // nil: none
+	// warned: the failure to watch was logged (once per Watch).
+	warned bool
+}
+
+// notifier starts watching r's directories; where that fails the poll
+// alone finds changes (logged once).
+func (r *Reloader) notifier() *notifier {
+	n := &notifier{r: r}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		r.log.Warn("file-system notifications unavailable: "+r.what+" changes are found by polling", r.key, r.path, "error", err)
+		n.warned = true
+		return n
+	}
+	n.w = w
+	n.rewatch()
+	return n
+}
+
+// rewatch adds the directories not watched yet (created since, or lost
+// with a directory that was removed).
+func (n *notifier) rewatch() {
+	if n.w == nil {
+		return
+	}
+	have := n.w.WatchList()
+	for _, d := range n.r.dirs() {
+		if slices.Contains(have, d) {
+			continue
+		}
+		if err := n.w.Add(d); err != nil && !n.warned {
+			n.warned = true
+			n.r.log.Warn("cannot watch a directory for changes: "+n.r.what+" changes are found by polling until it can", "dir", d, "error", err)
+		}
+	}
+}
+
+// events returns the channel of events; nil (never ready) without a
+// watcher.
+func (n *notifier) events() <-chan fsnotify.Event {
+	if n.w == nil {
+		return nil
+	}
+	return n.w.Events
+}
+
+// errors returns the channel of the watcher's errors; nil without one.
+func (n *notifier) errors() <-chan error {
+	if n.w == nil {
+		return nil
+	}
+	return n.w.Errors
+}
+
+func (n *notifier) close() {
+	if n.w != nil {
+		_ = n.w.Close()
 	}
 }
 

@@ -121,3 +121,73 @@ func TestReloader(t *testing.T) {
 		t.Errorf("Reload without a path: %v, want ErrNoPath", err)
 	}
 }
+
+// TestReloaderNotified: with a poll far too slow to matter, a change is
+// still installed, told by a file-system notification: a write in place, a
+// file renamed over the config, and a ConfigMap's ..data symlink swap.
+func TestReloaderNotified(t *testing.T) {
+	f, _ := newFront(t, enforce.Options{Limiter: &limiter{}}, enforce.ExtAuthz)
+	dir := t.TempDir()
+	// The ConfigMap layout: c.txt -> ..data/c.txt, ..data -> ..v1.
+	version := func(name, s string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "c.txt"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap := func(name string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..v1", "one")
+	swap("..v1")
+	path := filepath.Join(dir, "c.txt")
+	if err := os.Symlink(filepath.Join("..data", "c.txt"), path); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &textConfig{}
+	r := enforce.NewReloader(f, path, cfg.source())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Watch(ctx, time.Hour) }()
+	defer func() { cancel(); <-done }()
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for cfg.get() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("config %q, want %q: the change was not noticed", cfg.get(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("one")
+	version("..v2", "two")
+	swap("..v2")
+	waitFor("two")
+
+	// The file itself: written in place, then replaced by a rename.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("three"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("three")
+	if err := os.WriteFile(path+".tmp", []byte("four"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("four")
+}

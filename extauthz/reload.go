@@ -7,7 +7,8 @@ import (
 )
 
 // Reloader returns the reloader of the descriptors file at path for s
-// (enforce.Reloader: polled, ConfigMap symlink swaps included, and on
+// (enforce.Reloader: on file-system notifications of its directory,
+// polled, ConfigMap symlink swaps included, and on
 // SIGHUP; a bad file keeps the rules in force, its FILE:LINE:COL error
 // logged and counted in flashgate_config_reloads_total{result="error"}).
 // A file beyond MaxFileSize or yamlguard's bounds is refused before it is

@@ -34,6 +34,20 @@ type Config struct {
 	sum     [32]byte // hash of the files' names and contents
 }
 
+// quotaRules returns the labels of the rules with quota_mode, "domain:label",
+// sorted by domain; nil for none.
+func (c *Config) quotaRules() []string {
+	var out []string
+	for _, d := range c.Domains() {
+		for _, r := range d.rules {
+			if r.QuotaMode {
+				out = append(out, d.Name+":"+r.Label())
+			}
+		}
+	}
+	return out
+}
+
 // Domain is one domain: the descriptors of one file.
 type Domain struct {
 	Name string
@@ -86,6 +100,11 @@ type Rule struct {
 	AutoBuckets bool
 	// Shadow is shadow_mode: counted and reported, never denies.
 	Shadow bool
+	// QuotaMode is ratelimit's quota_mode, which refuses a request only
+	// when every quota descriptor of it is over. flashgate enforces such a
+	// rule as an ordinary limit (stricter: it refuses as soon as this one
+	// is over); the Server logs it when it installs the config.
+	QuotaMode bool
 	// FailureMode, LocalShare and Ban are flashgate's additions
 	// (failure_mode, local_share, ban), as in its descriptors file: set on
 	// a descriptor, they apply to its rate_limit and to the nested ones.
@@ -133,7 +152,7 @@ func (r *Rule) Label() string {
 // node is one level of descriptors: the entries below a matched entry.
 type node struct {
 	// exact holds "key\x00value" entries and value-less "key" entries
-	// (keyOnly); wild holds trailing-* values in file order.
+	// (keyOnly); wild holds the values with a * in file order.
 	exact   map[string]*node
 	keyOnly map[string]*node
 	wild    []*wildNode
@@ -144,9 +163,33 @@ type node struct {
 	pattern string // the wildcard's value, with its *
 }
 
+// wildNode is a wildcard value: each * matches any run of characters,
+// none included (ratelimit's wildcardMatch); parts is the pattern split on
+// its stars.
 type wildNode struct {
-	key, prefix string
-	n           *node
+	key, pattern string
+	parts        []string
+	n            *node
+}
+
+// matches reports whether value matches the wildcard: it starts with the
+// first part, ends with the last, and holds the middle ones in order in
+// between, none overlapping.
+func (w *wildNode) matches(value string) bool {
+	ps := w.parts
+	first, last := ps[0], ps[len(ps)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range ps[1 : len(ps)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 func newNode() *node { return &node{exact: map[string]*node{}, keyOnly: map[string]*node{}} }

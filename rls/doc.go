@@ -21,9 +21,12 @@
 // (ratelimit's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY layout), else dir/*.yaml
 // and dir/*.yml; dot files are skipped. One domain per file, in
 // ratelimit's schema: domain, descriptors (nested), key, value (exact, or a
-// prefix with a trailing *), rate_limit {unit, requests_per_unit,
-// unit_multiplier, name, unlimited, replaces: [{name}]}, shadow_mode,
-// share_threshold, detailed_metric, value_to_metric. Units: second, minute,
+// wildcard: each * matches any run of characters, as in foo*bar or a
+// trailing prefix*), rate_limit {unit, requests_per_unit, unit_multiplier,
+// name, unlimited, replaces: [{name}]}, shadow_mode, share_threshold,
+// detailed_metric, value_to_metric, quota_mode (enforced as an ordinary
+// limit, logged when loaded), metadata (any YAML, ignored: flashgate sends
+// no dynamic metadata). Units: second, minute,
 // hour, day, week (month and year are refused: flashgate's windows are at
 // most window.MaxWindow). Loading refuses what ratelimit refuses (empty or
 // duplicate domain, empty key, duplicate key and value at one level, bad
@@ -35,7 +38,8 @@
 //
 // As ratelimit's GetLimit: for each entry of a request descriptor, the
 // config entry with its key and value, else the first wildcard of its key
-// whose prefix the value has, else the entry of the key without a value;
+// (in file order) that the value matches, else the entry of the key
+// without a value;
 // the limit is the last entry's node's. A descriptor's own limit override
 // replaces the config's (when its unit is one flashgate enforces). A rule
 // named in another matched rule's replaces is dropped. unlimited matches and
@@ -56,12 +60,20 @@
 // answers OVER_LIMIT if any is over. shadow_mode descriptors never deny.
 //
 // Statuses: each descriptor whose window the decision counted reports that
-// window's own numbers (window.HitReporter): limit_remaining exact, and when
-// over its limit duration_until_reset the time until it admits again, else
-// the window's length (a sliding window has no fixed reset). Where no
-// window was counted (the guard of window/guard refused on another
-// descriptor's full window, or the backend failed), only the refusing
-// descriptor's numbers are exact; the others report OK with 0 remaining.
+// window's own numbers (window.HitReporter): limit_remaining exact, and
+// duration_until_reset, over its limit, the time until it admits again,
+// else the time until its window's oldest counted admission leaves it
+// (window.HitReport.Reset: one more request fits then), which ticks down
+// as ratelimit's fixed window's does; the window's length when unknown.
+// duration_until_reset is whole seconds, rounded up, at least 1: Envoy's
+// x-ratelimit-reset reads its seconds alone. Where no window was counted
+// (the guard of window/guard refused on another descriptor's full window,
+// a penalty box, or the backend failed), only the refusing descriptor's
+// numbers are exact: on a refusal the others carry no current_limit, so
+// that Envoy's x-ratelimit headers, taken from the status with a
+// current_limit and the fewest remaining (the first among equals), name
+// the refusing limit; on an admission they report 0 remaining or the
+// binding hit's.
 //
 // Under the core's shadow (enforce.Options.Shadow: --shadow, ratelimit's
 // global SHADOW_MODE) the overall code is OK while an over-limit

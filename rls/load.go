@@ -119,8 +119,7 @@ type ConfigErrors = configfile.Errors
 // unit ratelimit knows unless unlimited, and none with unlimited; replaces
 // entries named, and not the rule itself; no unknown keys, and every key a
 // word. flashgate adds: requests_per_unit ≤ window.MaxRequests, windows ≤
-// window.MaxWindow (so no month or year), a * only at the end of a value,
-// unlimited without requests_per_unit, and yamlguard's bounds on nesting and
+// window.MaxWindow (so no month or year), unlimited without requests_per_unit, and yamlguard's bounds on nesting and
 // tokens, checked before a file is parsed. Errors are *ConfigError: the one
 // found, or ConfigErrors when there are several.
 func ParseFiles(files []File) (*Config, error) {
@@ -172,6 +171,11 @@ type (
 		DetailedMetric bool             `yaml:"detailed_metric"`
 		ValueToMetric  bool             `yaml:"value_to_metric"`
 		ShareThreshold bool             `yaml:"share_threshold"`
+		// QuotaMode is enforced as an ordinary limit (Rule.QuotaMode).
+		QuotaMode bool `yaml:"quota_mode"`
+		// Metadata is ratelimit's free-form metadata, which it returns in
+		// dynamic metadata: any YAML, accepted and ignored.
+		Metadata any `yaml:"metadata"`
 		// flashgate's additions
 		FailureMode *string  `yaml:"failure_mode"`
 		LocalShare  *int64   `yaml:"local_share"`
@@ -470,17 +474,15 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 	}
 	child := newNode()
 	var dup bool
-	switch star := strings.IndexByte(y.Value, '*'); {
+	switch {
 	case y.Value == "":
 		_, dup = n.keyOnly[y.Key]
 		n.keyOnly[y.Key] = child
-	case star >= 0 && star < len(y.Value)-1:
-		return p.errAt(here+".value", "value %q: flashgate supports * only at the end of a value (a prefix match)", y.Value)
-	case star == len(y.Value)-1:
+	case strings.Contains(y.Value, "*"):
 		for _, w := range n.wild {
-			dup = dup || w.key == y.Key && w.prefix == y.Value[:star]
+			dup = dup || w.key == y.Key && w.pattern == y.Value
 		}
-		n.wild = append(n.wild, &wildNode{key: y.Key, prefix: y.Value[:star], n: child})
+		n.wild = append(n.wild, &wildNode{key: y.Key, pattern: y.Value, parts: strings.Split(y.Value, "*"), n: child})
 		child.share, child.pattern = y.ShareThreshold, y.Value
 	default:
 		_, dup = n.exact[y.Key+"\x00"+y.Value]
@@ -489,8 +491,8 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 	if dup {
 		return p.errAt(here, "duplicate descriptor composite key %q", d.Name+"."+path)
 	}
-	if y.ShareThreshold && !strings.HasSuffix(y.Value, "*") {
-		return p.errAt(here, "share_threshold applies to a wildcard value (ending in *); %q has none", y.Value)
+	if y.ShareThreshold && !strings.Contains(y.Value, "*") {
+		return p.errAt(here, "share_threshold applies to a wildcard value (with a *); %q has none", y.Value)
 	}
 	inh, err := p.additions(here, y, inh)
 	if err != nil {
@@ -502,6 +504,7 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 			return err
 		}
 		r.Path, r.Shadow, r.DetailedMetric, r.ValueToMetric = path, y.ShadowMode, y.DetailedMetric, y.ValueToMetric
+		r.QuotaMode = y.QuotaMode
 		r.FailureMode, r.LocalShare, r.Ban = inh.failure, inh.localShare, inh.ban
 		if !r.Unlimited {
 			// Where local_share is written: on this descriptor or inherited.

@@ -98,7 +98,6 @@ func TestConfigErrors(t *testing.T) {
 		"replaces_empty":          `^testdata/bad/replaces_empty\.yaml:8:11: replaces entry has an empty name$`,
 		"replaces_self":           `^testdata/bad/replaces_self\.yaml:9:11: a rate limit cannot replace itself \("me"\)$`,
 		"too_many_requests":       `^testdata/bad/too_many_requests\.yaml:4:29: requests_per_unit must be at most 1000000 per window, not 2000000$`,
-		"middle_wildcard":         `^testdata/bad/middle_wildcard\.yaml:4:5: value "/api\*v1": flashgate supports \* only at the end`,
 		"zero_unit_multiplier":    `^testdata/bad/zero_unit_multiplier\.yaml:4:32: unit_multiplier must be at least 1$`,
 		"share_threshold_exact":   `^testdata/bad/share_threshold_exact\.yaml:3:5: share_threshold applies to a wildcard value`,
 		"non_map_list":            `^testdata/bad/non_map_list\.yaml:3:5: `,

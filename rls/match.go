@@ -35,9 +35,9 @@ func (m *match) limit() *Rule {
 
 // lookup finds the rate limit of one request descriptor as ratelimit's
 // GetLimit does. For each entry, in order: the config entry with the same
-// key and value, else the first wildcard (value prefix*) of that key whose
-// prefix the value starts with, in file order, else the value-less entry of
-// the key. The limit is the matched node's if it is the descriptor's last
+// key and value, else the first wildcard of that key (a value with one or
+// more *, each matching any run of characters) that the value matches, in
+// file order, else the value-less entry of the key. The limit is the matched node's if it is the descriptor's last
 // entry; a request descriptor with more entries than the config's nesting
 // matches nothing, as in ratelimit. A descriptor with a limit override uses
 // the override (whatever the config holds) when the domain is known. A
@@ -61,7 +61,7 @@ func (d *Domain) lookup(desc *ratelimitv3.RateLimitDescriptor) match {
 		next := level.exact[e.GetKey()+"\x00"+e.GetValue()]
 		if next == nil {
 			for _, w := range level.wild {
-				if w.key == e.GetKey() && strings.HasPrefix(e.GetValue(), w.prefix) {
+				if w.key == e.GetKey() && w.matches(e.GetValue()) {
 					next = w.n
 					break
 				}

@@ -5,7 +5,8 @@ import (
 )
 
 // Reloader returns the reloader of the config directory dir for s
-// (enforce.Reloader: polled, ConfigMap symlink swaps included, and on
+// (enforce.Reloader: on file-system notifications of dir and of its
+// config subdirectory, polled, ConfigMap symlink swaps included, and on
 // SIGHUP; a bad directory keeps the config in force, its FILE:LINE:COL
 // error logged and counted in flashgate_rls_config_reloads_total). Files
 // beyond MaxFiles, MaxFileSize or yamlguard's bounds are refused before
@@ -27,6 +28,12 @@ func (s *Server) Reloader(dir string) *enforce.Reloader {
 			}
 			cfg.Dir = dir
 			return s.SetConfig(cfg)
+		},
+		Dirs: func(dir string) []string {
+			if sub := ConfigDir(dir); sub != dir {
+				return []string{dir, sub}
+			}
+			return []string{dir}
 		},
 	})
 }

@@ -179,6 +179,10 @@ func (s *Server) install(cfg *Config) {
 		rules += len(d.rules)
 	}
 	s.log.Info("ratelimit config loaded", "dir", cfg.Dir, "domains", len(cfg.domains), "rules", rules)
+	if quota := cfg.quotaRules(); len(quota) > 0 {
+		s.log.Warn("quota_mode is enforced as an ordinary limit: these rules refuse a request when over, whatever the other quota rules say",
+			"dir", cfg.Dir, "rules", quota)
+	}
 }
 
 // ShouldRateLimit implements the RateLimitService. As ratelimit, it
@@ -388,7 +392,7 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	for i := range c.ms {
 		resp.Statuses[i] = c.status(i)
 	}
-	over := c.out == blocked || c.out == failedDeny || c.out == decided && !c.d.Allowed
+	over := c.refused()
 	if over {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -473,7 +477,12 @@ func (c *call) answer(over bool) enforce.Answer {
 }
 
 // status is descriptor i's status: its own window's numbers where the
-// decision counted it (see the package doc).
+// decision counted it (see the package doc). duration_until_reset is whole
+// seconds rounded up (see untilReset): Envoy's x-ratelimit-reset reads its
+// seconds alone. On a refusal, a descriptor whose window was not counted
+// carries no current_limit, so that Envoy's x-ratelimit headers (the status
+// with a current_limit and the fewest remaining, the first among equals)
+// name the limit that refused.
 // Under the core's shadow (ratelimit's global SHADOW_MODE) a descriptor over
 // its limit says OVER_LIMIT while the overall code stays OK, as in
 // ratelimit; under its own shadow_mode it says OK.
@@ -488,7 +497,18 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:               rlsv3.RateLimitResponse_OK,
 		CurrentLimit:       currentLimit(r),
-		DurationUntilReset: durationpb.New(r.Window),
+		DurationUntilReset: untilReset(r.Window),
+	}
+	// uncounted is the status of a descriptor this call learnt nothing
+	// of: on a refusal, no limit that could take the headers from the
+	// refusing one; on an admission, the binding hit's remaining (a lower
+	// bound of its own, 0 without a decision).
+	uncounted := func(remaining int) *rlsv3.RateLimitResponse_DescriptorStatus {
+		if c.refused() {
+			return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		}
+		st.LimitRemaining = uint32(max(min(remaining, int(r.RequestsPerUnit)), 0))
+		return st
 	}
 	overCode := rlsv3.RateLimitResponse_OVER_LIMIT
 	if r.Shadow {
@@ -502,31 +522,66 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 	switch {
 	case c.out == failedDeny:
 		if !c.hits[j].Shadow && c.s.core.Mode(r.FailureMode) == enforce.FailureDeny {
-			st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(time.Second)
+			st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, untilReset(time.Second)
+			return st
 		}
+		return uncounted(0)
 	case c.out != decided:
 		// blocked or admitted without a decision: nothing was counted.
+		return uncounted(0)
 	case !c.o.Decided(j):
 		// the backend failed and this rule's failure mode is allow
+		return uncounted(0)
 	case c.tags[j].report.Known:
 		// The backend (or the fallback) counted this descriptor's own
 		// window: its numbers are exact, whichever hit was binding.
 		if rep := &c.tags[j].report; rep.Over {
-			st.Code, st.DurationUntilReset = overCode, durationpb.New(rep.RetryAfter)
+			st.Code, st.DurationUntilReset = overCode, untilReset(rep.RetryAfter)
 		} else {
 			st.LimitRemaining = uint32(max(min(rep.Remaining, int(r.RequestsPerUnit)), 0))
+			st.DurationUntilReset = admitReset(rep.Reset, r.Window)
 		}
 	case !c.d.Allowed && j == c.o.Hit(c.d.Index):
-		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, durationpb.New(c.d.RetryAfter)
+		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, untilReset(c.d.RetryAfter)
 	case c.d.Shadowed && j == c.o.Hit(c.d.ShadowIndex):
 		// over its limit, but in shadow mode: nothing remaining
 		st.Code = overCode
-	case c.d.Allowed:
-		// Not counted by this decision (none is, on a local refusal): the
-		// binding hit's remaining, a lower bound of this one's.
+	case c.d.Allowed && j == c.o.Hit(c.d.Index):
 		st.LimitRemaining = uint32(max(min(c.d.Remaining, int(r.RequestsPerUnit)), 0))
+		st.DurationUntilReset = admitReset(c.d.Reset, r.Window)
+	case c.d.Allowed:
+		// Not counted by this decision: the binding hit's remaining.
+		return uncounted(c.d.Remaining)
+	default:
+		// refused by another descriptor (the guard refused on its full
+		// window, or its penalty box): nothing counted here.
+		return uncounted(0)
 	}
 	return st
+}
+
+// refused reports whether the call's answer is OVER_LIMIT.
+func (c *call) refused() bool {
+	return c.out == blocked || c.out == failedDeny || c.out == decided && !c.d.Allowed
+}
+
+// untilReset is d as duration_until_reset: whole seconds, rounded up, at
+// least 1 (ratelimit sends whole seconds, and Envoy's x-ratelimit-reset
+// takes the seconds alone, so 0.4 s must not read as 0).
+func untilReset(d time.Duration) *durationpb.Duration {
+	return &durationpb.Duration{Seconds: enforce.RetrySeconds(d)}
+}
+
+// admitReset is an admitted descriptor's duration_until_reset: when the
+// oldest admission counted in its window leaves it (window.HitReport.Reset,
+// window.Decision.Reset), so that the value ticks down as ratelimit's
+// fixed window's does; the window's length when that is unknown (0), and
+// never more.
+func admitReset(reset, win time.Duration) *durationpb.Duration {
+	if reset <= 0 || reset > win {
+		reset = win
+	}
+	return untilReset(reset)
 }
 
 func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {

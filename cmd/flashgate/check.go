@@ -32,13 +32,17 @@ type checkOptions struct {
 	json       bool
 	timeout    time.Duration
 	tls        checkreq.TLS
+	// --api rls: the domain, one descriptor's entries, hits_addend.
+	domain  string
+	entries []string
+	addend  uint32
 }
 
 func newCheckCmd(e env) *cobra.Command {
 	var o checkOptions
 	cmd := &cobra.Command{
-		Use:   "check --addr A --path P [--api authz|http] [--method M] [-H 'name: value']... [--ip IP] [-n N] [--json]",
-		Short: "Send ext_authz Check requests to a server and print the answers",
+		Use:   "check --addr A --path P [--api authz|http] [--method M] [-H 'name: value']... [--ip IP] [-n N] [--json]\n  check --api rls --addr A --domain D --entry key=value... [-n N] [--json]",
+		Short: "Send ext_authz Check or RLS ShouldRateLimit requests to a server and print the answers",
 		Long: `check is an ext_authz client: it builds the CheckRequest Envoy would send for
 one HTTP request and sends it N times, printing one line per answer: allowed
 or denied, the HTTP status (200, or the denied status), the response headers
@@ -49,32 +53,34 @@ as Envoy's ext_authz http_service does: the request itself, with --method,
 --path, --host and the -H headers; the client IP is check's own address
 (send -H 'x-forwarded-for: IP' to rules with trusted_hops).
 
+With --api rls it asks the ratelimit service (serve --rls-config, or
+envoyproxy/ratelimit itself) as Envoy's ratelimit filter does:
+ShouldRateLimit of --domain with one descriptor of the --entry key=value
+flags, in order (--hits-addend to count more than 1). An OK is printed as
+allowed 200, an OVER_LIMIT as denied 429 (Envoy's default status), with the
+headers to add to the response and, after "descriptors:", each
+descriptor's status: its code, limit, remaining and seconds until reset.
+
 A TLS server is asked with --tls (the system roots), --tls-ca, and
---tls-cert with --tls-key for mTLS (--api authz).
+--tls-cert with --tls-key for mTLS (--api authz and rls).
 
 A denial (429) is a valid answer: check exits non-zero only when a call fails
 (connection refused, timeout, gRPC error; over HTTP also a 400, 431 or 5xx).`,
 		Example: `  flashgate check --addr 127.0.0.1:9191 --path /api/coupon/1 -H 'x-uid: alice' -n 6
-  flashgate check --api http --addr 127.0.0.1:9193 --path /api/coupon/1 -H 'x-uid: alice' -n 6`,
+  flashgate check --api http --addr 127.0.0.1:9193 --path /api/coupon/1 -H 'x-uid: alice' -n 6
+  flashgate check --api rls --addr 127.0.0.1:9191 --domain edge --entry remote_address=10.0.0.7 -n 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.api == "http" {
-				for _, name := range append([]string{"ip", "scheme", "context-extension"}, checkreq.TLSFlagNames()...) {
-					if cmd.Flags().Changed(name) {
-						return fmt.Errorf("--%s applies to --api authz only: over HTTP the peer, scheme and route are the connection's", name)
-					}
-				}
-				if !cmd.Flags().Changed("addr") {
-					return fmt.Errorf("--api http needs --addr: serve's --http-authz-addr")
-				}
+			if err := checkFlagsFit(cmd.Flags().Changed, o.api); err != nil {
+				return err
 			}
 			return runCheck(cmd.Context(), e.stdout, o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.api, "api", "authz", "what to ask: authz (ext_authz Check over gRPC) or http (serve's HTTP front-end, --http-authz-addr, as Envoy's http_service does)")
+	f.StringVar(&o.api, "api", "authz", "what to ask: authz (ext_authz Check over gRPC), http (serve's HTTP front-end, --http-authz-addr, as Envoy's http_service does) or rls (the ratelimit service's ShouldRateLimit over gRPC)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's address: host:port or unix:///path (--api http: also http://host:port)")
-	f.StringVar(&o.path, "path", "", "request path, query string included (required)")
+	f.StringVar(&o.path, "path", "", "request path, query string included (required but with --api rls)")
 	f.StringVar(&o.method, "method", "GET", "request method")
 	f.StringVar(&o.host, "host", "localhost", "request host (:authority)")
 	f.StringVar(&o.scheme, "scheme", "http", "request scheme")
@@ -84,9 +90,50 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
 	f.IntVarP(&o.count, "count", "n", 1, "number of requests to send")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per answer")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Second, "deadline of each call")
+	f.StringVar(&o.domain, "domain", "", "--api rls: the rate limit domain (required)")
+	f.StringArrayVar(&o.entries, "entry", nil, "--api rls: a descriptor entry key=value (repeat, in order; at least one)")
+	f.Uint32Var(&o.addend, "hits-addend", 0, "--api rls: the request's hits_addend (0: ratelimit's default, 1)")
 	o.tls.AddFlags(f)
-	_ = cmd.MarkFlagRequired("path")
 	return cmd
+}
+
+// checkFlagsFit refuses the flags that do not apply to api, and the
+// required ones it lacks (changed reports whether a flag was set).
+func checkFlagsFit(changed func(string) bool, api string) error {
+	rlsFlags := []string{"domain", "entry", "hits-addend"}
+	switch api {
+	case "http":
+		for _, name := range rlsFlags {
+			if changed(name) {
+				return fmt.Errorf("--%s applies to --api rls only", name)
+			}
+		}
+		for _, name := range append([]string{"ip", "scheme", "context-extension"}, checkreq.TLSFlagNames()...) {
+			if changed(name) {
+				return fmt.Errorf("--%s applies to --api authz only: over HTTP the peer, scheme and route are the connection's", name)
+			}
+		}
+		if !changed("addr") {
+			return fmt.Errorf("--api http needs --addr: serve's --http-authz-addr")
+		}
+	case "rls":
+		for _, name := range []string{"path", "method", "host", "scheme", "header", "ip", "context-extension"} {
+			if changed(name) {
+				return fmt.Errorf("--%s does not apply to --api rls: it sends --domain and --entry", name)
+			}
+		}
+		return nil
+	default:
+		for _, name := range rlsFlags {
+			if changed(name) {
+				return fmt.Errorf("--%s applies to --api rls only", name)
+			}
+		}
+	}
+	if !changed("path") {
+		return errors.New(`required flag(s) "path" not set`)
+	}
+	return nil
 }
 
 // checkResult is one answer, as printed by check --json.
@@ -102,7 +149,9 @@ type checkResult struct {
 	// sent upstream.
 	UpstreamHeaders map[string]string `json:"upstream_headers,omitempty"`
 	Body            string            `json:"body,omitempty"`
-	Error           string            `json:"error,omitempty"`
+	// Statuses: --api rls, each descriptor's status.
+	Statuses []rlsStatus `json:"statuses,omitempty"`
+	Error    string      `json:"error,omitempty"`
 }
 
 func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
@@ -112,11 +161,14 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 	if o.timeout <= 0 {
 		return fmt.Errorf("--timeout %s: must be positive", o.timeout)
 	}
+	if o.api == "rls" {
+		return runCheckRLS(ctx, stdout, o)
+	}
 	if !strings.HasPrefix(o.path, "/") {
 		return fmt.Errorf("--path %q: must start with /", o.path)
 	}
 	if o.api != "authz" && o.api != "http" {
-		return fmt.Errorf("--api %q: want authz or http", o.api)
+		return fmt.Errorf("--api %q: want authz, http or rls", o.api)
 	}
 	ip, err := checkreq.ParseIP(o.ip)
 	if err != nil {
@@ -139,6 +191,15 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 		return err
 	}
 	defer closeFn()
+	return repeatCheck(ctx, stdout, o, func(ctx context.Context, n int) (checkResult, error) {
+		spec.ID = checkreq.NewID()
+		return ask(ctx, n, spec)
+	})
+}
+
+// repeatCheck sends o.count checks with ask, printing each answer, and
+// fails when one did.
+func repeatCheck(ctx context.Context, stdout io.Writer, o checkOptions, ask func(ctx context.Context, n int) (checkResult, error)) error {
 	enc := json.NewEncoder(stdout)
 	var failed int
 	var lastErr error
@@ -146,8 +207,7 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		spec.ID = checkreq.NewID()
-		res, err := ask(ctx, i, spec)
+		res, err := ask(ctx, i)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -263,14 +323,24 @@ func describeResponse(n int, resp *authv3.CheckResponse, latency time.Duration) 
 }
 
 func headerMap(opts []*corev3.HeaderValueOption) map[string]string {
-	if len(opts) == 0 {
+	hs := make([]*corev3.HeaderValue, len(opts))
+	for i, o := range opts {
+		hs[i] = o.GetHeader()
+	}
+	return headerValueMap(hs)
+}
+
+// headerValueMap maps headers by lower-case name, a repeated name's values
+// joined with ", "; nil for none.
+func headerValueMap(hs []*corev3.HeaderValue) map[string]string {
+	if len(hs) == 0 {
 		return nil
 	}
-	m := make(map[string]string, len(opts))
-	for _, o := range opts {
-		k, v := strings.ToLower(o.GetHeader().GetKey()), o.GetHeader().GetValue()
-		if v == "" && len(o.GetHeader().GetRawValue()) > 0 {
-			v = string(o.GetHeader().GetRawValue())
+	m := make(map[string]string, len(hs))
+	for _, h := range hs {
+		k, v := strings.ToLower(h.GetKey()), h.GetValue()
+		if v == "" && len(h.GetRawValue()) > 0 {
+			v = string(h.GetRawValue())
 		}
 		if old, ok := m[k]; ok {
 			v = old + ", " + v
@@ -302,7 +372,14 @@ func (r checkResult) line() string {
 	if r.Body != "" {
 		fmt.Fprintf(&b, " body: %s", r.Body)
 	}
-	if !r.Allowed && r.Code != "" && r.Code != codes.ResourceExhausted.String() {
+	for i, st := range r.Statuses {
+		if i == 0 {
+			b.WriteString(" descriptors:")
+		}
+		b.WriteByte(' ')
+		b.WriteString(st.String())
+	}
+	if !r.Allowed && r.Code != "" && r.Code != codes.ResourceExhausted.String() && r.Code != rlsOverLimit {
 		fmt.Fprintf(&b, " (code %s)", r.Code)
 	}
 	b.WriteByte('\n')

@@ -106,6 +106,16 @@ func TestServeTLS(t *testing.T) {
 	if err := shouldRateLimit(); err != nil {
 		t.Fatalf("ShouldRateLimit over mTLS: %v", err)
 	}
+	// check --api rls takes the same TLS flags.
+	if out, _, err := runCmd(t, context.Background(), "check", "--api", "rls", "--addr", s.grpcAddr, "--domain", "edge", "--entry", "remote_address=203.0.113.10",
+		"--timeout", "10s", "--tls-ca", f.Path("ca.crt"), "--tls-cert", f.Path("client.crt"), "--tls-key", f.Path("client.key")); err != nil ||
+		!strings.Contains(out, " allowed 200 ") {
+		t.Fatalf("check --api rls over mTLS: %v\n%s", err, out)
+	}
+	if out, _, err := runCmd(t, context.Background(), "check", "--api", "rls", "--addr", s.grpcAddr, "--domain", "edge", "--entry", "remote_address=203.0.113.10",
+		"--timeout", "10s", "--tls-ca", f.Path("ca.crt")); err == nil {
+		t.Errorf("check --api rls without a client certificate answered:\n%s", out)
+	}
 
 	// The kubelet's swap of the Secret: new handshakes get "two", the
 	// connection open keeps answering.

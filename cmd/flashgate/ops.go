@@ -199,13 +199,9 @@ func (p *ops) resolveRLS(k *keyOptions) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	desc := &ratelimitv3.RateLimitDescriptor{}
-	for _, e := range k.entries {
-		key, value, ok := strings.Cut(e, "=")
-		if !ok || key == "" {
-			return nil, fmt.Errorf("--entry %q: want key=value", e)
-		}
-		desc.Entries = append(desc.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+	desc, err := parseEntries(k.entries)
+	if err != nil {
+		return nil, err
 	}
 	key, r, err := cfg.LimitKey(p.keys, k.domain, desc)
 	if err != nil {
@@ -216,6 +212,20 @@ func (p *ops) resolveRLS(k *keyOptions) (*target, error) {
 		t.Ban, t.OwnBan = *b, true
 	}
 	return t, nil
+}
+
+// parseEntries reads --entry key=value flags, in order, as one
+// descriptor.
+func parseEntries(entries []string) (*ratelimitv3.RateLimitDescriptor, error) {
+	desc := &ratelimitv3.RateLimitDescriptor{}
+	for _, e := range entries {
+		key, value, ok := strings.Cut(e, "=")
+		if !ok || key == "" {
+			return nil, fmt.Errorf("--entry %q: want key=value", e)
+		}
+		desc.Entries = append(desc.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+	}
+	return desc, nil
 }
 
 // splitKey reads a limit key of keys back into its rule segment and, when

@@ -127,6 +127,9 @@ func writeRLSTable(w io.Writer, cfg *rls.Config) error {
 			if r.Shadow {
 				opts = append(opts, "shadow")
 			}
+			if r.QuotaMode {
+				opts = append(opts, "quota_mode (enforced as a limit)")
+			}
 			for _, rep := range r.Replaces {
 				opts = append(opts, "replaces="+rep)
 			}

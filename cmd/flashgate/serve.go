@@ -25,12 +25,18 @@ func newServeCmd(e env) *cobra.Command {
 	var o serveOptions
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
-		Short: "Run the ext_authz rate-limit server",
+		Short: "Run the ext_authz rate-limit server (and Envoy's ratelimit service)",
 		Long: `serve runs the Envoy ext_authz (gRPC v3) server: ext_authz, grpc.health.v1 and
 reflection on --grpc-addr; /metrics, /healthz and /readyz on --http-addr;
 with --http-authz-addr, the HTTP front-end (Envoy's ext_authz http_service,
 nginx auth_request, Caddy forward_auth, Traefik ForwardAuth), whose every
 request is a check decided by the same rules, limiter and failure modes.
+
+With --rls-config (or --rls-xds-server), --grpc-addr also serves Envoy's
+ratelimit service (envoy.service.ratelimit.v3) on envoyproxy/ratelimit's
+config files. Without --config it serves that alone: ext_authz is not
+registered (a Check answers UNIMPLEMENTED) and the built-in example rules
+are not enforced.
 
 With --grpc-tls-cert and --grpc-tls-key, --grpc-addr serves TLS only, and
 mTLS with --grpc-tls-client-ca; the files are reloaded when they change (a
@@ -90,7 +96,8 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	if o.config == "" {
+	rlsOnly := o.rlsOnly()
+	if o.config == "" && !rlsOnly {
 		log.Warn("no --config given: enforcing the built-in example rules", "file", extauthz.ExampleName)
 	}
 	if o.deadlineRaised {
@@ -162,7 +169,11 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		front.close()
 		return err
 	}
-	srv.Register(h)
+	if rlsOnly {
+		log.Info("no --config: serving the ratelimit service (RLS) only; ext_authz is not served (Check answers UNIMPLEMENTED)")
+	} else {
+		srv.Register(h)
+	}
 	// Listening, not serving yet: health turns SERVING once the backend is
 	// warm (waitBackend says so).
 	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "grpc_tls", grpcTLS.mode(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
@@ -179,9 +190,11 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	grpcTLS.start(ctx, &wg)
 	wg.Go(func() { waitBackend(ctx, ready, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
-	rules := srv.Reloader(o.config) // "": the built-in example, nothing to watch
-	wg.Go(func() { _ = rules.Watch(ctx, 0) })
-	wg.Go(func() { reloadOnSIGHUP(ctx, rules, srv, log) })
+	if !rlsOnly {
+		rules := srv.Reloader(o.config) // "": the built-in example, nothing to watch
+		wg.Go(func() { _ = rules.Watch(ctx, 0) })
+		wg.Go(func() { reloadOnSIGHUP(ctx, rules, srv, log) })
+	}
 	if e.serveStarted != nil {
 		e.serveStarted(serveInfo{grpcAddr: h.GRPCAddr(), httpAddr: h.HTTPAddr(), httpAuthzAddr: h.HTTPAuthzAddr(), server: srv, host: h})
 	}

@@ -70,7 +70,7 @@ type serveOptions struct {
 }
 
 func (o *serveOptions) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.config, "config", "", "descriptors file (default: the built-in example, logged as such); reloaded on change and on SIGHUP")
+	f.StringVar(&o.config, "config", "", "descriptors file (default: the built-in example, logged as such; but with --rls-config or --rls-xds-server and no --config, serve is an RLS only and ext_authz is not served: Check answers UNIMPLEMENTED); reloaded on change and on SIGHUP")
 	f.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9191", "listen address of ext_authz, grpc.health.v1 and reflection")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9192", "listen address of /metrics, /healthz and /readyz (empty: none)")
 	f.StringVar(&o.backend, "backend", "memory", "where the windows live: memory (embedded, single process) or redis")
@@ -92,7 +92,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.checkDeadline, "check-deadline", defaultCheckDeadline, "the most a check may wait for Redis in all, below Envoy's ext_authz timeout (the shipped envoy.yaml: 50ms); the Redis budget follows Redis's latency from --redis-timeout up to 90% of this")
 	f.IntVar(&o.fleetSize, "fleet-size", 0, "sidecars sharing the Redis, for failure mode local's per-sidecar share ceil(limit/N) (0: discover them by heartbeat)")
 	f.DurationVar(&o.fleetTTL, "fleet-ttl", fallback.DefaultFleetTTL, "how long a sidecar's heartbeat counts it in the fleet (beats every third of it)")
-	f.StringVar(&o.rlsConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): also serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr; reloaded on change and on SIGHUP")
+	f.StringVar(&o.rlsConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr, beside ext_authz with --config, alone without it (no built-in example rules); reloaded on change and on SIGHUP")
 	f.BoolVar(&o.rlsHeaders, "rls-response-headers", false, "RLS: add RateLimit-Limit, -Remaining and -Reset to ShouldRateLimit answers (ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
 	f.StringVar(&o.rlsNames, "rls-header-names", "", "RLS: the three response header names, LIMIT,REMAINING,RESET (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset")
 	f.StringVar(&o.rlsHTTP, "rls-http-addr", "", "listen address of ratelimit's HTTP side: GET /healthcheck (200 while serving) and POST /json (ShouldRateLimit as JSON); needs --rls-config (empty: none)")
@@ -146,6 +146,13 @@ type serveConfig struct {
 	// deadlineRaised: --check-deadline was left at its default and raised to
 	// fit a larger --redis-timeout.
 	deadlineRaised bool
+}
+
+// rlsOnly reports whether serve is a ratelimit service only: the RLS
+// without a descriptors file. ext_authz is then not served (a Check
+// answers UNIMPLEMENTED), rather than enforce the built-in example.
+func (o *serveOptions) rlsOnly() bool {
+	return o.config == "" && (o.rlsConfig != "" || o.rlsXDSServer != "")
 }
 
 // parse validates the flags together and resolves them. changed reports
@@ -260,6 +267,9 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	}
 	if o.rlsHTTP != "" && o.rlsConfig == "" && o.rlsXDSServer == "" {
 		return nil, fmt.Errorf("--rls-http-addr needs --rls-config or --rls-xds-server")
+	}
+	if o.httpAuthzAddr != "" && o.rlsOnly() {
+		return nil, fmt.Errorf("--http-authz-addr needs --config when the RLS is served (--rls-config, --rls-xds-server): without it serve is an RLS only, with no ext_authz rules")
 	}
 	if o.rlsNames != "" && !o.rlsHeaders {
 		return nil, fmt.Errorf("--rls-header-names needs --rls-response-headers")

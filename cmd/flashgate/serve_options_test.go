@@ -88,6 +88,8 @@ func TestServeFlagCombinations(t *testing.T) {
 		"redis":                     {[]string{"--backend", "redis", "--redis-addr", "127.0.0.1:6379"}, ""},
 		"redis without address":     {[]string{"--backend", "redis"}, "needs --redis-addr"},
 		"rls http without config":   {[]string{"--rls-http-addr", "127.0.0.1:0"}, "--rls-http-addr needs --rls-config"},
+		"http authz on an rls only": {[]string{"--rls-config", "d", "--http-authz-addr", "127.0.0.1:0"}, "--http-authz-addr needs --config when the RLS is served"},
+		"http authz beside the rls": {[]string{"--rls-config", "d", "--config", "f", "--http-authz-addr", "127.0.0.1:0"}, ""},
 		"redis address on memory":   {[]string{"--redis-addr", "127.0.0.1:6379"}, "--redis-addr is only for --backend redis"},
 		"clock on memory":           {[]string{"--clock", "local"}, "--clock is only for --backend redis"},
 		"autopipeline on memory":    {[]string{"--redis-autopipeline"}, "--redis-autopipeline is only for --backend redis"},
