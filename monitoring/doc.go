@@ -1,0 +1,20 @@
+// Package monitoring holds no Go code: the directory ships flashgate's
+// monitoring kit, and its tests prove each file against a running serve.
+//
+// grafana/flashgate.json is a Grafana dashboard (its Prometheus data source
+// a variable): checks by decision and rule, denial share, latency
+// quantiles, Redis latency, budget and errors, the breaker, failure-mode
+// decisions, fleet size, bans, reloads, the HTTP front-end's rejects and
+// the RLS. docs/operations-monitoring.md says what each panel means and
+// what to do.
+//
+// TestDashboard checks the dashboard's shape (schema, data source variable,
+// ids, grid, a panel for each thing watched). TestMonitoring builds
+// flashgate, runs `serve` on the memory backend and on a redis-server of
+// its own, drives both through the events the metrics count (checks
+// allowed and denied, a request the HTTP front-end rejects, RLS calls, a
+// failed and a good reload of each config, a ban added and lifted with
+// `flashgate bans`, Redis killed under traffic), scrapes /metrics, and
+// fails for any metric that a query, parsed with Prometheus's PromQL
+// parser, names and no process exported.
+package monitoring
