@@ -8,6 +8,13 @@
 // the RLS. docs/operations-monitoring.md says what each panel means and
 // what to do.
 //
+// alerts.yaml is a Prometheus rules file of alerts, each with a runbook's
+// summary and description: Redis failing or slow, the breaker open or
+// flapping, failure-mode decisions rising, the fleet shrinking, reloads
+// failing, a rule denying an unusual share of all traffic.
+// prometheusrule.yaml holds the same groups for the Prometheus Operator,
+// and alerts_test.yaml is their `promtool test rules` suite.
+//
 // TestDashboard checks the dashboard's shape (schema, data source variable,
 // ids, grid, a panel for each thing watched). TestMonitoring builds
 // flashgate, runs `serve` on the memory backend and on a redis-server of
@@ -15,6 +22,10 @@
 // allowed and denied, a request the HTTP front-end rejects, RLS calls, a
 // failed and a good reload of each config, a ban added and lifted with
 // `flashgate bans`, Redis killed under traffic), scrapes /metrics, and
-// fails for any metric that a query, parsed with Prometheus's PromQL
-// parser, names and no process exported.
+// fails for any metric that a dashboard query or an alert expression,
+// parsed with Prometheus's PromQL parser, names and no process exported; it
+// also runs `promtool check rules` and `promtool test rules` (promtool
+// missing fails the test with how to install it). TestAlerts checks each
+// alert's labels and annotations, the PrometheusRule against alerts.yaml,
+// and that alerts_test.yaml has a case firing each alert and one not.
 package monitoring

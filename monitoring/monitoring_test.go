@@ -12,4 +12,9 @@ func TestMonitoring(t *testing.T) {
 	t.Run("dashboard", func(t *testing.T) {
 		requireExported(t, dashboardFile, dashboardMetrics(t, loadDashboard(t)), series)
 	})
+	t.Run("alerts", func(t *testing.T) {
+		promtool(t, "check", "rules", alertsFile)
+		promtool(t, "test", "rules", alertsTestFile)
+		requireExported(t, alertsFile, alertMetrics(t, alertRules(t)), series)
+	})
 }
