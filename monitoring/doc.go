@@ -28,4 +28,6 @@
 // missing fails the test with how to install it). TestAlerts checks each
 // alert's labels and annotations, the PrometheusRule against alerts.yaml,
 // and that alerts_test.yaml has a case firing each alert and one not.
+// TestOperationsDoc checks that docs/operations-monitoring.md explains
+// every panel and every alert.
 package monitoring
