@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +66,9 @@ type promtoolTests struct {
 				ExpAnnotations map[string]string `json:"exp_annotations"`
 			} `json:"exp_alerts"`
 		} `json:"alert_rule_test"`
+		PromQLExprTest []struct {
+			Expr string `json:"expr"`
+		} `json:"promql_expr_test"`
 	} `json:"tests"`
 }
 
@@ -79,7 +83,7 @@ func decodeStrict(t *testing.T, file string, into any) {
 	}
 }
 
-// alertRules are the rules of alerts.yaml.
+// alertRules are the rules of alerts.yaml, recording rules included.
 func alertRules(t *testing.T) []rule {
 	t.Helper()
 	var f ruleFile
@@ -94,34 +98,64 @@ func alertRules(t *testing.T) []rule {
 	return out
 }
 
+// String names r in messages.
+func (r rule) String() string {
+	if r.Alert != "" {
+		return "alert " + r.Alert
+	}
+	return "recording rule " + r.Record
+}
+
 // alertMetrics parses every rule expression and returns the metrics they
-// name, each with the rules that name it.
+// name, each with the rules that name it; a series recorded by a rule of
+// the file is not a metric to export (its rule's own names are).
 func alertMetrics(t *testing.T, rules []rule) map[string][]string {
 	t.Helper()
 	names := map[string][]string{}
 	for _, r := range rules {
 		ms, err := metricNames(r.Expr)
 		if err != nil {
-			t.Errorf("alert %s: %v", r.Alert, err)
+			t.Errorf("%s: %v", r, err)
 			continue
 		}
 		for _, m := range ms {
-			names[m] = append(names[m], "alert "+r.Alert)
+			names[m] = append(names[m], r.String())
 		}
+	}
+	for _, r := range rules {
+		delete(names, r.Record)
 	}
 	return names
 }
 
-// TestAlerts checks the rules' shape: each an alert with a severity and a
-// runbook's summary and description, the PrometheusRule holding the same
-// groups, and alerts_test.yaml firing each alert in one case and not in
-// another. TestMonitoring runs them through promtool.
+// TestAlerts checks the rules' shape: each alert with a severity and a
+// runbook's summary and description, each recording rule named
+// level:metric:operations and used by an alert, the PrometheusRule holding
+// the same groups, and alerts_test.yaml firing each alert in one case and
+// not in another and evaluating each recording rule. TestMonitoring runs
+// them through promtool.
 func TestAlerts(t *testing.T) {
 	rules := alertRules(t)
 	seen := map[string]bool{}
+	records := map[string]bool{}
 	for _, r := range rules {
+		if r.Record != "" {
+			if r.Alert != "" || strings.Count(r.Record, ":") != 2 || records[r.Record] {
+				t.Errorf("recording rule %q: want one rule named level:metric:operations, not an alert too", r.Record)
+			}
+			records[r.Record] = true
+			used := false
+			for _, o := range rules {
+				ms, _ := metricNames(o.Expr)
+				used = used || (o.Alert != "" && slices.Contains(ms, r.Record))
+			}
+			if !used {
+				t.Errorf("recording rule %s: no alert uses it", r.Record)
+			}
+			continue
+		}
 		if r.Alert == "" {
-			t.Errorf("rule %q is not an alert (record: %q)", r.Expr, r.Record)
+			t.Errorf("rule %q is neither an alert nor a recording rule", r.Expr)
 			continue
 		}
 		if seen[r.Alert] {
@@ -169,8 +203,11 @@ func TestAlerts(t *testing.T) {
 	if !reflect.DeepEqual(pt.RuleFiles, []string{alertsFile}) {
 		t.Errorf("%s: rule_files %v, want [%s]", alertsTestFile, pt.RuleFiles, alertsFile)
 	}
-	fires, quiet := map[string]int{}, map[string]int{}
+	fires, quiet, evaluated := map[string]int{}, map[string]int{}, map[string]bool{}
 	for _, tc := range pt.Tests {
+		for _, et := range tc.PromQLExprTest {
+			evaluated[strings.TrimSpace(et.Expr)] = true
+		}
 		for _, at := range tc.AlertRuleTest {
 			if !seen[at.AlertName] {
 				t.Errorf("%s: case %q tests alert %s, which %s does not define", alertsTestFile, tc.Name, at.AlertName, alertsFile)
@@ -183,6 +220,12 @@ func TestAlerts(t *testing.T) {
 		}
 	}
 	for _, r := range rules {
+		if r.Record != "" {
+			if !evaluated[r.Record] {
+				t.Errorf("%s: no promql_expr_test evaluates recording rule %s", alertsTestFile, r.Record)
+			}
+			continue
+		}
 		if fires[r.Alert] == 0 || quiet[r.Alert] == 0 {
 			t.Errorf("%s: alert %s has %d cases that fire it and %d that do not; want at least one of each",
 				alertsTestFile, r.Alert, fires[r.Alert], quiet[r.Alert])

@@ -11,7 +11,8 @@
 // alerts.yaml is a Prometheus rules file of alerts, each with a runbook's
 // summary and description: Redis failing or slow, the breaker open or
 // flapping, failure-mode decisions rising, the fleet shrinking, reloads
-// failing, a rule denying an unusual share of all traffic.
+// failing, a rule denying an unusual share of all traffic; recording rules
+// add up ext_authz's and the ratelimit service's counters per job.
 // prometheusrule.yaml holds the same groups for the Prometheus Operator,
 // and alerts_test.yaml is their `promtool test rules` suite.
 //
