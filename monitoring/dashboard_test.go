@@ -138,8 +138,19 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("templating: want a variable datasource of type datasource and query prometheus, got %+v", ds)
 	}
 	for _, v := range d.Templating.List {
-		if v.Type == "query" && (v.Datasource == nil || v.Datasource.UID != dsVar) {
+		if v.Type != "query" {
+			continue
+		}
+		if v.Datasource == nil || v.Datasource.UID != dsVar {
 			t.Errorf("variable %s: datasource %+v, want uid %s", v.Name, v.Datasource, dsVar)
+		}
+		// Grafana runs query.query; definition is what it shows, and what
+		// dashboardMetrics parses: the two must agree.
+		var q struct {
+			Query string `json:"query"`
+		}
+		if err := json.Unmarshal(v.Query, &q); err != nil || q.Query != v.Definition {
+			t.Errorf("variable %s: query %s (%v) differs from its definition %q", v.Name, v.Query, err, v.Definition)
 		}
 	}
 
