@@ -34,9 +34,10 @@ type panel struct {
 	Datasource  *datasourceRef `json:"datasource"`
 	GridPos     struct{ X, Y, W, H int }
 	Targets     []struct {
-		RefID      string         `json:"refId"`
-		Expr       string         `json:"expr"`
-		Datasource *datasourceRef `json:"datasource"`
+		RefID        string         `json:"refId"`
+		Expr         string         `json:"expr"`
+		LegendFormat string         `json:"legendFormat"`
+		Datasource   *datasourceRef `json:"datasource"`
 	} `json:"targets"`
 	Panels []panel `json:"panels"` // a collapsed row's
 }
@@ -195,6 +196,11 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("panel %q: refId %q empty or repeated", p.Title, tg.RefID)
 			}
 			refs[tg.RefID] = true
+			if expr, err := expand(tg.Expr); err == nil {
+				if err := legendLabelsKept(expr, tg.LegendFormat); err != nil {
+					t.Errorf("panel %q query %s: %v", p.Title, tg.RefID, err)
+				}
+			}
 			if !strings.Contains(tg.Expr, `job=~"$job"`) || !strings.Contains(tg.Expr, `instance=~"$instance"`) {
 				t.Errorf("panel %q query %s ignores the job or instance variable: %s", p.Title, tg.RefID, tg.Expr)
 			}

@@ -163,3 +163,80 @@ func TestExpand(t *testing.T) {
 		t.Fatal("variableMetrics accepted a query that is not label_values")
 	}
 }
+
+// outputLabels returns the labels the series of expr carry when its
+// aggregations fix them (sum by (…), histogram_quantile of one, a binary
+// operation keeping its left side's), and false when they are not known
+// from the expression alone (a bare selector keeps whatever was scraped).
+func outputLabels(e parser.Expr) ([]string, bool) {
+	switch n := e.(type) {
+	case *parser.ParenExpr:
+		return outputLabels(n.Expr)
+	case *parser.AggregateExpr:
+		if n.Without {
+			return nil, false
+		}
+		return n.Grouping, true
+	case *parser.Call:
+		if n.Func.Name == "histogram_quantile" && len(n.Args) == 2 {
+			ls, ok := outputLabels(n.Args[1])
+			return slices.DeleteFunc(slices.Clone(ls), func(l string) bool { return l == "le" }), ok
+		}
+		return nil, false
+	case *parser.BinaryExpr:
+		if n.VectorMatching != nil && n.VectorMatching.Card == parser.CardOneToMany {
+			return outputLabels(n.RHS)
+		}
+		if n.LHS.Type() == parser.ValueTypeScalar {
+			return outputLabels(n.RHS)
+		}
+		return outputLabels(n.LHS)
+	}
+	return nil, false
+}
+
+// legendLabel matches a {{label}} of a Grafana legend.
+var legendLabel = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
+
+// legendLabelsKept fails for a {{label}} of legend that expr's series do
+// not carry, when the expression fixes their labels.
+func legendLabelsKept(expr, legend string) error {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return fmt.Errorf("parse %q: %w", expr, err)
+	}
+	kept, known := outputLabels(e)
+	if !known {
+		return nil
+	}
+	for _, m := range legendLabel.FindAllStringSubmatch(legend, -1) {
+		if !slices.Contains(kept, m[1]) {
+			return fmt.Errorf("legend %q shows {{%s}}, but the series keep only %v", legend, m[1], kept)
+		}
+	}
+	return nil
+}
+
+func TestLegendLabelsKept(t *testing.T) {
+	for name, tc := range map[string]struct {
+		expr, legend string
+		ok           bool
+	}{
+		"sum by":                {`sum by (rule, decision) (rate(x[5m]))`, "{{rule}} {{decision}}", true},
+		"dropped by sum":        {`sum by (rule) (rate(x[5m]))`, "{{instance}}", false},
+		"quantile drops le":     {`histogram_quantile(0.9, sum by (le, job) (rate(x_bucket[5m])))`, "{{job}}", true},
+		"quantile keeps no le":  {`histogram_quantile(0.9, sum by (le) (rate(x_bucket[5m])))`, "{{le}}", false},
+		"left side of a ratio":  {`sum by (rule) (rate(a[5m])) / scalar(sum(rate(a[5m])))`, "{{rule}}", true},
+		"comparison":            {`sum by (kind) (rate(a[5m])) > 0`, "{{kind}}", true},
+		"group_left keeps left": {`sum by (job, mode) (a) / ignoring (mode) group_left sum by (job) (b)`, "{{mode}}", true},
+		"bare selector unknown": {`flashgate_fleet_size{job="x"}`, "{{instance}}", true},
+		"without unknown":       {`sum without (le) (a)`, "{{anything}}", true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := legendLabelsKept(tc.expr, tc.legend)
+			if (err == nil) != tc.ok {
+				t.Fatalf("legendLabelsKept(%q, %q) = %v, want ok %v", tc.expr, tc.legend, err, tc.ok)
+			}
+		})
+	}
+}
