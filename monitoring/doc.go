@@ -30,5 +30,6 @@
 // alert's labels and annotations, the PrometheusRule against alerts.yaml,
 // and that alerts_test.yaml has a case firing each alert and one not.
 // TestOperationsDoc checks that docs/operations-monitoring.md explains
-// every panel and every alert.
+// every panel and every alert, and runs its prometheus.yml, with the alerts,
+// through `promtool check config`.
 package monitoring

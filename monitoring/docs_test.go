@@ -2,6 +2,7 @@ package monitoring
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,8 +12,9 @@ const opsDoc = "../docs/operations-monitoring.md"
 
 // TestOperationsDoc checks that docs/operations-monitoring.md explains every
 // alert (a "### Alert" section) and every dashboard row and panel (a
-// "### Row" section, a "**Panel.**" paragraph), and names no alert that
-// does not exist.
+// "### Row" section, a "**Panel.**" paragraph), names no alert that does
+// not exist, and that its Prometheus configuration passes `promtool check
+// config`.
 func TestOperationsDoc(t *testing.T) {
 	data, err := os.ReadFile(opsDoc)
 	if err != nil {
@@ -43,4 +45,23 @@ func TestOperationsDoc(t *testing.T) {
 			t.Errorf("%s does not explain %s %q (want %q)", opsDoc, p.Type, p.Title, strings.TrimSpace(want))
 		}
 	}
+
+	// The prometheus.yml shown, with the alerts as the file it names.
+	blocks := regexp.MustCompile("(?s)```yaml\n(rule_files:\n  - flashgate-alerts.yaml .*?)```").FindAllStringSubmatch(doc, -1)
+	if len(blocks) != 1 {
+		t.Fatalf("%s: %d prometheus.yml blocks naming flashgate-alerts.yaml, want 1", opsDoc, len(blocks))
+	}
+	dir := t.TempDir()
+	rules, err := os.ReadFile(alertsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "flashgate-alerts.yaml"), rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(file, []byte(blocks[0][1]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promtool(t, "check", "config", file)
 }
