@@ -1,6 +1,6 @@
 module github.com/flashgate/flashgate
 
-go 1.26.7
+go 1.26.0
 
 require (
 	github.com/dgraph-io/ristretto/v2 v2.4.2
@@ -12,7 +12,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.1
-	github.com/prometheus/prometheus v0.316.0
+	github.com/prometheus/prometheus v0.315.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
