@@ -7,7 +7,8 @@ package e2e
 // testConfigReload), rewritten for a real `flashgate serve --backend redis
 // --rls-config DIR` process on ratelimit's runtime directory
 // (testdata/ratelimit-integration, see its ORIGIN.md), on a standalone
-// Redis, a password-protected one and a password-protected Redis Cluster.
+// Redis, a password-protected one, a password-protected one behind a
+// Sentinel and a password-protected Redis Cluster.
 //
 // Every step compares the answer as ratelimit's suite does: proto.Equal
 // against the response ratelimit expects, each status's
@@ -365,6 +366,17 @@ var rlTopologies = []rlTopology{
 		s := redistest.Start(t)
 		protect(t, s.Addr())
 		return []string{"--redis-addr", s.Addr(), "--redis-password", rlPassword}
+	}},
+	{name: "sentinel-password", start: func(t *testing.T) []string {
+		m := redistest.Start(t)
+		sen := redistest.StartSentinel(t, m, "mymaster")
+		sc := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr(), DisableIdentity: true, Protocol: 2})
+		defer sc.Close()
+		if err := sc.Set(bg(), "mymaster", "auth-pass", rlPassword).Err(); err != nil {
+			t.Fatalf("SENTINEL SET mymaster auth-pass: %v", err)
+		}
+		protect(t, m.Addr())
+		return []string{"--redis-mode", "sentinel", "--redis-master-name", "mymaster", "--redis-addr", sen.Addr(), "--redis-password", rlPassword}
 	}},
 	{name: "cluster-password", start: func(t *testing.T) []string {
 		cl := redistest.StartCluster(t, 3)
