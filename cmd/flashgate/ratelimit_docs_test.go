@@ -8,15 +8,15 @@ import (
 	"testing"
 )
 
-var updateReadme = flag.Bool("update-readme", false, "rewrite README.md's table of ratelimit's variables from ratelimitVars")
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/ratelimit.md's table of ratelimit's variables from ratelimitVars")
 
-// Markers around the README's table of ratelimit's variables.
+// Markers around docs/ratelimit.md's table of ratelimit's variables.
 const (
-	ratelimitTableBegin = "<!-- ratelimit env table: generated from cmd/flashgate/ratelimit_env.go by `go test ./cmd/flashgate -run TestReadmeRatelimitTable -update-readme` -->\n"
+	ratelimitTableBegin = "<!-- ratelimit env table: generated from cmd/flashgate/ratelimit_env.go by `go test ./cmd/flashgate -run TestRatelimitDocsTable -update-docs` -->\n"
 	ratelimitTableEnd   = "<!-- end of ratelimit env table -->\n"
 )
 
-// ratelimitTable renders ratelimitVars as the README's table; a row whose
+// ratelimitTable renders ratelimitVars as the docs' table; a row whose
 // flag this build lacks says so.
 func ratelimitTable() string {
 	fs := serveFlags()
@@ -39,28 +39,28 @@ func ratelimitTable() string {
 	return b.String()
 }
 
-// TestReadmeRatelimitTable: the README's table of ratelimit's variables is
-// ratelimitVars's.
-func TestReadmeRatelimitTable(t *testing.T) {
-	const path = "../../README.md"
+// TestRatelimitDocsTable: docs/ratelimit.md's table of ratelimit's
+// variables is ratelimitVars's.
+func TestRatelimitDocsTable(t *testing.T) {
+	const path = "../../docs/ratelimit.md"
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(data)
-	i, j := strings.Index(readme, ratelimitTableBegin), strings.Index(readme, ratelimitTableEnd)
+	doc := string(data)
+	i, j := strings.Index(doc, ratelimitTableBegin), strings.Index(doc, ratelimitTableEnd)
 	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the markers of the ratelimit env table:\n%s%s", ratelimitTableBegin, ratelimitTableEnd)
+		t.Fatalf("%s lacks the markers of the ratelimit env table:\n%s%s", path, ratelimitTableBegin, ratelimitTableEnd)
 	}
-	got, want := readme[i+len(ratelimitTableBegin):j], ratelimitTable()
+	got, want := doc[i+len(ratelimitTableBegin):j], ratelimitTable()
 	if got == want {
 		return
 	}
-	if *updateReadme {
-		if err := os.WriteFile(path, []byte(readme[:i+len(ratelimitTableBegin)]+want+readme[j:]), 0o644); err != nil {
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(doc[:i+len(ratelimitTableBegin)]+want+doc[j:]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("README.md's ratelimit env table differs from ratelimitVars; run with -update-readme. Want:\n%s", want)
+	t.Errorf("%s's ratelimit env table differs from ratelimitVars; run with -update-docs. Want:\n%s", path, want)
 }

@@ -4,7 +4,7 @@ package main
 // (Envoy Gateway's Deployment runs /bin/ratelimit) or with the ratelimit
 // command, serve is configured by ratelimit's environment variables
 // (its src/settings/settings.go). ratelimitVars is the whole mapping, one
-// row per variable and serve flag: the README's table is checked against
+// row per variable and serve flag: docs/ratelimit.md's table is checked against
 // it. A variable that is set but not honoured (no flag for it, or a flag
 // this build lacks, or a value flashgate cannot follow) is logged once at
 // start, in one line that names each with its reason. Precedence: command
@@ -54,7 +54,7 @@ type ratelimitVar struct {
 	// flag is the serve flag the row sets; "" when none (see value).
 	flag string
 	// note says how the value maps to the flag, or why the variable is not
-	// honoured (the README's table and the start-up log).
+	// honoured (docs/ratelimit.md's table and the start-up log).
 	note string
 	// value returns the flag's value from the variable's v and, through
 	// get, the others' (defaults applied); set false leaves the flag. An
@@ -111,13 +111,13 @@ var ratelimitVars = []ratelimitVar{
 	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", flag: "rls-xds-node-id", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
 	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", flag: "rls-xds-retry-interval", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
 	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", flag: "rls-xds-tls", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", flag: "rls-xds-tls-cert", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", flag: "rls-xds-tls-key", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", flag: "rls-xds-tls-ca", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", flag: "rls-xds-tls-cert", note: "with CONFIG_TYPE=GRPC_XDS_SOTW; reloaded on change", value: whenXDS},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", flag: "rls-xds-tls-key", note: "with CONFIG_TYPE=GRPC_XDS_SOTW; reloaded on change", value: whenXDS},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", flag: "rls-xds-tls-ca", note: "with CONFIG_TYPE=GRPC_XDS_SOTW; reloaded on change", value: whenXDS},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", flag: "rls-xds-tls-server-name", note: "with CONFIG_TYPE=GRPC_XDS_SOTW: the name the xDS server's certificate is verified for (default: the host of CONFIG_GRPC_XDS_SERVER_URL)", value: whenXDS},
 	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", flag: "rls-xds-force-start", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
-	{name: "CONFIG_GRPC_XDS_NODE_METADATA", note: "the node carries no metadata"},
+	{name: "CONFIG_GRPC_XDS_NODE_METADATA", flag: "rls-xds-node-metadata", note: "with CONFIG_TYPE=GRPC_XDS_SOTW: k1=v1,k2=v2 as string fields", value: whenXDS},
 	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", note: "no headers are added to the xDS stream"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", note: "any server certificate of the CA is accepted"},
 	{name: "XDS_CLIENT_BACKOFF_*", note: "retries wait CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"},
 
 	// Redis.
@@ -435,7 +435,7 @@ func newRatelimitCmd(e env) *cobra.Command {
 	cmd.Long = `ratelimit runs serve configured by envoyproxy/ratelimit's environment
 variables (REDIS_URL, GRPC_PORT, PORT, RUNTIME_ROOT, ...), so that flashgate's
 image can replace ratelimit's (Envoy Gateway: command /bin/ratelimit). The
-binary runs this command when it is called ratelimit. The README's table
+binary runs this command when it is called ratelimit. docs/ratelimit.md's table
 "Envoy Gateway: swap the image" lists every variable with the serve flag it
 sets; a variable set but not honoured is logged once at start.
 
