@@ -2,7 +2,7 @@ package e2e
 
 // The conformance suite against envoyproxy/ratelimit's own integration
 // cases (its test/integration/integration_test.go at commit f2fb157:
-// testBasicBaseConfig with its plain, local-cache and
+// testBasicBaseConfig with its plain, local-cache, cache-key-prefix and
 // stop-cache-key-increment variants, testShareThreshold and
 // testConfigReload), rewritten for a real `flashgate serve --backend redis
 // --rls-config DIR` process on ratelimit's runtime directory
@@ -67,15 +67,18 @@ type rlVariant struct {
 	localCache bool
 	// stopIncrement: ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true.
 	stopIncrement bool
+	// keyPrefix: ratelimit's CACHE_KEY_PREFIX, as the ratelimit command
+	// maps it to --key-prefix ("prefix:" → "prefix"); "": one of the run's.
+	keyPrefix string
 }
 
 // rlVariants are the variants of ratelimit's TestBasicConfig without a
 // per-second Redis (REDIS_PERSECOND is not honoured: one Redis holds every
-// window). Its CacheKeyPrefix variant ("prefix:") is left out: a flashgate
-// key prefix is [A-Za-z0-9._-] only, and every run has its own prefix.
+// window).
 var rlVariants = []rlVariant{
 	{name: "WithoutPerSecondRedis"},
 	{name: "WithoutPerSecondRedisWithLocalCache", localCache: true},
+	{name: "WithoutPerSecondRedisWithCachePrefix", keyPrefix: "prefix"},
 	{name: "WithoutPerSecondRedisWithstopCacheKeyIncrementWhenOverlimitConfig", stopIncrement: true},
 	{name: "WithoutPerSecondRedisWithLocalCacheAndstopCacheKeyIncrementWhenOverlimitConfig", localCache: true, stopIncrement: true},
 }
@@ -399,8 +402,12 @@ func TestRatelimitSuite(t *testing.T) {
 				t.Helper()
 				seq++
 				dir := copyRuntime(t)
+				prefix := fmt.Sprintf("rlsuite-%s-%d", topo.name, seq)
+				if v.keyPrefix != "" {
+					prefix = v.keyPrefix
+				}
 				args := append([]string{"--backend", "redis", "--rls-config", dir, "--ratelimit-headers", "none",
-					"--redis-timeout", "2s", "--key-prefix", fmt.Sprintf("rlsuite-%s-%d", topo.name, seq)}, redisArgs...)
+					"--redis-timeout", "2s", "--key-prefix", prefix}, redisArgs...)
 				if v.localCache {
 					args = append(args, "--local-cache-size", strconv.Itoa(64<<10))
 				}

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/flashgate/flashgate/rls"
+	"github.com/flashgate/flashgate/window"
 )
 
 // ratelimitName is the program name (argv[0]'s base) that runs the
@@ -141,7 +142,7 @@ var ratelimitVars = []ratelimitVar{
 	{name: "MEMCACHE_*", note: "Redis only"},
 
 	// Limits and answers.
-	{name: "CACHE_KEY_PREFIX", flag: "key-prefix", note: "prefix of every Redis key (empty: serve's fg)", value: nonEmpty},
+	{name: "CACHE_KEY_PREFIX", flag: "key-prefix", note: "prefix of every Redis key, A-Z a-z 0-9 . _ - (a trailing : is dropped: flashgate adds its own separator; empty: serve's fg)", value: keyPrefix},
 	{name: "LOCAL_CACHE_SIZE_IN_BYTES", flag: "local-cache-size", note: "bytes of the local over-limit cache, 64KiB at least; 0 keeps the default (it cannot be turned off)", value: localCacheSize},
 	{name: "SHADOW_MODE", flag: "shadow", note: "decide and count, but answer OK"},
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", flag: "rls-response-headers", note: "RateLimit-Limit, -Remaining and -Reset on answers"},
@@ -201,6 +202,19 @@ func isBool(v string, _ func(string) string) (string, bool, error) {
 }
 
 func nonEmpty(v string, _ func(string) string) (string, bool, error) { return v, v != "", nil }
+
+// keyPrefix takes ratelimit's CACHE_KEY_PREFIX ("ratelimit:", say) as
+// --key-prefix: without its trailing separator, which flashgate's keys add.
+func keyPrefix(v string, _ func(string) string) (string, bool, error) {
+	p := strings.TrimRight(v, ":")
+	if p == "" {
+		return "", false, nil
+	}
+	if _, err := window.NewKeys(p); err != nil {
+		return "", false, fmt.Errorf("CACHE_KEY_PREFIX=%q: %w", v, err)
+	}
+	return p, true, nil
+}
 
 func isTrue(get func(string) string, name string) bool {
 	b, _ := strconv.ParseBool(get(name))

@@ -135,6 +135,12 @@ func TestApplyRatelimitEnv(t *testing.T) {
 			environ:     []string{"PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml"},
 			notHonoured: []string{"PROMETHEUS_ADDR", "PROMETHEUS_MAPPER_YAML", "USE_PROMETHEUS", "USE_STATSD"},
 		},
+		"cache key prefix with its separator": {
+			env:         with(eg, "CACHE_KEY_PREFIX", "prefix:"),
+			want:        with(egFlags, "key-prefix", "prefix"),
+			notHonoured: []string{"STATSD_PORT", "USE_STATSD"},
+		},
+		"bad cache key prefix":     {env: with(eg, "CACHE_KEY_PREFIX", "a b:"), err: "CACHE_KEY_PREFIX"},
 		"unix socket":              {env: with(eg, "REDIS_SOCKET_TYPE", "unix"), err: "REDIS_SOCKET_TYPE"},
 		"ratelimit default socket": {env: map[string]string{}, err: "REDIS_SOCKET_TYPE"},
 		"memcache":                 {env: with(eg, "BACKEND_TYPE", "memcache"), err: "BACKEND_TYPE"},
