@@ -608,4 +608,12 @@ func testRLReload(r *rlRun, add, remove func()) {
 	before = after
 	after, ok = waitReload(before)
 	r.record(gReloadRemoved, "reload domain removed", ok, fmt.Sprintf("config reloads %v, then %v", before, after))
+
+	// Beyond ratelimit's case (not tallied): the removed domain is unknown
+	// again.
+	got = r.ask("reload", [][2]string{{r.key("key1"), "foo"}})
+	if want := (&rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}}}); !proto.Equal(want, got) {
+		r.t.Errorf("after the domain reload was removed: %v, want %v", got, want)
+	}
 }
