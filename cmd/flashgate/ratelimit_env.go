@@ -87,9 +87,9 @@ var ratelimitVars = []ratelimitVar{
 
 	// gRPC server TLS.
 	{name: "GRPC_SERVER_USE_TLS", flag: "grpc-tls-cert", note: "true: GRPC_SERVER_TLS_CERT is served", value: whenTLS("GRPC_SERVER_TLS_CERT")},
-	{name: "GRPC_SERVER_TLS_CERT", flag: "grpc-tls-cert", note: "with GRPC_SERVER_USE_TLS=true", value: whenTLS("GRPC_SERVER_TLS_CERT")},
-	{name: "GRPC_SERVER_TLS_KEY", flag: "grpc-tls-key", note: "with GRPC_SERVER_USE_TLS=true", value: whenTLS("GRPC_SERVER_TLS_KEY")},
-	{name: "GRPC_CLIENT_TLS_CACERT", flag: "grpc-tls-client-ca", note: "with GRPC_SERVER_USE_TLS=true: clients must present a certificate of this CA", value: whenTLS("GRPC_CLIENT_TLS_CACERT")},
+	{name: "GRPC_SERVER_TLS_CERT", flag: "grpc-tls-cert", note: "with GRPC_SERVER_USE_TLS=true; reloaded on change", value: whenTLS("GRPC_SERVER_TLS_CERT")},
+	{name: "GRPC_SERVER_TLS_KEY", flag: "grpc-tls-key", note: "with GRPC_SERVER_USE_TLS=true; reloaded on change", value: whenTLS("GRPC_SERVER_TLS_KEY")},
+	{name: "GRPC_CLIENT_TLS_CACERT", flag: "grpc-tls-client-ca", note: "with GRPC_SERVER_USE_TLS=true: clients must present a certificate of this CA; reloaded on change", value: whenTLS("GRPC_CLIENT_TLS_CACERT")},
 	{name: "GRPC_SERVER_TLS_CA_CERT", flag: "grpc-tls-client-ca", note: "Envoy Gateway's name for GRPC_CLIENT_TLS_CACERT", value: whenTLS("GRPC_SERVER_TLS_CA_CERT")},
 	{name: "GRPC_CLIENT_TLS_SAN", note: "any client certificate of the CA is accepted"},
 
