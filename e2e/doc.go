@@ -13,6 +13,12 @@
 // puts real nginx and caddy processes (internal/proxytest, the shipped proxy/
 // configs) between a client and flashgate's HTTP front-end.
 //
+// TestRatelimitSuite and TestRatelimitSuiteXDS run envoyproxy/ratelimit's
+// own integration cases against `flashgate serve --rls-config` and
+// `--rls-xds-server` on each Redis topology and over TLS and mTLS, and log
+// how many steps pass, differ as documented, or wait for a pending fix
+// (docs/ratelimit.md).
+//
 // Loads go to loopback only and are bounded in count and time. The
 // key-cardinality flood sends 100,000 distinct users by default; set
 // FLASHGATE_E2E_LONG=1 (or pass -long) for the 1,000,000-user variant, which

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -146,6 +148,9 @@ type launchOpts struct {
 	// httpAuthz also serves the HTTP front-end, --http-authz-addr on a free
 	// loopback port (proc.HTTPAuthzAddr).
 	httpAuthz bool
+	// clientTLS, when not nil, is the TLS of the test's gRPC connection,
+	// for a serve with --grpc-tls-cert.
+	clientTLS *tls.Config
 }
 
 // launchRetry launches serve, and again on new ports (up to 3 times) when
@@ -208,8 +213,12 @@ func launch(t testing.TB, args []string, lo launchOpts) (*proc, error) {
 	}()
 	t.Cleanup(func() { p.cleanup() })
 
+	creds := insecure.NewCredentials()
+	if lo.clientTLS != nil {
+		creds = credentials.NewTLS(lo.clientTLS)
+	}
 	conn, err := grpc.NewClient(p.GRPCAddr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxCallMsg), grpc.MaxCallRecvMsgSize(maxCallMsg)))
 	if err != nil {
 		return nil, err

@@ -8,15 +8,11 @@ import (
 	"testing"
 )
 
-var updateReadme = flag.Bool("update-readme", false, "rewrite docs/ratelimit.md's table of ratelimit's variables from ratelimitVars")
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/ratelimit.md's table of ratelimit's variables from ratelimitVars")
 
-// ratelimitTableDoc is the page that holds the table of ratelimit's
-// variables, between the markers below.
-const ratelimitTableDoc = "../../docs/ratelimit.md"
-
-// Markers around the table of ratelimit's variables.
+// Markers around docs/ratelimit.md's table of ratelimit's variables.
 const (
-	ratelimitTableBegin = "<!-- ratelimit env table: generated from cmd/flashgate/ratelimit_env.go by `go test ./cmd/flashgate -run TestReadmeRatelimitTable -update-readme` -->\n"
+	ratelimitTableBegin = "<!-- ratelimit env table: generated from cmd/flashgate/ratelimit_env.go by `go test ./cmd/flashgate -run TestRatelimitDocsTable -update-docs` -->\n"
 	ratelimitTableEnd   = "<!-- end of ratelimit env table -->\n"
 )
 
@@ -43,39 +39,28 @@ func ratelimitTable() string {
 	return b.String()
 }
 
-// TestReadmeRatelimitTable: the table of ratelimit's variables in
-// docs/ratelimit.md, the page for users of envoyproxy/ratelimit, is
-// ratelimitVars's; the README, the project's front page, holds no copy of
-// it that could go stale.
-func TestReadmeRatelimitTable(t *testing.T) {
-	if data, err := os.ReadFile("../../README.md"); err != nil {
-		t.Fatal(err)
-	} else if strings.Contains(string(data), ratelimitTableBegin) {
-		t.Errorf("README.md holds the ratelimit env table; it belongs in %s", strings.TrimPrefix(ratelimitTableDoc, "../../"))
-	}
-	data, err := os.ReadFile(ratelimitTableDoc)
-	if os.IsNotExist(err) {
-		// The page is not written yet: nothing to compare (the README
-		// check above still applies).
-		return
-	}
+// TestRatelimitDocsTable: docs/ratelimit.md's table of ratelimit's
+// variables is ratelimitVars's.
+func TestRatelimitDocsTable(t *testing.T) {
+	const path = "../../docs/ratelimit.md"
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(data)
 	i, j := strings.Index(doc, ratelimitTableBegin), strings.Index(doc, ratelimitTableEnd)
 	if i < 0 || j < i {
-		t.Fatalf("%s lacks the markers of the ratelimit env table:\n%s%s", ratelimitTableDoc, ratelimitTableBegin, ratelimitTableEnd)
+		t.Fatalf("%s lacks the markers of the ratelimit env table:\n%s%s", path, ratelimitTableBegin, ratelimitTableEnd)
 	}
 	got, want := doc[i+len(ratelimitTableBegin):j], ratelimitTable()
 	if got == want {
 		return
 	}
-	if *updateReadme {
-		if err := os.WriteFile(ratelimitTableDoc, []byte(doc[:i+len(ratelimitTableBegin)]+want+doc[j:]), 0o644); err != nil {
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(doc[:i+len(ratelimitTableBegin)]+want+doc[j:]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("%s's ratelimit env table differs from ratelimitVars; run with -update-readme. Want:\n%s", ratelimitTableDoc, want)
+	t.Errorf("%s's ratelimit env table differs from ratelimitVars; run with -update-docs. Want:\n%s", path, want)
 }

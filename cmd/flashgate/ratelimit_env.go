@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/flashgate/flashgate/rls"
+	"github.com/flashgate/flashgate/window"
 )
 
 // ratelimitName is the program name (argv[0]'s base) that runs the
@@ -86,9 +87,9 @@ var ratelimitVars = []ratelimitVar{
 
 	// gRPC server TLS.
 	{name: "GRPC_SERVER_USE_TLS", flag: "grpc-tls-cert", note: "true: GRPC_SERVER_TLS_CERT is served", value: whenTLS("GRPC_SERVER_TLS_CERT")},
-	{name: "GRPC_SERVER_TLS_CERT", flag: "grpc-tls-cert", note: "with GRPC_SERVER_USE_TLS=true", value: whenTLS("GRPC_SERVER_TLS_CERT")},
-	{name: "GRPC_SERVER_TLS_KEY", flag: "grpc-tls-key", note: "with GRPC_SERVER_USE_TLS=true", value: whenTLS("GRPC_SERVER_TLS_KEY")},
-	{name: "GRPC_CLIENT_TLS_CACERT", flag: "grpc-tls-client-ca", note: "with GRPC_SERVER_USE_TLS=true: clients must present a certificate of this CA", value: whenTLS("GRPC_CLIENT_TLS_CACERT")},
+	{name: "GRPC_SERVER_TLS_CERT", flag: "grpc-tls-cert", note: "with GRPC_SERVER_USE_TLS=true; reloaded on change", value: whenTLS("GRPC_SERVER_TLS_CERT")},
+	{name: "GRPC_SERVER_TLS_KEY", flag: "grpc-tls-key", note: "with GRPC_SERVER_USE_TLS=true; reloaded on change", value: whenTLS("GRPC_SERVER_TLS_KEY")},
+	{name: "GRPC_CLIENT_TLS_CACERT", flag: "grpc-tls-client-ca", note: "with GRPC_SERVER_USE_TLS=true: clients must present a certificate of this CA; reloaded on change", value: whenTLS("GRPC_CLIENT_TLS_CACERT")},
 	{name: "GRPC_SERVER_TLS_CA_CERT", flag: "grpc-tls-client-ca", note: "Envoy Gateway's name for GRPC_CLIENT_TLS_CACERT", value: whenTLS("GRPC_SERVER_TLS_CA_CERT")},
 	{name: "GRPC_CLIENT_TLS_SAN", note: "any client certificate of the CA is accepted"},
 
@@ -111,13 +112,13 @@ var ratelimitVars = []ratelimitVar{
 	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", flag: "rls-xds-node-id", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
 	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", flag: "rls-xds-retry-interval", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
 	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", flag: "rls-xds-tls", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", flag: "rls-xds-tls-cert", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", flag: "rls-xds-tls-key", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", flag: "rls-xds-tls-ca", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", flag: "rls-xds-tls-cert", note: "with CONFIG_TYPE=GRPC_XDS_SOTW; reloaded on change", value: whenXDS},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", flag: "rls-xds-tls-key", note: "with CONFIG_TYPE=GRPC_XDS_SOTW; reloaded on change", value: whenXDS},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", flag: "rls-xds-tls-ca", note: "with CONFIG_TYPE=GRPC_XDS_SOTW; reloaded on change", value: whenXDS},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", flag: "rls-xds-tls-server-name", note: "with CONFIG_TYPE=GRPC_XDS_SOTW: the name the xDS server's certificate is verified for (default: the host of CONFIG_GRPC_XDS_SERVER_URL)", value: whenXDS},
 	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", flag: "rls-xds-force-start", note: "with CONFIG_TYPE=GRPC_XDS_SOTW", value: whenXDS},
-	{name: "CONFIG_GRPC_XDS_NODE_METADATA", note: "the node carries no metadata"},
+	{name: "CONFIG_GRPC_XDS_NODE_METADATA", flag: "rls-xds-node-metadata", note: "with CONFIG_TYPE=GRPC_XDS_SOTW: k1=v1,k2=v2 as string fields", value: whenXDS},
 	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", note: "no headers are added to the xDS stream"},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", note: "any server certificate of the CA is accepted"},
 	{name: "XDS_CLIENT_BACKOFF_*", note: "retries wait CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"},
 
 	// Redis.
@@ -141,7 +142,7 @@ var ratelimitVars = []ratelimitVar{
 	{name: "MEMCACHE_*", note: "Redis only"},
 
 	// Limits and answers.
-	{name: "CACHE_KEY_PREFIX", flag: "key-prefix", note: "prefix of every Redis key (empty: serve's fg)", value: nonEmpty},
+	{name: "CACHE_KEY_PREFIX", flag: "key-prefix", note: "prefix of every Redis key, A-Z a-z 0-9 . _ - (a trailing : is dropped: flashgate adds its own separator; empty: serve's fg)", value: keyPrefix},
 	{name: "LOCAL_CACHE_SIZE_IN_BYTES", flag: "local-cache-size", note: "bytes of the local over-limit cache, 64KiB at least; 0 keeps the default (it cannot be turned off)", value: localCacheSize},
 	{name: "SHADOW_MODE", flag: "shadow", note: "decide and count, but answer OK"},
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", flag: "rls-response-headers", note: "RateLimit-Limit, -Remaining and -Reset on answers"},
@@ -201,6 +202,19 @@ func isBool(v string, _ func(string) string) (string, bool, error) {
 }
 
 func nonEmpty(v string, _ func(string) string) (string, bool, error) { return v, v != "", nil }
+
+// keyPrefix takes ratelimit's CACHE_KEY_PREFIX ("ratelimit:", say) as
+// --key-prefix: without its trailing separator, which flashgate's keys add.
+func keyPrefix(v string, _ func(string) string) (string, bool, error) {
+	p := strings.TrimRight(v, ":")
+	if p == "" {
+		return "", false, nil
+	}
+	if _, err := window.NewKeys(p); err != nil {
+		return "", false, fmt.Errorf("CACHE_KEY_PREFIX=%q: %w", v, err)
+	}
+	return p, true, nil
+}
 
 func isTrue(get func(string) string, name string) bool {
 	b, _ := strconv.ParseBool(get(name))
@@ -435,10 +449,11 @@ func newRatelimitCmd(e env) *cobra.Command {
 	cmd.Long = `ratelimit runs serve configured by envoyproxy/ratelimit's environment
 variables (REDIS_URL, GRPC_PORT, PORT, RUNTIME_ROOT, ...), so that flashgate's
 image can replace ratelimit's (Envoy Gateway: command /bin/ratelimit). The
-binary runs this command when it is called ratelimit. The table in
-docs/ratelimit.md lists every variable with the serve flag it sets; a variable set but not honoured is logged once at start.
+binary runs this command when it is called ratelimit. docs/ratelimit.md's table
+"Envoy Gateway: swap the image" lists every variable with the serve flag it
+sets; a variable set but not honoured is logged once at start.
 
-RLS (envoy.service.ratelimit.v3) and ext_authz on GRPC_HOST:GRPC_PORT
+RLS (envoy.service.ratelimit.v3) only on GRPC_HOST:GRPC_PORT
 (default 0.0.0.0:8081); GET /healthcheck and POST /json on HOST:PORT
 (0.0.0.0:8080); /metrics, /healthz and /readyz on DEBUG_HOST:DEBUG_PORT
 (0.0.0.0:6070). Flags and FLASHGATE_<FLAG> win over ratelimit's variables.`

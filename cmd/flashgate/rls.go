@@ -13,7 +13,6 @@ import (
 
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/rls"
-	"github.com/flashgate/flashgate/rls/xds"
 )
 
 // rlsService is serve's envoy.service.ratelimit.v3 server (--rls-config
@@ -27,7 +26,7 @@ type rlsService struct {
 	dir string
 	// xds feeds srv when the config comes from an xDS server (dir is "");
 	// force is --rls-xds-force-start.
-	xds   *xds.Client
+	xds   *xdsClient
 	force bool
 }
 
@@ -61,7 +60,7 @@ func newRLS(o *serveConfig, core *enforce.Core) (*rlsService, error) {
 		return nil, err
 	}
 	if o.rlsXDSServer != "" {
-		c, err := newXDSClient(&o.rlsXDSOptions, srv, core.Logger())
+		c, err := newXDSClient(&o.rlsXDSOptions, srv, core.Registerer(), core.Logger())
 		if err != nil {
 			return nil, err
 		}

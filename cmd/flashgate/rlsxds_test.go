@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/flashgate/flashgate/internal/tlsreload/tlstest"
 	"github.com/flashgate/flashgate/rls/xds/xdstest"
 	"github.com/flashgate/flashgate/window/redistest"
 )
@@ -136,5 +139,85 @@ func TestReadyGate(t *testing.T) {
 				t.Fatalf("SetServing calls %v, want [true]", l.got)
 			}
 		})
+	}
+}
+
+// xdsServerTLS is an xDS server's TLS config: pair, and client
+// certificates of clientCA required.
+func xdsServerTLS(t *testing.T, pair tlstest.Pair, clientCA *tlstest.CA) *tls.Config {
+	t.Helper()
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCA.Pool()}
+}
+
+// TestServeRLSXDSCertReload: the xDS client's certificate and CA files
+// (ratelimit's CONFIG_GRPC_XDS_CLIENT_TLS_CERT, _KEY and
+// CONFIG_GRPC_XDS_SERVER_TLS_CACERT), mounted as a Kubernetes Secret, are
+// reloaded when the Secret changes: a client certificate the mTLS xDS server
+// refuses gets no config until a good one is mounted, and a server moved to
+// a certificate of a new CA is trusted once the new CA bundle is mounted.
+func TestServeRLSXDSCertReload(t *testing.T) {
+	const node = "envoy-ratelimit"
+	pki := tlstest.NewPKI(t)
+	read := func(name string) []byte {
+		b, err := os.ReadFile(pki.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	serverPair := tlstest.Pair{Cert: read("tls.crt"), Key: read("tls.key")}
+	cp := xdstest.Start(t, "127.0.0.1:0", xdsServerTLS(t, serverPair, pki.CA))
+	cp.Push(t, node, "1", xdstest.LimitConfig("edge", "edge", "remote_address", 2))
+
+	secret := tlstest.NewSecretDir(t)
+	secret.Update(t, map[string][]byte{"tls.crt": read("stranger.crt"), "tls.key": read("stranger.key"), "ca.crt": pki.CA.PEM})
+	s := startServe(t, "--rls-xds-server", cp.Addr, "--rls-xds-node-id", node, "--rls-xds-retry-interval", "200ms",
+		"--rls-xds-tls", "--rls-xds-tls-cert", secret.Path("tls.crt"), "--rls-xds-tls-key", secret.Path("tls.key"),
+		"--rls-xds-tls-ca", secret.Path("ca.crt"))
+	// (Stream failures are logged at most once in a while: each phase waits
+	// for its own error.)
+	logged := func(s1 string) func() bool { return func() bool { return strings.Contains(s.logs.String(), s1) } }
+
+	// A client certificate of another CA: the server refuses every stream.
+	waitFor(t, 2*eventually, "a stream refused for the client certificate", logged("remote error: tls: unknown certificate authority"))
+	if n := len(cp.Requests()); n != 0 {
+		t.Fatalf("the xDS server got %d requests from a client certificate it does not trust", n)
+	}
+	if st := grpcHealth(t, s.grpcAddr); st == healthpb.HealthCheckResponse_SERVING {
+		t.Fatal("SERVING without a config")
+	}
+
+	// The Secret gets a certificate of the server's CA: reloaded, the
+	// next stream is accepted.
+	secret.Update(t, map[string][]byte{"tls.crt": read("client.crt"), "tls.key": read("client.key"), "ca.crt": pki.CA.PEM})
+	waitFor(t, 2*eventually, "SERVING on the pushed config", func() bool {
+		return grpcHealth(t, s.grpcAddr) == healthpb.HealthCheckResponse_SERVING
+	})
+	if got := rlsCodes(t, s.grpcAddr, "203.0.113.1", 3); got != "OK,OK,OVER_LIMIT" {
+		t.Fatalf("codes %s, want OK,OK,OVER_LIMIT", got)
+	}
+
+	// The server moves to a certificate of a new CA: not trusted until the
+	// Secret's CA bundle holds the new CA.
+	rotated := tlstest.NewCA(t, "rotated CA")
+	cp.Stop()
+	cp2 := xdstest.Start(t, cp.Addr, xdsServerTLS(t, rotated.Server(t, "rotated server"), pki.CA))
+	cp2.Push(t, node, "2", xdstest.LimitConfig("edge", "edge", "remote_address", 3))
+	waitFor(t, 2*eventually, "a reconnection refused for the server's new CA", logged("x509: certificate signed by unknown authority"))
+	if r := cp2.Reply("2", false); r != nil {
+		t.Fatal("version 2 ACKed from a server of a CA the client does not trust")
+	}
+	secret.Update(t, map[string][]byte{"tls.crt": read("client.crt"), "tls.key": read("client.key"), "ca.crt": rotated.PEM})
+	waitFor(t, 2*eventually, "version 2 ACKed", func() bool { return cp2.Reply("2", false) != nil })
+	if got := rlsCodes(t, s.grpcAddr, "203.0.113.2", 4); got != "OK,OK,OK,OVER_LIMIT" {
+		t.Fatalf("codes %s, want OK,OK,OK,OVER_LIMIT", got)
+	}
+	if n := strings.Count(s.logs.String(), "tls files reloaded"); n < 2 {
+		t.Errorf("%d reloads of the xDS TLS files logged, want 2\n%s", n, s.logs)
 	}
 }

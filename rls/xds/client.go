@@ -14,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -30,6 +31,10 @@ const (
 	// CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL default.
 	DefaultRetryInterval = 3 * time.Second
 )
+
+// minConnectTimeout bounds one connection attempt to the management server
+// (gRPC's default).
+const minConnectTimeout = 20 * time.Second
 
 // maxErrorDetail bounds the error message a NACK carries.
 const maxErrorDetail = 4096
@@ -123,7 +128,15 @@ func (c *Client) Run(ctx context.Context) error {
 	if c.opts.TLS != nil {
 		creds = credentials.NewTLS(c.opts.TLS)
 	}
-	conn, err := grpc.NewClient(c.opts.Server, grpc.WithTransportCredentials(creds))
+	// The channel reconnects every retry interval too, not on gRPC's
+	// backoff, which grows to two minutes: a management server that was
+	// away (a restart, certificates that did not match) is back within an
+	// interval.
+	conn, err := grpc.NewClient(c.opts.Server, grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: c.opts.RetryInterval, Multiplier: 1, Jitter: 0.2, MaxDelay: c.opts.RetryInterval},
+			MinConnectTimeout: minConnectTimeout,
+		}))
 	if err != nil {
 		return fmt.Errorf("xds: %w", err)
 	}

@@ -75,6 +75,20 @@ func (ca *CA) Server(t testing.TB, cn string) Pair {
 	})
 }
 
+// Peer returns a certificate for 127.0.0.1, ::1 and localhost that serves
+// both as a server's and as a client's, with common name cn: one file pair
+// for a gRPC server and its own connections to another server, as Envoy
+// Gateway mounts its envoy-rate-limit Secret.
+func (ca *CA) Peer(t testing.TB, cn string) Pair {
+	t.Helper()
+	return ca.issue(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	})
+}
+
 // Client returns a client certificate with common name cn.
 func (ca *CA) Client(t testing.TB, cn string) Pair {
 	t.Helper()
