@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,14 +219,20 @@ func readValues(t *testing.T, file string) map[string]any {
 	return v
 }
 
-// serveFlags builds flashgate and reads the flags of `flashgate serve
-// --help`: name → whether the flag takes a value (false: a bool).
-func serveFlags(t *testing.T) map[string]bool {
+// buildFlashgate builds the flashgate binary into a temporary directory.
+func buildFlashgate(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "flashgate")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/flashgate/flashgate/cmd/flashgate").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// serveFlags reads the flags of `flashgate serve --help`: name → whether
+// the flag takes a value (false: a bool).
+func serveFlags(t *testing.T, bin string) map[string]bool {
+	t.Helper()
 	out, err := exec.Command(bin, "serve", "--help").Output()
 	if err != nil {
 		t.Fatalf("flashgate serve --help: %v", err)
@@ -351,7 +359,8 @@ type valueSet struct {
 }
 
 func TestChart(t *testing.T) {
-	flags := serveFlags(t)
+	bin := buildFlashgate(t)
+	flags := serveFlags(t, bin)
 	defaultEnvoy := map[string]string{"flashgate/client": "true"}
 	sets := map[string]valueSet{
 		"defaults":   {envoy: defaultEnvoy},
@@ -380,12 +389,14 @@ func TestChart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var spec *corev1.PodSpec
 			if set.sidecar {
-				checkSidecar(t, r, set, flags)
+				spec = checkSidecar(t, r, set, flags)
 			} else {
-				checkCentral(t, r, set, flags)
+				spec = checkCentral(t, r, set, flags)
 			}
 			checkRedis(t, r, set)
+			checkServeStarts(t, bin, r, spec, set)
 		})
 	}
 }
@@ -599,7 +610,7 @@ func checkHardening(t *testing.T, spec *corev1.PodSpec, fg *corev1.Container) {
 	}
 }
 
-func checkCentral(t *testing.T, r *rendered, set valueSet, flags map[string]bool) {
+func checkCentral(t *testing.T, r *rendered, set valueSet, flags map[string]bool) *corev1.PodSpec {
 	t.Helper()
 	name := release + "-flashgate"
 	d := r.deployments[name]
@@ -736,6 +747,7 @@ func checkCentral(t *testing.T, r *rendered, set valueSet, flags map[string]bool
 	if set.file == "redis.yaml" && len(r.serviceMonitors) != 1 {
 		t.Errorf("%d ServiceMonitors, want 1", len(r.serviceMonitors))
 	}
+	return spec
 }
 
 // maps reports whether a and b hold the same entries.
@@ -753,7 +765,7 @@ func maps(a, b map[string]string) bool {
 
 // checkSidecar checks the pod spec fragment NOTES prints, as the pod it is
 // pasted into would get it.
-func checkSidecar(t *testing.T, r *rendered, set valueSet, flags map[string]bool) {
+func checkSidecar(t *testing.T, r *rendered, set valueSet, flags map[string]bool) *corev1.PodSpec {
 	t.Helper()
 	central := release + "-flashgate"
 	if r.deployments[central] != nil || r.services[central] != nil || r.networkPolicies[central] != nil ||
@@ -778,6 +790,7 @@ func checkSidecar(t *testing.T, r *rendered, set valueSet, flags map[string]bool
 	spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	fg := flashgateContainer(t, &spec)
 	checkContainer(t, r, &spec, fg, set, flags)
+	return &spec
 }
 
 // checkRedis checks the chart's Redis, where it is on: flashgate's address
@@ -914,4 +927,135 @@ func TestChartLint(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkServeStarts runs the real `flashgate serve` with the container's
+// args, its listen addresses moved to free loopback ports and its mounts to a
+// temporary directory holding the ConfigMaps' files: serve must accept the
+// flags together (some are refused in combination) and load the files, and
+// answer /healthz; on the memory backend, /readyz too. Redis is never
+// reached (health stays NOT_SERVING while serve retries it), which is all
+// the probes need.
+func checkServeStarts(t *testing.T, bin string, r *rendered, spec *corev1.PodSpec, set valueSet) {
+	t.Helper()
+	fg := flashgateContainer(t, spec)
+	root := t.TempDir()
+	mounts := map[string]string{} // mount path → where its files are
+	for _, m := range fg.VolumeMounts {
+		for _, v := range spec.Volumes {
+			if v.Name != m.Name || v.ConfigMap == nil || r.configMaps[v.ConfigMap.Name] == nil {
+				continue
+			}
+			dir := filepath.Join(root, m.MountPath)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for k, data := range r.configMaps[v.ConfigMap.Name].Data {
+				if err := os.WriteFile(filepath.Join(dir, k), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mounts[m.MountPath] = dir
+		}
+	}
+	var metrics string
+	var cmdArgs []string
+	for _, a := range fg.Args {
+		name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		switch {
+		case strings.HasSuffix(name, "-addr") && name != "redis-addr":
+			value = freeAddr(t)
+			if name == "http-addr" {
+				metrics = value
+			}
+		default:
+			for mp, dir := range mounts {
+				if value == mp || strings.HasPrefix(value, mp+"/") {
+					value = dir + strings.TrimPrefix(value, mp)
+				}
+			}
+		}
+		cmdArgs = append(cmdArgs, "--"+name+"="+value)
+	}
+	if metrics == "" {
+		t.Fatalf("no --http-addr: nothing to probe")
+	}
+	cmd := exec.Command(bin, append([]string{"serve"}, cmdArgs...)...)
+	cmd.Env = []string{"HOME=" + root, "PATH=" + os.Getenv("PATH")}
+	for _, e := range fg.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			cmd.Env = append(cmd.Env, e.Name+"=from-a-secret")
+		} else if e.ValueFrom == nil {
+			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		}
+	}
+	var logs syncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	want := map[string]int{"/healthz": 200}
+	if set.redis == "" {
+		want["/readyz"] = 200
+	}
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(15 * time.Second)
+	for p, code := range want {
+		for {
+			resp, err := client.Get("http://" + metrics + p)
+			if err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode == code {
+					break
+				}
+			}
+			select {
+			case err := <-exited:
+				exited <- err
+				t.Fatalf("flashgate serve %s exited: %v\n%s", strings.Join(cmdArgs, " "), err, logs.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("flashgate serve %s: %s never answered %d\n%s", strings.Join(cmdArgs, " "), p, code, logs.String())
+			}
+		}
+	}
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's two output streams.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -116,6 +116,7 @@ args:
   {{- with $v.redis.username }}
   - --redis-username={{ . }}
   {{- end }}
+  - --check-deadline={{ $v.checkDeadline }}
   {{- else }}
   - --backend=memory
   {{- end }}
@@ -129,7 +130,6 @@ args:
   {{- end }}
   {{- end }}
   - --failure-mode={{ $v.failureMode }}
-  - --check-deadline={{ $v.checkDeadline }}
   - --log-level={{ $v.logLevel }}
   - --log-format={{ $v.logFormat }}
   - --drain-timeout={{ $v.drainTimeout }}
