@@ -21,6 +21,7 @@ import (
 
 	"helm.sh/helm/v4/pkg/chart/common"
 	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
@@ -156,6 +157,11 @@ func render(values map[string]any) (*rendered, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load chart: %w", err)
 	}
+	return renderChart(chrt, values)
+}
+
+// renderChart renders chrt, a chart loaded or built in memory, as render does.
+func renderChart(chrt *chart.Chart, values map[string]any) (*rendered, error) {
 	caps := common.DefaultCapabilities.Copy()
 	kv, err := common.ParseKubeVersion(kubeVersion)
 	if err != nil {
@@ -1058,4 +1064,75 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestSidecarFromParentChart: a chart that depends on this one puts the
+// sidecar into its own pods with the two named templates, as _sidecar.tpl
+// documents, and gets the container and the volumes of this chart's
+// ConfigMaps.
+func TestSidecarFromParentChart(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(chartDir, "templates", "_sidecar.tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const includeContainer = `include "flashgate.sidecar.container" .Subcharts.flashgate`
+	const includeVolumes = `include "flashgate.sidecar.volumes" .Subcharts.flashgate`
+	for _, s := range []string{includeContainer, includeVolumes} {
+		if !bytes.Contains(doc, []byte(s)) {
+			t.Errorf("_sidecar.tpl no longer documents {{ %s }}: update this test", s)
+		}
+	}
+	fgChart, err := loader.LoadDir(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: shop
+spec:
+  selector:
+    matchLabels: {app: shop}
+  template:
+    metadata:
+      labels: {app: shop}
+    spec:
+      containers:
+        - name: envoy
+          image: envoyproxy/envoy:distroless-v1.40-latest
+        - {{ ` + includeContainer + ` | indent 10 | trim }}
+      volumes:
+        {{- ` + includeVolumes + ` | trim | nindent 8 }}
+`
+	parent := &chart.Chart{
+		Metadata:  &chart.Metadata{APIVersion: chart.APIVersionV2, Name: "shop", Version: "1.0.0"},
+		Templates: []*common.File{{Name: "templates/shop.yaml", Data: []byte(app)}},
+		Values:    map[string]any{},
+	}
+	parent.AddDependency(fgChart)
+	r, err := renderChart(parent, map[string]any{"flashgate": map[string]any{
+		"sidecar": map[string]any{"enabled": true, "podSelector": map[string]any{"app": "shop"}},
+		"redis":   map[string]any{"enabled": true},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.deployments["shop"]
+	if d == nil {
+		t.Fatalf("no Deployment shop (have %v)", slices.Collect(mapKeys(r.deployments)))
+	}
+	spec := &d.Spec.Template.Spec
+	fg := flashgateContainer(t, spec)
+	if !slices.Contains(fg.Args, "--grpc-addr=127.0.0.1:9191") {
+		t.Errorf("the sidecar's args %v: want --grpc-addr=127.0.0.1:9191", fg.Args)
+	}
+	cm, _ := mountedConfigMap(t, r, spec, fg, "/etc/flashgate/descriptors")
+	if _, err := extauthz.ParseConfig(cm.Name, []byte(cm.Data["descriptors.yaml"])); err != nil {
+		t.Error(err)
+	}
+	np := r.networkPolicies[release+"-flashgate-redis"]
+	if np == nil || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || np.Spec.Ingress[0].From[0].PodSelector == nil ||
+		!selects(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels, d.Spec.Template.Labels) {
+		t.Errorf("the Redis NetworkPolicy does not admit the parent chart's pods")
+	}
 }
