@@ -3,8 +3,15 @@ package charts
 import (
 	"bufio"
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -361,6 +368,7 @@ type valueSet struct {
 	rls       bool
 	httpAuthz bool
 	hpa       bool
+	tls       string            // "", "tls" or "mtls": the gRPC port's
 	envoy     map[string]string // the networkPolicy.envoySelector in force
 }
 
@@ -371,7 +379,7 @@ func TestChart(t *testing.T) {
 	sets := map[string]valueSet{
 		"defaults":   {envoy: defaultEnvoy},
 		"redis":      {file: "redis.yaml", redis: "chart", envoy: map[string]string{"app.kubernetes.io/name": "envoy-gateway"}},
-		"rls":        {file: "rls.yaml", redis: "redis-master.redis.svc:6379", rls: true, envoy: defaultEnvoy},
+		"rls":        {file: "rls.yaml", redis: "redis-master.redis.svc:6379", rls: true, tls: "mtls", envoy: defaultEnvoy},
 		"hpa":        {file: "hpa.yaml", redis: "redis-0.redis:6379,redis-1.redis:6379,redis-2.redis:6379", hpa: true, envoy: defaultEnvoy},
 		"http-authz": {file: "http-authz.yaml", redis: "chart", httpAuthz: true, envoy: map[string]string{"app.kubernetes.io/name": "ingress-nginx"}},
 		"sidecar":    {file: "sidecar.yaml", sidecar: true, redis: "chart", httpAuthz: true},
@@ -516,6 +524,35 @@ func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.
 		}
 	}
 
+	// TLS on the gRPC port: the files of one Secret, mounted whole.
+	wantTLS := map[string]string{}
+	switch set.tls {
+	case "mtls":
+		wantTLS["grpc-tls-client-ca"] = "ca.crt"
+		fallthrough
+	case "tls":
+		wantTLS["grpc-tls-cert"], wantTLS["grpc-tls-key"] = "tls.crt", "tls.key"
+	}
+	var tlsVolumes []string
+	for _, flag := range []string{"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca"} {
+		file, ok := a[flag]
+		if ok != (wantTLS[flag] != "") {
+			t.Errorf("--%s set: %v, want %v", flag, ok, wantTLS[flag] != "")
+			continue
+		}
+		if !ok {
+			continue
+		}
+		v := mountedVolume(t, spec, fg, path.Dir(file))
+		if v.Secret == nil || len(v.Secret.Items) > 0 || path.Base(file) != wantTLS[flag] {
+			t.Errorf("--%s=%s: want %s of a whole Secret", flag, file, wantTLS[flag])
+		}
+		tlsVolumes = append(tlsVolumes, v.Name)
+	}
+	if len(slices.Compact(tlsVolumes)) > 1 {
+		t.Errorf("the TLS files come from volumes %v: mount one Secret, so they change together", tlsVolumes)
+	}
+
 	checkHardening(t, spec, fg)
 
 	// GOMEMLIMIT follows the memory limit.
@@ -561,6 +598,21 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 // read-only, at dir, and the volume's name.
 func mountedConfigMap(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.Container, dir string) (*corev1.ConfigMap, string) {
 	t.Helper()
+	v := mountedVolume(t, spec, fg, dir)
+	if v.ConfigMap == nil || len(v.ConfigMap.Items) > 0 {
+		t.Fatalf("volume %s: want a whole ConfigMap", v.Name)
+	}
+	cm := r.configMaps[v.ConfigMap.Name]
+	if cm == nil {
+		t.Fatalf("volume %s: ConfigMap %s is not rendered", v.Name, v.ConfigMap.Name)
+	}
+	return cm, v.Name
+}
+
+// mountedVolume returns the volume flashgate mounts, read-only and without
+// subPath, at dir.
+func mountedVolume(t *testing.T, spec *corev1.PodSpec, fg *corev1.Container, dir string) *corev1.Volume {
+	t.Helper()
 	var mount *corev1.VolumeMount
 	for i := range fg.VolumeMounts {
 		if fg.VolumeMounts[i].MountPath == dir {
@@ -573,21 +625,13 @@ func mountedConfigMap(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev
 	if mount.SubPath != "" || mount.SubPathExpr != "" || !mount.ReadOnly {
 		t.Errorf("mount %s: want read-only and no subPath (kubelet's updates never reach a subPath)", dir)
 	}
-	for _, v := range spec.Volumes {
-		if v.Name != mount.Name {
-			continue
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == mount.Name {
+			return &spec.Volumes[i]
 		}
-		if v.ConfigMap == nil || len(v.ConfigMap.Items) > 0 {
-			t.Fatalf("volume %s: want a whole ConfigMap", v.Name)
-		}
-		cm := r.configMaps[v.ConfigMap.Name]
-		if cm == nil {
-			t.Fatalf("volume %s: ConfigMap %s is not rendered", v.Name, v.ConfigMap.Name)
-		}
-		return cm, v.Name
 	}
 	t.Fatalf("no volume %s", mount.Name)
-	return nil, ""
+	return nil
 }
 
 func checkHardening(t *testing.T, spec *corev1.PodSpec, fg *corev1.Container) {
@@ -867,6 +911,7 @@ func TestChartRefusesValueSets(t *testing.T) {
 		"RLS without files": {map[string]any{"rls": map[string]any{"enabled": true}}, "rls.enabled needs rls.files"},
 		"RLS file not yaml": {map[string]any{"rls": map[string]any{"enabled": true, "files": map[string]any{"api.conf": "domain: a"}}},
 			"*.yaml and *.yml files only"},
+		"mTLS without TLS": {map[string]any{"grpcTLS": map[string]any{"clientCA": true}}, "grpcTLS.clientCA needs grpcTLS.secretName"},
 		"sidecar Redis open": {map[string]any{"sidecar": map[string]any{"enabled": true}, "redis": map[string]any{"enabled": true}},
 			"sidecar.podSelector is empty"},
 	}
@@ -949,15 +994,24 @@ func checkServeStarts(t *testing.T, bin string, r *rendered, spec *corev1.PodSpe
 	mounts := map[string]string{} // mount path → where its files are
 	for _, m := range fg.VolumeMounts {
 		for _, v := range spec.Volumes {
-			if v.Name != m.Name || v.ConfigMap == nil || r.configMaps[v.ConfigMap.Name] == nil {
+			if v.Name != m.Name {
+				continue
+			}
+			var files map[string]string
+			switch {
+			case v.ConfigMap != nil && r.configMaps[v.ConfigMap.Name] != nil:
+				files = r.configMaps[v.ConfigMap.Name].Data
+			case v.Secret != nil: // the TLS Secret, as cert-manager writes it
+				files = selfSignedTLS(t)
+			default:
 				continue
 			}
 			dir := filepath.Join(root, m.MountPath)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			for k, data := range r.configMaps[v.ConfigMap.Name].Data {
-				if err := os.WriteFile(filepath.Join(dir, k), []byte(data), 0o644); err != nil {
+			for k, data := range files {
+				if err := os.WriteFile(filepath.Join(dir, k), []byte(data), 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -1031,6 +1085,41 @@ func checkServeStarts(t *testing.T, bin string, r *rendered, spec *corev1.PodSpe
 				t.Fatalf("flashgate serve %s: %s never answered %d\n%s", strings.Join(cmdArgs, " "), p, code, logs.String())
 			}
 		}
+	}
+}
+
+// selfSignedTLS returns the files of a kubernetes.io/tls Secret with a CA
+// bundle: a self-signed certificate, its key, and itself as ca.crt.
+func selfSignedTLS(t *testing.T) map[string]string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "flashgate"},
+		DNSNames:              []string{"flashgate"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return map[string]string{
+		"tls.crt": cert,
+		"tls.key": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})),
+		"ca.crt":  cert,
 	}
 }
 

@@ -72,6 +72,9 @@ template so that a bad value set fails whatever is rendered.
 {{- if and .Values.rls.enabled (not .Values.rls.existingConfigMap) (not .Values.rls.files) -}}
 {{- fail "rls.enabled needs rls.files (file name → envoyproxy/ratelimit config) or rls.existingConfigMap" -}}
 {{- end -}}
+{{- if and .Values.grpcTLS.clientCA (not .Values.grpcTLS.secretName) -}}
+{{- fail "grpcTLS.clientCA needs grpcTLS.secretName: mTLS is TLS with client certificates" -}}
+{{- end -}}
 {{- if and .Values.sidecar.enabled .Values.redis.enabled .Values.networkPolicy.enabled (not .Values.sidecar.podSelector) -}}
 {{- fail "sidecar.podSelector is empty: it names the pods whose sidecars may reach the chart's Redis" -}}
 {{- end -}}
@@ -95,6 +98,13 @@ imagePullPolicy: {{ $v.image.pullPolicy }}
 args:
   - --grpc-addr={{ $host }}:{{ $v.ports.grpc }}
   - --http-addr=:{{ $v.ports.metrics }}
+  {{- with $v.grpcTLS.secretName }}
+  - --grpc-tls-cert=/etc/flashgate/tls/tls.crt
+  - --grpc-tls-key=/etc/flashgate/tls/tls.key
+  {{- if $v.grpcTLS.clientCA }}
+  - --grpc-tls-client-ca=/etc/flashgate/tls/ca.crt
+  {{- end }}
+  {{- end }}
   {{- if $v.httpAuthz.enabled }}
   - --http-authz-addr={{ $host }}:{{ $v.ports.httpAuthz }}
   {{- with $v.httpAuthz.pathPrefix }}
@@ -177,7 +187,7 @@ resources:
 lifecycle:
   preStop:
     sleep: {seconds: {{ $v.preStopSleepSeconds }}}
-{{- if or $v.descriptors.enabled $v.rls.enabled }}
+{{- if or $v.descriptors.enabled $v.rls.enabled $v.grpcTLS.secretName }}
 volumeMounts:
   {{- if $v.descriptors.enabled }}
   # A directory, never subPath: kubelet swaps the ConfigMap's ..data symlink
@@ -186,6 +196,10 @@ volumeMounts:
   {{- end }}
   {{- if $v.rls.enabled }}
   - {name: flashgate-rls, mountPath: /etc/flashgate/rls, readOnly: true}
+  {{- end }}
+  {{- if $v.grpcTLS.secretName }}
+  # The whole Secret, so its files change together; flashgate reloads them.
+  - {name: flashgate-grpc-tls, mountPath: /etc/flashgate/tls, readOnly: true}
   {{- end }}
 {{- end }}
 {{- end -}}
@@ -200,6 +214,10 @@ volumeMounts:
 {{- if $v.rls.enabled }}
 - name: flashgate-rls
   configMap: {name: {{ include "flashgate.rlsConfigMap" . | quote }}}
+{{- end }}
+{{- with $v.grpcTLS.secretName }}
+- name: flashgate-grpc-tls
+  secret: {secretName: {{ . | quote }}}
 {{- end }}
 {{- end -}}
 
