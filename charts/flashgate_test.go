@@ -375,6 +375,7 @@ type valueSet struct {
 func TestChart(t *testing.T) {
 	bin := buildFlashgate(t)
 	flags := serveFlags(t, bin)
+	chartFlags := map[string]bool{} // every flag some value set renders
 	defaultEnvoy := map[string]string{"flashgate/client": "true"}
 	sets := map[string]valueSet{
 		"defaults":   {envoy: defaultEnvoy},
@@ -411,7 +412,22 @@ func TestChart(t *testing.T) {
 			}
 			checkRedis(t, r, set)
 			checkServeStarts(t, bin, r, spec, set)
+			for _, a := range flashgateContainer(t, spec).Args {
+				name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+				if extra, _ := values["extraArgs"].(map[string]any); extra[name] == nil {
+					chartFlags[name] = true
+				}
+			}
 		})
+	}
+
+	// extraArgs may not set again a flag the chart sets: pflag would take
+	// the last one silently (or, for --redis-addr, both).
+	for name := range chartFlags {
+		_, err := render(map[string]any{"extraArgs": map[string]any{name: "x"}})
+		if err == nil || !strings.Contains(err.Error(), "set by the chart") {
+			t.Errorf("extraArgs.%s: render error %v, want the chart to refuse it", name, err)
+		}
 	}
 }
 
@@ -911,7 +927,9 @@ func TestChartRefusesValueSets(t *testing.T) {
 		"RLS without files": {map[string]any{"rls": map[string]any{"enabled": true}}, "rls.enabled needs rls.files"},
 		"RLS file not yaml": {map[string]any{"rls": map[string]any{"enabled": true, "files": map[string]any{"api.conf": "domain: a"}}},
 			"*.yaml and *.yml files only"},
-		"mTLS without TLS": {map[string]any{"grpcTLS": map[string]any{"clientCA": true}}, "grpcTLS.clientCA needs grpcTLS.secretName"},
+		"extraArgs overrides a chart flag": {map[string]any{"extraArgs": map[string]any{"grpc-addr": "127.0.0.1:9191"}}, "set by the chart"},
+		"extraArgs with dashes":            {map[string]any{"extraArgs": map[string]any{"--shadow": true}}, "without dashes"},
+		"mTLS without TLS":                 {map[string]any{"grpcTLS": map[string]any{"clientCA": true}}, "grpcTLS.clientCA needs grpcTLS.secretName"},
 		"sidecar Redis open": {map[string]any{"sidecar": map[string]any{"enabled": true}, "redis": map[string]any{"enabled": true}},
 			"sidecar.podSelector is empty"},
 	}

@@ -72,6 +72,15 @@ template so that a bad value set fails whatever is rendered.
 {{- if and .Values.rls.enabled (not .Values.rls.existingConfigMap) (not .Values.rls.files) -}}
 {{- fail "rls.enabled needs rls.files (file name → envoyproxy/ratelimit config) or rls.existingConfigMap" -}}
 {{- end -}}
+{{- $chartFlags := list "grpc-addr" "http-addr" "http-authz-addr" "http-authz-path-prefix" "grpc-tls-cert" "grpc-tls-key" "grpc-tls-client-ca" "backend" "redis-addr" "redis-mode" "redis-master-name" "redis-tls" "redis-username" "redis-password" "check-deadline" "config" "rls-config" "rls-response-headers" "failure-mode" "log-level" "log-format" "drain-timeout" -}}
+{{- range $k, $_ := .Values.extraArgs -}}
+{{- if hasPrefix "-" $k -}}
+{{- fail (printf "extraArgs: %q: name the flag without dashes" $k) -}}
+{{- end -}}
+{{- if has $k $chartFlags -}}
+{{- fail (printf "extraArgs: --%s is set by the chart from its own value (see docs/helm.md)" $k) -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.grpcTLS.clientCA (not .Values.grpcTLS.secretName) -}}
 {{- fail "grpcTLS.clientCA needs grpcTLS.secretName: mTLS is TLS with client certificates" -}}
 {{- end -}}
