@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
@@ -319,7 +320,8 @@ func containerPort(c *corev1.Container, p intstr.IntOrString) int32 {
 	return 0
 }
 
-// listenPort splits a listen address; host must be wantHost.
+// listenPort returns the port of a listen address whose host must be one
+// of wantHosts.
 func listenPort(t *testing.T, flag, addr string, wantHosts ...string) int32 {
 	t.Helper()
 	host, port, err := net.SplitHostPort(addr)
@@ -390,7 +392,7 @@ func TestChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range files {
-		if !slices.ContainsFunc(slices.Collect(mapValues(sets)), func(s valueSet) bool { return s.file == filepath.Base(f) }) {
+		if !slices.ContainsFunc(slices.Collect(maps.Values(sets)), func(s valueSet) bool { return s.file == filepath.Base(f) }) {
 			t.Errorf("examples/%s is not rendered by TestChart: add it", filepath.Base(f))
 		}
 	}
@@ -431,21 +433,9 @@ func TestChart(t *testing.T) {
 	}
 }
 
-func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
-	return func(yield func(V) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
-	}
-}
-
 // checkContainer checks the flashgate container and its pod: flags,
-// listeners, probes, config mounts, hardening, drain. It returns the parsed
-// args.
-func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.Container, set valueSet, flags map[string]bool) map[string]string {
-	t.Helper()
+// listeners, probes, config mounts, hardening, drain.
+func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.Container, set valueSet, flags map[string]bool) {
 	a := args(t, fg, flags)
 
 	// Listeners: loopback as a sidecar, every address of the pod as a
@@ -515,7 +505,7 @@ func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.
 		cm, key := mountedConfigMap(t, r, spec, fg, path.Dir(file))
 		data, ok := cm.Data[path.Base(file)]
 		if !ok {
-			t.Fatalf("--config=%s: ConfigMap %s has no key %s (keys %v, mounted key %s)", file, cm.Name, path.Base(file), slices.Collect(mapKeys(cm.Data)), key)
+			t.Fatalf("--config=%s: ConfigMap %s has no key %s (keys %v, mounted key %s)", file, cm.Name, path.Base(file), slices.Collect(maps.Keys(cm.Data)), key)
 		}
 		if _, err := extauthz.ParseConfig(file, []byte(data)); err != nil {
 			t.Errorf("ConfigMap %s: %v", cm.Name, err)
@@ -529,7 +519,7 @@ func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.
 	} else if ok {
 		cm, _ := mountedConfigMap(t, r, spec, fg, dir)
 		var files []rls.File
-		for _, k := range slices.Sorted(mapKeys(cm.Data)) {
+		for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
 			files = append(files, rls.File{Name: path.Join(dir, k), Data: []byte(cm.Data[k])})
 		}
 		if len(files) == 0 {
@@ -595,17 +585,6 @@ func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.
 		sleep := time.Duration(fg.Lifecycle.PreStop.Sleep.Seconds) * time.Second
 		if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < sleep+drain+5*time.Second {
 			t.Errorf("terminationGracePeriodSeconds = %v, want ≥ preStop %v + drain %v + 5s", g, sleep, drain)
-		}
-	}
-	return a
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
 		}
 	}
 }
@@ -677,11 +656,10 @@ func checkHardening(t *testing.T, spec *corev1.PodSpec, fg *corev1.Container) {
 }
 
 func checkCentral(t *testing.T, r *rendered, set valueSet, flags map[string]bool) *corev1.PodSpec {
-	t.Helper()
 	name := release + "-flashgate"
 	d := r.deployments[name]
 	if d == nil {
-		t.Fatalf("no Deployment %s (have %v)", name, slices.Collect(mapKeys(r.deployments)))
+		t.Fatalf("no Deployment %s (have %v)", name, slices.Collect(maps.Keys(r.deployments)))
 	}
 	spec := &d.Spec.Template.Spec
 	pods := d.Spec.Template.Labels
@@ -731,7 +709,7 @@ func checkCentral(t *testing.T, r *rendered, set valueSet, flags map[string]bool
 	for _, rule := range np.Spec.Ingress {
 		envoyOnly := len(rule.From) > 0
 		for _, peer := range rule.From {
-			if peer.PodSelector == nil || !maps(peer.PodSelector.MatchLabels, set.envoy) || peer.IPBlock != nil {
+			if peer.PodSelector == nil || !maps.Equal(peer.PodSelector.MatchLabels, set.envoy) || peer.IPBlock != nil {
 				envoyOnly = false
 			}
 		}
@@ -816,23 +794,9 @@ func checkCentral(t *testing.T, r *rendered, set valueSet, flags map[string]bool
 	return spec
 }
 
-// maps reports whether a and b hold the same entries.
-func maps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
-}
-
 // checkSidecar checks the pod spec fragment NOTES prints, as the pod it is
 // pasted into would get it.
 func checkSidecar(t *testing.T, r *rendered, set valueSet, flags map[string]bool) *corev1.PodSpec {
-	t.Helper()
 	central := release + "-flashgate"
 	if r.deployments[central] != nil || r.services[central] != nil || r.networkPolicies[central] != nil ||
 		len(r.pdbs)+len(r.hpas)+len(r.serviceMonitors) > 0 {
@@ -862,7 +826,6 @@ func checkSidecar(t *testing.T, r *rendered, set valueSet, flags map[string]bool
 // checkRedis checks the chart's Redis, where it is on: flashgate's address
 // names its Service, which selects it, and only flashgate reaches it.
 func checkRedis(t *testing.T, r *rendered, set valueSet) {
-	t.Helper()
 	name := release + "-flashgate-redis"
 	rd, svc, np := r.deployments[name], r.services[name], r.networkPolicies[name]
 	if set.redis != "chart" {
@@ -1006,7 +969,6 @@ func TestChartLint(t *testing.T) {
 // reached (health stays NOT_SERVING while serve retries it), which is all
 // the probes need.
 func checkServeStarts(t *testing.T, bin string, r *rendered, spec *corev1.PodSpec, set valueSet) {
-	t.Helper()
 	fg := flashgateContainer(t, spec)
 	root := t.TempDir()
 	mounts := map[string]string{} // mount path → where its files are
@@ -1226,7 +1188,7 @@ spec:
 	}
 	d := r.deployments["shop"]
 	if d == nil {
-		t.Fatalf("no Deployment shop (have %v)", slices.Collect(mapKeys(r.deployments)))
+		t.Fatalf("no Deployment shop (have %v)", slices.Collect(maps.Keys(r.deployments)))
 	}
 	spec := &d.Spec.Template.Spec
 	fg := flashgateContainer(t, spec)
