@@ -61,8 +61,8 @@ app.kubernetes.io/component: redis
 {{- end -}}
 
 {{/*
-The value checks every rendering makes; included once by the ConfigMap
-template so that a bad value set fails whatever is rendered.
+The value checks every rendering makes; configmap.yaml (rendered in both
+shapes) and NOTES.txt include it, so a bad value set fails to render.
 */}}
 {{- define "flashgate.validate" -}}
 {{- $redis := include "flashgate.redisAddress" . -}}
