@@ -92,9 +92,9 @@ type Reloader struct {
 // logs on the core's logger. An empty path is a config from no file:
 // Reload returns ErrNoPath and Watch only waits.
 func NewReloader[T any](f *Front, path string, src Source[T]) *Reloader {
-	dirs := func() []string { return defaultDirs(path) }
+	dirs := func() []string { return cleanPaths(defaultDirs(path)) }
 	if src.Dirs != nil {
-		dirs = func() []string { return src.Dirs(path) }
+		dirs = func() []string { return cleanPaths(src.Dirs(path)) }
 	}
 	return &Reloader{
 		path:    path,
@@ -156,9 +156,17 @@ func (r *Reloader) Watch(ctx context.Context, interval time.Duration) error {
 			case <-t.C:
 				n.rewatch()
 				break wait
-			case <-n.events():
+			case _, ok := <-n.events():
+				if !ok { // the watcher is gone: the poll carries on alone
+					n.w = nil
+					continue
+				}
 				settle.Reset(NotifySettle)
-			case <-n.errors():
+			case _, ok := <-n.errors():
+				if !ok {
+					n.w = nil
+					continue
+				}
 				// e.g. an overflowed event queue: read now.
 				settle.Reset(NotifySettle)
 			case <-settle.C:
@@ -166,6 +174,15 @@ func (r *Reloader) Watch(ctx context.Context, interval time.Duration) error {
 			}
 		}
 	}
+}
+
+// cleanPaths cleans every path, as the watcher's list holds them.
+func cleanPaths(ps []string) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = filepath.Clean(p)
+	}
+	return out
 }
 
 // defaultDirs is Source.Dirs' default: path's directory, or path itself

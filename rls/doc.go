@@ -72,7 +72,8 @@
 // numbers are exact: on a refusal the others carry no current_limit, so
 // that Envoy's x-ratelimit headers, taken from the status with a
 // current_limit and the fewest remaining (the first among equals), name
-// the refusing limit; on an admission they report 0 remaining or the
+// the refusing limit (unless an over-limit shadow_mode descriptor, which
+// keeps its limit as in ratelimit, comes first); on an admission they report 0 remaining or the
 // binding hit's.
 //
 // Under the core's shadow (enforce.Options.Shadow: --shadow, ratelimit's

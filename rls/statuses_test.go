@@ -199,10 +199,17 @@ func TestReloadNotified(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := newMemoryServer(t, cfg, nil)
+	// A change made before Watch starts is installed by its first read;
+	// once it is in, that read is done, and only a notification (or the
+	// hour's poll) can install the next.
+	if err := os.WriteFile(sub+"/a.yaml", []byte(domainYAML("a0", "x")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Reloader(dir).Watch(ctx, time.Hour) }()
 	defer func() { cancel(); <-done }()
+	waitUntil(t, "domain a0, by Watch's first read", func() bool { return s.Config().domains["a0"] != nil })
 	if err := os.WriteFile(sub+"/b.yaml", []byte(domainYAML("b", "y")), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // buildBinary builds flashgate into a temporary directory.
@@ -58,6 +60,39 @@ func TestBinary(t *testing.T) {
 	bin := buildBinary(t)
 	t.Run("serve signals", func(t *testing.T) { testBinaryServeSignals(t, bin) })
 	t.Run("exit codes", func(t *testing.T) { testBinaryExitCodes(t, bin) })
+	t.Run("SIGHUP on an xDS-only RLS", func(t *testing.T) { testBinaryXDSOnlySIGHUP(t, bin) })
+}
+
+// testBinaryXDSOnlySIGHUP: a serve whose only config comes from xDS has no
+// file to reload, and a SIGHUP must not end it (Go's default for an
+// unhandled SIGHUP is to exit).
+func testBinaryXDSOnlySIGHUP(t *testing.T, bin string) {
+	logs := &syncBuffer{}
+	cmd := exec.Command(bin, "serve", "--rls-xds-server", "127.0.0.1:1", "--rls-xds-force-start",
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "", "--log-format", "json")
+	exited := startProcess(t, cmd, logs)
+	var addr string
+	waitFor(t, eventually, "serve to listen", func() bool {
+		a, ok := logField(logs.String(), "flashgate listening", "grpc_addr")
+		addr = a
+		return ok
+	})
+	waitFor(t, eventually, "SERVING", func() bool { return grpcHealth(t, addr) == healthpb.HealthCheckResponse_SERVING })
+	for range 2 {
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("serve exited on SIGHUP: %v\n%s", err, logs)
+		default:
+		}
+		if st := grpcHealth(t, addr); st != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("after SIGHUP: health %v\n%s", st, logs)
+		}
+	}
 }
 
 func testBinaryServeSignals(t *testing.T, bin string) {

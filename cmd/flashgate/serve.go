@@ -104,7 +104,12 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		log.Warn("--check-deadline raised to fit --redis-timeout: keep Envoy's ext_authz timeout above it",
 			"check_deadline", o.checkDeadline.String(), "redis_timeout", o.redisTimeout.String())
 	}
-	b, err := newBackend(o, o.keys, cfg.Domain, log)
+	fleetName := cfg.Domain
+	if rlsOnly {
+		// The fleet is the sidecars serving the RLS, not the unused example's domain.
+		fleetName = rlsFleet
+	}
+	b, err := newBackend(o, o.keys, fleetName, log)
 	if err != nil {
 		return err
 	}
@@ -176,8 +181,12 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	}
 	// Listening, not serving yet: health turns SERVING once the backend is
 	// warm (waitBackend says so).
+	rulesFile := cfg.Name
+	if rlsOnly {
+		rulesFile = ""
+	}
 	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "grpc_tls", grpcTLS.mode(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
-		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", cfg.Name,
+		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", rulesFile,
 		"rls_http_addr", rlHTTP.addr())
 
 	ctx, stop := context.WithCancel(ctx)
@@ -194,6 +203,10 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		rules := srv.Reloader(o.config) // "": the built-in example, nothing to watch
 		wg.Go(func() { _ = rules.Watch(ctx, 0) })
 		wg.Go(func() { reloadOnSIGHUP(ctx, rules, srv, log) })
+	} else {
+		// SIGHUP never ends the process: a config directory reloads on its
+		// own handler, and an xDS config has no file to reload.
+		wg.Go(func() { onSIGHUP(ctx, func() {}) })
 	}
 	if e.serveStarted != nil {
 		e.serveStarted(serveInfo{grpcAddr: h.GRPCAddr(), httpAddr: h.HTTPAddr(), httpAuthzAddr: h.HTTPAuthzAddr(), server: srv, host: h})
@@ -333,6 +346,9 @@ func reloadOnSIGHUP(ctx context.Context, r *enforce.Reloader, srv *extauthz.Serv
 		}
 	})
 }
+
+// rlsFleet names the fleet of sidecars that serve the RLS only.
+const rlsFleet = "rls"
 
 // onSIGHUP calls fn on every SIGHUP until ctx ends.
 func onSIGHUP(ctx context.Context, fn func()) {
