@@ -31,7 +31,8 @@ func burstConcurrent(p *proc, n int, mk func(i int) req) (*tally, []answer) {
 	return &tl, as
 }
 
-// TestRedisCluster: on a Redis Cluster of 3 masters the built-in example
+// TestRedisCluster: on a Redis Cluster of 3 masters, auto-pipelined per
+// master (serve's default), the built-in example
 // rules hold (5 per user, 10 per device, 100 per IP, keys spread over
 // nodes; checked with the windows stretched to a minute so that the bursts
 // fall in one window however slow the machine), and migrating the slot of a
