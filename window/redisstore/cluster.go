@@ -72,10 +72,18 @@ type nodePipe struct {
 	pipe   *autoPipeline
 }
 
+// masterHold is the hold of a Cluster master's auto-pipeline: a master
+// sees only its share of the checks, so the batch that starts a hold takes
+// longer to queue again than on a standalone Redis (see doc.go).
+const masterHold = 2 * time.Millisecond
+
 func newNodePipes(cc *redis.ClusterClient, body string, tune pipelineTuning) (*nodePipes, error) {
 	s, err := newCrossSlotScript(body)
 	if err != nil {
 		return nil, err
+	}
+	if tune.hold == hold {
+		tune.hold = masterHold
 	}
 	return &nodePipes{cc: cc, script: s, tune: tune, byAddr: make(map[string]nodePipe)}, nil
 }

@@ -82,6 +82,15 @@
 // once. A master that refuses the flagged script (before Redis 7.0) turns
 // the store to one script per key for good.
 //
+// A master sees only its share of the checks, so its batches are smaller
+// than a standalone Redis's at the same load, and a call's fixed cost (a
+// command, a script set-up, a reply, their system calls, on both sides)
+// weighs more per check. Its hold is therefore 2 ms, not 200 µs: after a
+// batch of n ≥ 4 the master's next call waits until n checks are queued for
+// it, or 2 ms. As on standalone, a check waits for the hold only behind a
+// batch, that is only once the load already queues checks behind a round
+// trip; BENCHMARKS.md has what it saves and what it costs.
+//
 // A request whose keys are on several masters is sent to each master's
 // pipeline at once and waits for all; what the all-or-nothing protocol
 // across masters costs is the removal above, one pipelined ZREM per
