@@ -88,28 +88,36 @@ func newNodePipes(cc *redis.ClusterClient, body string, tune pipelineTuning) (*n
 	return &nodePipes{cc: cc, script: s, tune: tune, byAddr: make(map[string]nodePipe)}, nil
 }
 
-// pipe returns the pipeline of key's master, as go-redis's slot map has it.
-func (n *nodePipes) pipe(ctx context.Context, key string) (*autoPipeline, error) {
+// pipe returns the pipeline of key's master, as go-redis's slot map has it,
+// and the master's address.
+func (n *nodePipes) pipe(ctx context.Context, key string) (*autoPipeline, string, error) {
 	c, err := n.cc.MasterForKey(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("master of a key: %w", err)
+		return nil, "", fmt.Errorf("master of a key: %w", err)
 	}
 	addr := c.Options().Addr
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		return nil, window.ErrClosed
+		return nil, "", window.ErrClosed
 	}
 	np, ok := n.byAddr[addr]
 	if ok && np.client == c {
-		return np.pipe, nil
+		return np.pipe, addr, nil
 	}
 	if ok {
 		go np.pipe.close() // its callers get ErrClosed and go per key
 	}
 	np = nodePipe{client: c, pipe: newAutoPipeline(c, n.script, n.tune)}
 	n.byAddr[addr] = np
-	return np.pipe, nil
+	return np.pipe, addr, nil
+}
+
+// masters returns how many masters have a pipeline.
+func (n *nodePipes) masters() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.byAddr)
 }
 
 // close closes every master's pipeline.
@@ -157,7 +165,8 @@ func noCrossSlot(err error) bool {
 // nodeGroup is the hits of one request that one master decides.
 type nodeGroup struct {
 	pipe *autoPipeline
-	idx  []int // into the request's hits
+	addr string // the master's
+	idx  []int  // into the request's hits
 	res  []any
 	err  error
 }
@@ -174,7 +183,7 @@ func (r *Redis) decideNodes(ctx context.Context, by time.Time, hits []window.Hit
 	var gbuf [4]nodeGroup
 	groups := gbuf[:0]
 	for i := range hits {
-		p, err := r.nodes.pipe(ctx, hits[i].Key)
+		p, addr, err := r.nodes.pipe(ctx, hits[i].Key)
 		if err != nil {
 			if errors.Is(err, window.ErrClosed) {
 				return fmt.Errorf("redis decide: %w", err)
@@ -186,7 +195,7 @@ func (r *Redis) decideNodes(ctx context.Context, by time.Time, hits []window.Hit
 			g++
 		}
 		if g == len(groups) {
-			groups = append(groups, nodeGroup{pipe: p})
+			groups = append(groups, nodeGroup{pipe: p, addr: addr})
 		}
 		groups[g].idx = append(groups[g].idx, i)
 	}
@@ -256,7 +265,7 @@ func (r *Redis) decideNodes(ctx context.Context, by time.Time, hits []window.Hit
 			}
 		}
 		if firstErr == nil {
-			firstErr = fmt.Errorf("redis decide: %w", err)
+			firstErr = fmt.Errorf("redis decide: master %s: %w", g.addr, r.masterDown(err))
 		}
 	}
 	if redo && !r.closed.Load() {
@@ -278,6 +287,16 @@ func (r *Redis) decideNodes(ctx context.Context, by time.Time, hits []window.Hit
 	}
 	r.compensate(ctx, hits, member, st, undo, decided)
 	return firstErr
+}
+
+// masterDown marks err with window.ErrMasterDown if it is a connection
+// error of one master of an auto-pipelined Cluster whose store knows other
+// masters (see doc.go); else it returns err.
+func (r *Redis) masterDown(err error) error {
+	if r.nodes == nil || window.Classify(err) != window.KindConnection || r.nodes.masters() < 2 {
+		return err
+	}
+	return fmt.Errorf("%w: %w", window.ErrMasterDown, err)
 }
 
 // decidePerKeyBy is decidePerKey within by (zero: none).

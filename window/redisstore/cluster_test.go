@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/guard"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -362,15 +363,30 @@ func TestRedisClusterPipelined(t *testing.T) {
 				n.Kill()
 			}
 		}
-		if d, err := r.Decide(ctx, []window.Hit{hit(a, 5, time.Minute), hit(b, 5, time.Minute)}); err == nil {
+		d, err := r.Decide(ctx, []window.Hit{hit(a, 5, time.Minute), hit(b, 5, time.Minute)})
+		if err == nil {
 			t.Fatalf("Decide with b's master down = %+v, want an error", d)
+		}
+		if k := window.Classify(err); k != window.KindMasterDown {
+			t.Errorf("Decide with b's master down: %v, of kind %s, want %s", err, k, window.KindMasterDown)
 		}
 		if n, err := cc.ZCard(ctx, a).Result(); err != nil || n != 0 {
 			t.Fatalf("a holds %d entries (%v) after a request that failed on b, want 0", n, err)
 		}
-		for i := range 5 {
-			if d := mustAllow(t, r, "a alone", hit(a, 5, time.Minute)); d.Count != i+1 {
-				t.Fatalf("a alone = %+v, want count %d", d, i+1)
+		// Behind serve's breaker (its defaults), the checks on the other
+		// masters keep being decided by Redis however many fail on b's.
+		br, err := guard.NewBreaker(r, guard.BreakerOptions{})
+		if err != nil {
+			t.Fatalf("NewBreaker: %v", err)
+		}
+		for i := range 30 {
+			if _, err := br.Decide(ctx, []window.Hit{hit(b, 100, time.Minute)}); window.Classify(err) != window.KindMasterDown {
+				t.Fatalf("check %d on b's master: %v, want an error of kind %s", i, err, window.KindMasterDown)
+			}
+			if i%6 == 5 {
+				if d := mustAllow(t, br, "a alone", hit(a, 5, time.Minute)); d.Count != (i+1)/6 {
+					t.Fatalf("a alone = %+v, want count %d", d, (i+1)/6)
+				}
 			}
 		}
 	})
