@@ -36,7 +36,9 @@ cluster_up() { # addrs
   local a p
   for a in ${1//,/ }; do
     p=${a##*:}
-    if redis-cli -p "$p" ping >/dev/null 2>&1; then echo "a Redis already answers on port $p: set CP" >&2; exit 1; fi
+    if (echo > "/dev/tcp/127.0.0.1/$p") 2>/dev/null || (echo > "/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then
+      echo "port $p or its bus port $((p + 10000)) is in use: set CP" >&2; exit 1
+    fi
     mkdir -p "$OUT/node$p"
     (cd "$OUT/node$p" && redis-server --port "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
       --save '' --appendonly no --daemonize yes --logfile "$OUT/node$p/redis.log")
