@@ -31,7 +31,8 @@ func burstConcurrent(p *proc, n int, mk func(i int) req) (*tally, []answer) {
 	return &tl, as
 }
 
-// TestRedisCluster: on a Redis Cluster of 3 masters the built-in example
+// TestRedisCluster: on a Redis Cluster of 3 masters, auto-pipelined per
+// master (serve's default), the built-in example
 // rules hold (5 per user, 10 per device, 100 per IP, keys spread over
 // nodes; checked with the windows stretched to a minute so that the bursts
 // fall in one window however slow the machine), and migrating the slot of a
@@ -228,4 +229,43 @@ func TestRedisCluster(t *testing.T) {
 		}
 		checkLimit(t, "busy IP after the migration", as, 100, time.Second, int(fmBurst))
 	})
+}
+
+// TestRedisClusterMasterDown: with one master of three killed, serve
+// (default breaker and failure mode local) keeps deciding in Redis the
+// checks whose keys live on the other two: the failure mode answers about
+// a third of fresh users' checks, not all of them, and no check fails.
+func TestRedisClusterMasterDown(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	addrs := cl.Addrs()
+	p := startFlashgate(t, "--backend", "redis", "--redis-mode", "cluster",
+		"--redis-addr", addrs[0]+","+addrs[1]+","+addrs[2], "--key-prefix", "e2emasterdown",
+		"--config", "testdata/uid.yaml", "--redis-timeout", "250ms", "--ban-duration", "0")
+	if tl, _ := burstConcurrent(p, 40, func(i int) req { return coupon(freshUID("warm"), "10.8.0.1") }); tl.allowed.Load() != 40 {
+		t.Fatalf("before the kill: %s, want 40 allowed", tl)
+	}
+	cl.Nodes()[2].Kill()
+	const n = 300
+	m0 := p.Metrics()
+	tl, _ := burstConcurrent(p, n, func(i int) req { return coupon(freshUID("down"), "10.8.0.2") })
+	fm := p.Metrics().Value("flashgate_failure_mode_decisions_total") - m0.Value("flashgate_failure_mode_decisions_total")
+	t.Logf("one master of three down, %d fresh users: %s; failure-mode decisions %v", n, tl, fm)
+	m1 := p.Metrics()
+	for _, kind := range m1.LabelValues("flashgate_backend_errors_total", "kind") {
+		if d := m1.Value("flashgate_backend_errors_total", "kind", kind) - m0.Value("flashgate_backend_errors_total", "kind", kind); d > 0 {
+			t.Logf("backend errors {kind=%q}: +%v", kind, d)
+		}
+	}
+	if tl.errors.Load() > 0 {
+		t.Errorf("errors: %v", tl.Errs())
+	}
+	if tl.allowed.Load() != n {
+		t.Errorf("%d of %d fresh users allowed, want all (Redis or the local failure mode)", tl.allowed.Load(), n)
+	}
+	// The dead master holds a third of the slots: about n/3 checks take
+	// the failure mode. All of them would mean one master held every
+	// check off.
+	if fm < 1 || fm > 0.6*n {
+		t.Errorf("%v of %d checks took the failure mode, want about a third (at least 1, at most %v)", fm, n, 0.6*n)
+	}
 }

@@ -18,6 +18,11 @@ var ErrBreakerOpen = errors.New("window: circuit breaker open")
 // ErrClosed is returned by a limiter after it was closed (shutdown).
 var ErrClosed = errors.New("window: the limiter is closed")
 
+// ErrMasterDown marks a connection failure of one Redis Cluster master
+// among several: the store's other masters still answer, so it is not the
+// store's outage. Classify counts it as KindMasterDown.
+var ErrMasterDown = errors.New("window: a Redis Cluster master is unreachable")
+
 // ErrKind classifies why a decision failed, for the breaker and for metrics
 // (flashgate_backend_errors_total{kind}). Its String is a bounded label.
 type ErrKind uint8
@@ -39,6 +44,12 @@ const (
 	KindCanceled
 	// KindClosed: the limiter was closed (shutdown).
 	KindClosed
+	// KindMasterDown: one Redis Cluster master of several refused, reset
+	// or closed the connection (ErrMasterDown); the others answer. A
+	// failure, but not a connection failure of the whole store: the
+	// breaker counts it in its failure rate, not in its run of connection
+	// errors.
+	KindMasterDown
 	// KindOther: anything else Redis said (a script error, OOM, LOADING…).
 	KindOther
 )
@@ -60,6 +71,8 @@ func (k ErrKind) String() string {
 		return "canceled"
 	case KindClosed:
 		return "closed"
+	case KindMasterDown:
+		return "master_down"
 	}
 	return "other"
 }
@@ -82,6 +95,8 @@ func Classify(err error) ErrKind {
 		return KindTimeout
 	case errors.Is(err, context.Canceled):
 		return KindCanceled
+	case errors.Is(err, ErrMasterDown):
+		return KindMasterDown
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, redis.ErrClosed), errors.As(err, &ne):

@@ -118,7 +118,7 @@ serve's HTTP front-end that answers 200 to everything.`,
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file")
 	f.StringVar(&o.shape, "shape", "minimal", "requests: minimal (the rule headers and a user agent) or envoy (what Envoy really sends: pseudo-headers, x-request-id, x-forwarded-*, a 1 KB cookie, ~20 headers, context_extensions)")
 	f.IntVar(&o.serverPID, "server-pid", 0, "PID of the server under test: report its CPU time per check (Linux /proc)")
-	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis: report Redis's CPU time, commands and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
+	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis (a Cluster: every master, comma-separated; the figures are their sum): report Redis's CPU time, commands and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
 	f.StringVar(&o.api, "api", "authz", "what to call: authz (ext_authz Check), rls (the rate limit service's ShouldRateLimit, as Envoy's ratelimit filter does: --domain, one descriptor --descriptor-key=<the user's uid>; --shape, --path, --method and --ip do not apply) or http (serve's HTTP front-end, --http-authz-addr, as Envoy's http_service asks it)")
 	f.StringVar(&o.domain, "domain", "flashsale", "--api rls: the request's domain")
 	o.tls.AddFlags(f)

@@ -54,10 +54,11 @@ func envoyShaped(s checkreq.Spec) checkreq.Spec {
 }
 
 // costProbe reads the CPU time of the server under test (/proc/PID/stat)
-// and Redis's CPU time and script calls (INFO) around a run.
+// and Redis's CPU time and script calls (INFO) around a run, summed over
+// every Redis given (a Cluster's masters).
 type costProbe struct {
 	pid   int
-	rdb   *redis.Client
+	rdbs  []*redis.Client
 	stats [2]costStats
 }
 
@@ -70,23 +71,27 @@ type costStats struct {
 
 func newCostProbe(ctx context.Context, o benchOptions) (*costProbe, error) {
 	p := &costProbe{pid: o.serverPID}
-	if o.redisAddr != "" {
-		p.rdb = redis.NewClient(&redis.Options{
-			Addr: o.redisAddr, DisableIdentity: true, Protocol: 2, MaxRetries: -1,
+	if o.redisAddr == "" {
+		return p, nil
+	}
+	for _, addr := range strings.Split(o.redisAddr, ",") {
+		rdb := redis.NewClient(&redis.Options{
+			Addr: addr, DisableIdentity: true, Protocol: 2, MaxRetries: -1,
 			DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second,
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		})
-		if err := p.rdb.Ping(ctx).Err(); err != nil {
-			p.rdb.Close()
-			return nil, fmt.Errorf("--redis-addr %s: %w", o.redisAddr, err)
+		p.rdbs = append(p.rdbs, rdb)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			p.close()
+			return nil, fmt.Errorf("--redis-addr %s: %w", addr, err)
 		}
 	}
 	return p, nil
 }
 
 func (p *costProbe) close() {
-	if p.rdb != nil {
-		p.rdb.Close()
+	for _, rdb := range p.rdbs {
+		rdb.Close()
 	}
 }
 
@@ -101,12 +106,16 @@ func (p *costProbe) read(ctx context.Context, s *costStats) error {
 		}
 		s.server = cpu
 	}
-	if p.rdb != nil {
-		info, err := p.rdb.Info(ctx, "cpu", "stats", "commandstats").Result()
+	*s = costStats{server: s.server}
+	for _, rdb := range p.rdbs {
+		info, err := rdb.Info(ctx, "cpu", "stats", "commandstats").Result()
 		if err != nil {
-			return fmt.Errorf("--redis-addr: INFO: %w", err)
+			return fmt.Errorf("--redis-addr %s: INFO: %w", rdb.Options().Addr, err)
 		}
-		s.redis, s.scripts, s.commands = parseRedisCost(info)
+		cpu, scripts, commands := parseRedisCost(info)
+		s.redis += cpu
+		s.scripts += scripts
+		s.commands += commands
 	}
 	return nil
 }
@@ -118,13 +127,13 @@ func (p *costProbe) report(r *benchResult) {
 		r.ServerCPUS = (p.stats[1].server - p.stats[0].server).Seconds()
 		r.ServerCPUPerCheck = r.ServerCPUS * 1e6 / n
 	}
-	if p.rdb != nil {
+	if len(p.rdbs) > 0 {
 		r.RedisCPUS = p.stats[1].redis - p.stats[0].redis
 		r.RedisCPUPerCheck = r.RedisCPUS * 1e6 / n
 		r.ScriptCalls = p.stats[1].scripts - p.stats[0].scripts
 		r.ScriptCallsPerCheck = float64(r.ScriptCalls) / n
-		// Less the probe's own INFO (the first counts itself).
-		r.RedisCommands = p.stats[1].commands - p.stats[0].commands - 1
+		// Less the probe's own INFO on each (the first counts itself).
+		r.RedisCommands = p.stats[1].commands - p.stats[0].commands - int64(len(p.rdbs))
 		r.RedisCommandsPerCheck = float64(r.RedisCommands) / n
 	}
 }

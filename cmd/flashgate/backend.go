@@ -123,8 +123,11 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		b.bans.client.Close()
 	}
 	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(c.redisAddrs, ","), c.redisModeName)
-	if c.redisAutoPipe && c.redisModeName != redisstore.ModeCluster {
+	if c.redisAutoPipe {
 		b.describe += ", auto-pipelined"
+		if c.redisModeName == redisstore.ModeCluster {
+			b.describe += " per master"
+		}
 	}
 	if b.budget, err = guard.NewBudget(r, guard.BudgetOptions{Min: c.redisTimeout, Max: c.budgetMax}); err != nil {
 		b.close()

@@ -76,7 +76,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.backend, "backend", "memory", "where the windows live: memory (embedded, single process) or redis")
 	o.redisOptions.addFlags(f, redisstore.DefaultRedisTimeout)
 	f.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
-	f.BoolVar(&o.redisAutoPipe, "redis-autopipeline", true, "standalone and sentinel: checks arriving while a script call is in flight are decided together by the next one, one script call for the batch (a second call goes out when the one in flight stalls; after a batch of n ≥ 4 the next call waits for n checks or about 200 µs; ignored on cluster); --redis-autopipeline=false sends each check on its own round trip")
+	f.BoolVar(&o.redisAutoPipe, "redis-autopipeline", true, "checks arriving while a script call is in flight are decided together by the next one, one script call for the batch (a second call goes out when the one in flight stalls; after a batch of n ≥ 4 the next call waits for n checks or about 200 µs); on cluster one pipeline per master, a check's keys on one master in one call (Redis ≥ 7.0); --redis-autopipeline=false sends each check on its own round trip (on cluster one script per key)")
 	f.StringVar(&o.clock, "clock", "redis", "time source of the windows: redis (TIME in the script) or local")
 	f.StringVar(&o.failureMode, "failure-mode", "local", "when Redis fails: local (enforce per process in memory), allow or deny")
 	o.banOptions.addFlags(f)

@@ -55,7 +55,10 @@
 // admissions not yet written back, Watch's limiter does not send its calls
 // on (it returns [ErrRestoring]: the caller takes its failure mode).
 // Admissions made because calls timed out (the store slow, not down) are
-// written back too but hold no call off. Rounds write every remembered
+// written back too but hold no call off. One Redis Cluster master down
+// among several (window.KindMasterDown) is not an outage of the store: the
+// admissions made for it hold their own keys' calls off until written
+// back, and no settle follows (the other keys' calls go on). Rounds write every remembered
 // admission still inside its window back,
 // idempotently: one starts after a local admission, the next as soon as the
 // previous landed while admissions remain, and after a failed round a retry

@@ -164,6 +164,10 @@ func (f *Fallback) DecideAfter(ctx context.Context, hits []window.Hit, cause err
 		switch {
 		case errors.Is(cause, ErrRestoring):
 			f.wb.markHeld() // admitted while held off: written back before the key's calls go on
+		case window.Classify(cause) == window.KindMasterDown:
+			// One Cluster master down, the others answering: its keys'
+			// calls are held off until written back, not the store's.
+			f.wb.markHeld()
 		case !timedOut:
 			f.wb.markDown() // an outage's admission: it holds its key's calls off until written back
 		}

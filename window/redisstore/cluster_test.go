@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/guard"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -207,4 +209,231 @@ func nodeOf(t *testing.T, cc *redis.ClusterClient, key string) string {
 		t.Fatalf("MasterForKey: %v", err)
 	}
 	return m.Options().Addr
+}
+
+// TestRedisClusterPipelined runs the per-master auto-pipelines against a
+// 3-master cluster: a request's keys on one master are one script call
+// there, keys on several masters one call each with a denial undone on the
+// others, a slot moved behind go-redis's back is decided right through the
+// redirects, and a master down fails only the checks it holds keys of.
+func TestRedisClusterPipelined(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	c := newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), Mode: ModeCluster})
+	cc := c.(*redis.ClusterClient)
+	ctx := context.Background()
+	r := newTunedRedis(t, c, Options{AutoPipeline: true}, queued)
+	t.Cleanup(r.Close)
+	if r.nodes == nil {
+		t.Fatal("a cluster client with AutoPipeline got no per-master pipelines")
+	}
+	if err := r.Warm(ctx, 1); err != nil {
+		t.Fatalf("Warm: %v", err)
+	}
+
+	t.Run("a request's keys on one master are one call", func(t *testing.T) {
+		k := testKeys(t)
+		keys := keysOnOneNode(t, cc, k, 3)
+		hits := []window.Hit{hit(keys[0], 2, time.Minute), hit(keys[1], 2, time.Minute), hit(keys[2], 1, time.Minute)}
+		resetStats(t, cc)
+		mustAllow(t, r, "three keys on one master", hits...)
+		d := mustDeny(t, r, "again: the third is full", hits...)
+		if d.Index != 2 {
+			t.Fatalf("second request = %+v, want denied on hit 2", d)
+		}
+		calls := masterCalls(t, cc)
+		node := nodeOf(t, cc, keys[0])
+		for addr, m := range calls {
+			want := int64(0)
+			if addr == node {
+				want = 2
+			}
+			if m["evalsha"] != want || m["eval"] != 0 {
+				t.Errorf("master %s ran %v, want %d EVALSHA", addr, m, want)
+			}
+		}
+		for _, key := range keys[:2] {
+			if n := cc.ZCard(ctx, key).Val(); n != 1 {
+				t.Errorf("%s holds %d entries, want 1 (the denied request recorded nowhere)", key, n)
+			}
+		}
+	})
+
+	t.Run("keys on three masters: one call each, a denial undone on the others", func(t *testing.T) {
+		k := testKeys(t)
+		a := k.Key("uid", "a")
+		b := keyOnOtherNode(t, cc, k, a)
+		var cKey string
+		for i := 0; ; i++ {
+			cKey = k.Key("fp", fmt.Sprint(i))
+			if n := nodeOf(t, cc, cKey); n != nodeOf(t, cc, a) && n != nodeOf(t, cc, b) {
+				break
+			}
+		}
+		ha, hb, hc := hit(a, 5, time.Minute), hit(b, 5, time.Minute), hit(cKey, 1, time.Minute)
+		mustAllow(t, r, "fill c", hc)
+		resetStats(t, cc)
+		if d := mustDeny(t, r, "a, b, then full c", ha, hb, hc); d.Index != 2 {
+			t.Fatalf("denial = %+v, want on hit 2", d)
+		}
+		for addr, m := range masterCalls(t, cc) {
+			if m["evalsha"] != 1 {
+				t.Errorf("master %s ran %v, want one EVALSHA", addr, m)
+			}
+		}
+		for _, key := range []string{a, b} {
+			if n := cc.ZCard(ctx, key).Val(); n != 0 {
+				t.Errorf("%s holds %d entries after a denied request, want 0", key, n)
+			}
+		}
+		if d := mustAllow(t, r, "a and b", ha, hb); d.Count != 1 {
+			t.Errorf("a and b = %+v, want count 1", d)
+		}
+	})
+
+	t.Run("a slot moved under concurrent batches", func(t *testing.T) {
+		k := testKeys(t)
+		keys := keysOnOneNode(t, cc, k, 25)
+		moved := keys[0]
+		src := nodeOf(t, cc, moved)
+		slot := int(cc.ClusterKeySlot(ctx, moved).Val())
+		dst := 0
+		for i, n := range cluster.Nodes() {
+			if n.Addr() != src {
+				dst = i
+				break
+			}
+		}
+		mustAllow(t, r, "one before the move", hit(moved, 5, time.Minute))
+		// go-redis keeps its slot map: the pipeline of src gets the moved
+		// key until a redirect reloads it.
+		if err := cluster.MoveSlot(ctx, slot, dst); err != nil {
+			t.Fatalf("MoveSlot: %v", err)
+		}
+		// 24 requests at once, each a fresh key of src's and the moved key
+		// (limit 5, one admitted already): the moved key is declared first
+		// (MOVED) or second (the script meets a key its master lost).
+		const n = 24
+		allowed := make([]bool, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				hs := []window.Hit{hit(keys[1+i], 1, time.Minute), hit(moved, 5, time.Minute)}
+				if i%2 == 0 {
+					hs[0], hs[1] = hs[1], hs[0]
+				}
+				d, err := r.Decide(ctx, hs)
+				if err != nil {
+					t.Errorf("request %d: %v", i, err)
+					return
+				}
+				allowed[i] = d.Allowed
+			})
+		}
+		wg.Wait()
+		admitted := 0
+		for i, ok := range allowed {
+			want := int64(0)
+			if ok {
+				admitted++
+				want = 1
+			}
+			if got := cc.ZCard(ctx, keys[1+i]).Val(); got != want {
+				t.Errorf("request %d (allowed %v): its own key holds %d entries, want %d", i, ok, got, want)
+			}
+		}
+		if admitted != 4 {
+			t.Errorf("%d of %d requests admitted, want 4 (limit 5, one before the move)", admitted, n)
+		}
+		dstClient := redis.NewClient(&redis.Options{Addr: cluster.Nodes()[dst].Addr(), Protocol: 2, DisableIdentity: true})
+		defer dstClient.Close()
+		if got, err := dstClient.ZCard(ctx, moved).Result(); err != nil || got != 5 {
+			t.Errorf("the moved key holds %d entries on its new master (%v), want 5", got, err)
+		}
+	})
+
+	// Last: it kills a master.
+	t.Run("a master down fails only the checks it holds keys of", func(t *testing.T) {
+		k := testKeys(t)
+		a := k.Key("uid", "a")
+		b := keyOnOtherNode(t, cc, k, a)
+		down := nodeOf(t, cc, b)
+		for _, n := range cluster.Nodes() {
+			if n.Addr() == down {
+				n.Kill()
+			}
+		}
+		d, err := r.Decide(ctx, []window.Hit{hit(a, 5, time.Minute), hit(b, 5, time.Minute)})
+		if err == nil {
+			t.Fatalf("Decide with b's master down = %+v, want an error", d)
+		}
+		if k := window.Classify(err); k != window.KindMasterDown {
+			t.Errorf("Decide with b's master down: %v, of kind %s, want %s", err, k, window.KindMasterDown)
+		}
+		if n, err := cc.ZCard(ctx, a).Result(); err != nil || n != 0 {
+			t.Fatalf("a holds %d entries (%v) after a request that failed on b, want 0", n, err)
+		}
+		// Behind serve's breaker (its defaults), the checks on the other
+		// masters keep being decided by Redis however many fail on b's.
+		br, err := guard.NewBreaker(r, guard.BreakerOptions{})
+		if err != nil {
+			t.Fatalf("NewBreaker: %v", err)
+		}
+		for i := range 30 {
+			if _, err := br.Decide(ctx, []window.Hit{hit(b, 100, time.Minute)}); window.Classify(err) != window.KindMasterDown {
+				t.Fatalf("check %d on b's master: %v, want an error of kind %s", i, err, window.KindMasterDown)
+			}
+			if i%6 == 5 {
+				if d := mustAllow(t, br, "a alone", hit(a, 5, time.Minute)); d.Count != (i+1)/6 {
+					t.Fatalf("a alone = %+v, want count %d", d, (i+1)/6)
+				}
+			}
+		}
+	})
+}
+
+// keysOnOneNode returns n of k's "uid" keys in different slots of one
+// master.
+func keysOnOneNode(t *testing.T, cc *redis.ClusterClient, k window.Keys, n int) []string {
+	t.Helper()
+	first := k.Key("uid", "0")
+	node := nodeOf(t, cc, first)
+	slots := map[int64]bool{cc.ClusterKeySlot(context.Background(), first).Val(): true}
+	keys := []string{first}
+	for i := 1; len(keys) < n; i++ {
+		key := k.Key("uid", fmt.Sprint(i))
+		s := cc.ClusterKeySlot(context.Background(), key).Val()
+		if nodeOf(t, cc, key) == node && !slots[s] {
+			slots[s] = true
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+// resetStats runs CONFIG RESETSTAT on every master.
+func resetStats(t *testing.T, cc *redis.ClusterClient) {
+	t.Helper()
+	if err := cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		return m.ConfigResetStat(ctx).Err()
+	}); err != nil {
+		t.Fatalf("CONFIG RESETSTAT: %v", err)
+	}
+}
+
+// masterCalls returns per master (by address) its commandCalls.
+func masterCalls(t *testing.T, cc *redis.ClusterClient) map[string]map[string]int64 {
+	t.Helper()
+	var mu sync.Mutex
+	out := map[string]map[string]int64{}
+	if err := cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		calls := commandCalls(t, m)
+		mu.Lock()
+		out[m.Options().Addr] = calls
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	return out
 }

@@ -15,7 +15,8 @@ import (
 
 // TestConformance runs the table every limiter passes against Redis
 // standalone (with and without auto-pipelining, and under serve's
-// decorators), through Sentinel and on a Cluster.
+// decorators), through Sentinel and on a Cluster (with and without its
+// per-master auto-pipelines).
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	store := func(lim window.Limiter, r *Redis, c redis.UniversalClient) windowtest.Store {
@@ -64,6 +65,18 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("PING the cluster: %v", err)
 			}
 			r := newTestRedis(t, c, Options{})
+			return store(r, r, c)
+		}},
+		windowtest.Factory{Name: "redis-cluster-autopipeline", New: func(t *testing.T) windowtest.Store {
+			c := newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), Mode: ModeCluster})
+			if err := c.Ping(context.Background()).Err(); err != nil {
+				t.Fatalf("PING the cluster: %v", err)
+			}
+			r := newTunedRedis(t, c, Options{AutoPipeline: true}, queued) // every call through each master's dispatchers
+			t.Cleanup(r.Close)
+			if r.nodes == nil {
+				t.Fatal("a cluster client with AutoPipeline got no per-master pipelines")
+			}
 			return store(r, r, c)
 		}},
 	)

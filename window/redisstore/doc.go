@@ -9,14 +9,18 @@
 // # Guarantees
 //
 // On a standalone Redis or Sentinel every decision is one script over all
-// keys: one round trip, exact and all or nothing. On a Cluster or a Ring
-// (per-slot mode) each key is checked and added by the same script on its
-// own node, all keys pipelined; when some enforcing key denies, the
-// request's member is removed (ZREM) from the keys that admitted it.
-// Between the add and the removal other requests may see those entries, so
-// a key may deny up to one request too many per request in flight that was
-// denied elsewhere, and a failed removal leaves an entry that ages out with
-// its window. Admissions are never over the limit.
+// keys: one round trip, exact and all or nothing. On a Cluster a request's
+// keys live in different slots, usually on different masters. With the
+// auto-pipeline each master decides the request's keys it serves in one
+// script call, all or nothing there; without it (and on a Ring) each key is
+// checked and added by its own script call, all pipelined. When some
+// enforcing key denies, or a master fails, the request's member is removed
+// (ZREM) from the keys that admitted it. Between the add and the removal
+// other requests may see those entries, so a key may deny up to one request
+// too many per request in flight that was denied elsewhere, and a failed
+// removal leaves an entry that ages out with its window. Admissions are
+// never over the limit. A request whose keys are all on one master (one
+// key, always) needs no removal.
 //
 // Each request gets a fresh member id (a random per-store prefix whose first
 // byte is at least 0x80, then a counter); a script retried by the client
@@ -56,6 +60,49 @@
 // together a moment later, and without the hold the first of them would go
 // out alone and the rest a round trip behind it. A check waits for the hold
 // only behind a batch; BENCHMARKS.md has what it saves.
+//
+// # The Cluster's auto-pipelines
+//
+// On a Cluster each master has an auto-pipeline of its own on go-redis's
+// connections to it, the master of a key taken from go-redis's slot map: a
+// slow master holds up only the checks whose keys it serves. Its calls run
+// the script with Redis 7.0's allow-cross-slot-keys flag (crossSlotLua),
+// since a Cluster refuses KEYS of several slots in one call (CROSSSLOT), and
+// the limit keys' hash tags spread over every slot, so a batch per slot
+// would be a batch of one: a call declares its first key (the master
+// answers MOVED at once if it does not serve that slot) and passes every
+// key in ARGV; the script may then touch any key of a slot its master
+// serves. A key whose slot the master gave away (a resharding or failover
+// go-redis has not learnt of) makes the master refuse that key, as MOVED,
+// or mid-script, after the batch's earlier requests were decided: every
+// call of the batch is then sent again on its own, and each request that
+// still fails so is decided again one script per key through the
+// ClusterClient, which follows MOVED and ASK, its slot map reloaded. Member
+// ids make each repeat harmless: a request already recorded is counted
+// once. A master that refuses the flagged script (before Redis 7.0) turns
+// the store to one script per key for good.
+//
+// A master sees only its share of the checks, so its batches are smaller
+// than a standalone Redis's at the same load, and a call's fixed cost (a
+// command, a script set-up, a reply, their system calls, on both sides)
+// weighs more per check. Its hold is therefore 2 ms, not 200 µs: after a
+// batch of n ≥ 4 the master's next call waits until n checks are queued for
+// it, or 2 ms. As on standalone, a check waits for the hold only behind a
+// batch, that is only once the load already queues checks behind a round
+// trip; BENCHMARKS.md has what it saves and what it costs.
+//
+// A request whose keys are on several masters is sent to each master's
+// pipeline at once and waits for all; what the all-or-nothing protocol
+// across masters costs is the removal above, one pipelined ZREM per
+// admitting key, only when the request is denied or a master fails. Errors
+// are per master: a master down fails the checks that have a key on it
+// (the failure mode then answers them) and no other. Its connection errors
+// are marked window.ErrMasterDown (KindMasterDown) while the store knows
+// other masters, so that the Breaker above the store counts them in its
+// failure rate (which opens it once most checks fail, all masters down
+// included) but not in its run of connection errors, which would hold every
+// master off for one. A slow master's checks wait their budget and time
+// out, as on standalone; the others' do not wait behind it.
 //
 // A caller's deadline is kept without a context or timer per call: the
 // calls whose deadline falls in the same 0.5 ms tick are expired together

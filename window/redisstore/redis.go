@@ -60,8 +60,10 @@ type Options struct {
 	// AutoPipeline decides concurrent decisions together on standalone and
 	// Sentinel Redis: the decisions that queued while a round trip was in
 	// flight go out as one script call, which decides each all or nothing
-	// with its own member id (see doc.go). It starts goroutines: call
-	// [Redis.Close]. Ignored on a Cluster.
+	// with its own member id (see doc.go). On a Cluster each master has its
+	// own, and a request's keys on one master are decided in one call (it
+	// needs Redis 7.0; an older Cluster is decided per key). It starts
+	// goroutines: call [Redis.Close]. Ignored on a Ring.
 	AutoPipeline bool
 }
 
@@ -77,8 +79,9 @@ type Client interface {
 // Redis is a [window.Limiter] on Redis sorted sets: one per key, one entry
 // per admitted request scored by its admission time in microseconds. A
 // decision is one script call over all keys on standalone and Sentinel
-// Redis, and one per key with compensation on a Cluster or Ring (see
-// doc.go for the guarantees of each). Redis is safe for concurrent use.
+// Redis; on a Cluster one per master holding its keys when auto-pipelined,
+// else one per key, with compensation across calls (see doc.go for the
+// guarantees of each). Redis is safe for concurrent use.
 // Close it when done; it does not close the client.
 type Redis struct {
 	client  Client
@@ -87,7 +90,8 @@ type Redis struct {
 	perKey  bool             // one script per key, pipelined (Cluster, Ring)
 	local   bool             // ClockLocal: now is passed to the script
 	now     func() time.Time // the local clock
-	pipe    *autoPipeline    // nil unless auto-pipelining
+	pipe    *autoPipeline    // nil unless auto-pipelining standalone or Sentinel
+	nodes   *nodePipes       // nil unless auto-pipelining a Cluster
 	closed  atomic.Bool      // set by Close
 
 	idPrefix [8]byte       // random, drawn once: the member ids' prefix
@@ -129,12 +133,21 @@ func newRedis(client Client, opts Options, tune pipelineTuning) (*Redis, error) 
 	if r.now == nil {
 		r.now = time.Now
 	}
-	if _, err := rand.Read(r.idPrefix[:]); err != nil {
+	var err error
+	if _, err = rand.Read(r.idPrefix[:]); err != nil {
 		return nil, fmt.Errorf("redis limiter: draw a member id prefix: %w", err)
 	}
 	r.idPrefix[0] |= 0x80 // never NUL (a bucketed key's counters) nor 0x01 (written-back admissions)
-	if opts.AutoPipeline && !r.perKey {
-		r.pipe = newAutoPipeline(r.client, r.script, tune)
+	if opts.AutoPipeline {
+		switch cc := client.(type) {
+		case *redis.ClusterClient:
+			if r.nodes, err = newNodePipes(cc, slidingLua, tune); err != nil {
+				return nil, err
+			}
+		case *redis.Ring:
+		default:
+			r.pipe = newAutoPipeline(r.client, r.script, tune)
+		}
 	}
 	return r, nil
 }
@@ -149,6 +162,9 @@ func (r *Redis) Close() {
 	r.closed.Store(true)
 	if r.pipe != nil {
 		r.pipe.close()
+	}
+	if r.nodes != nil {
+		r.nodes.close()
 	}
 }
 
@@ -185,6 +201,9 @@ func (r *Redis) Ping(ctx context.Context) error {
 // deadline; it returns the first PING's error.
 func (r *Redis) Warm(ctx context.Context, conns int) error {
 	_ = r.client.ScriptLoad(ctx, slidingLua).Err()
+	if r.nodes != nil {
+		_ = r.client.ScriptLoad(ctx, r.nodes.script.body).Err()
+	}
 	errs := make(chan error, max(conns, 1))
 	for range max(conns, 1) {
 		go func() { errs <- r.client.Ping(ctx).Err() }()
@@ -209,7 +228,7 @@ func (r *Redis) Decide(ctx context.Context, hits []window.Hit) (window.Decision,
 // call; otherwise it is a deadline in ctx. It implements
 // guard.DeadlineLimiter.
 func (r *Redis) DecideBy(ctx context.Context, by time.Time, hits []window.Hit) (window.Decision, error) {
-	if r.pipe == nil && !by.IsZero() {
+	if r.pipe == nil && r.nodes == nil && !by.IsZero() {
 		cctx, cancel := context.WithDeadline(ctx, by)
 		defer cancel()
 		return r.decide(cctx, time.Time{}, hits, r.member())
@@ -240,9 +259,12 @@ func (r *Redis) decide(ctx context.Context, by time.Time, hits []window.Hit, mem
 	}
 	st = st[:len(hits)]
 	var err error
-	if r.perKey && len(hits) > 1 {
+	switch {
+	case r.nodes != nil:
+		err = r.decideNodes(ctx, by, hits, member, now, st)
+	case r.perKey && len(hits) > 1:
 		err = r.decidePerKey(ctx, hits, member, now, st)
-	} else {
+	default:
 		err = r.decideOnce(ctx, by, hits, member, now, st)
 	}
 	if err != nil {
@@ -309,30 +331,39 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []window.Hit, member, now
 	if firstEr == nil && !deny {
 		return nil
 	}
-	// Undo: remove the member wherever it may have been added (every key
-	// not known to be over, failed ones included: they may have run). It
-	// runs even if ctx is done. A failed removal is not an error of a
-	// denial: the entry ages out with its window.
+	undo := make([]bool, len(hits))
+	for i := range hits {
+		undo[i] = !decided[i] || !st[i].Over
+	}
+	r.compensate(ctx, hits, member, st, undo, decided)
+	return firstEr
+}
+
+// compensate removes member from the keys of the hits marked in undo (the
+// ones that may hold it: admitted, or failed and so maybe run), and takes
+// its cost off the counts of those decided. It runs even if ctx is done. A
+// failed removal is not an error of a denial: the entry ages out with its
+// window.
+func (r *Redis) compensate(ctx context.Context, hits []window.Hit, member string, st []window.HitState, undo, decided []bool) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
-	undo := r.client.Pipeline()
+	pipe := r.client.Pipeline()
 	for i := range hits {
-		if decided[i] && st[i].Over {
+		if !undo[i] {
 			continue
 		}
 		if w := hits[i].Limit.Width(); w > 0 {
-			undo.Eval(cctx, bucketUndoLua, []string{hits[i].Key}, member, w.Microseconds(), hits[i].Counted())
+			pipe.Eval(cctx, bucketUndoLua, []string{hits[i].Key}, member, w.Microseconds(), hits[i].Counted())
 		} else {
-			undo.ZRem(cctx, hits[i].Key, costMembers(member, hits[i].Counted())...)
+			pipe.ZRem(cctx, hits[i].Key, costMembers(member, hits[i].Counted())...)
 		}
 		if decided[i] {
 			st[i].Count = max(st[i].Count-hits[i].Counted(), 0)
 		}
 	}
-	if undo.Len() > 0 {
-		_, _ = undo.Exec(cctx)
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(cctx)
 	}
-	return firstEr
 }
 
 // bucketUndoLua takes a request back from a bucketed key (Cluster

@@ -136,7 +136,7 @@ func (r *Redis) Restore(ctx context.Context, batch []window.Admitted) error {
 	cmds := r.restore.evalEach(ctx, r.client, calls)
 	for i, c := range cmds {
 		if err := c.Err(); err != nil {
-			return fmt.Errorf("redis write-back: call %d of %d: %w", i+1, len(cmds), err)
+			return fmt.Errorf("redis write-back: call %d of %d: %w", i+1, len(cmds), r.masterDown(err))
 		}
 	}
 	return nil

@@ -23,6 +23,9 @@ import (
 // hash) a copy; TestRedisNoScriptReloadsOnce holds the one SCRIPT LOAD.
 type script struct {
 	body, hash string
+	// crossSlot: the body is crossSlotLua's, and calls are mapped by
+	// clusterCall.
+	crossSlot bool
 	// loading (capacity 1) is held by the one caller reloading the script;
 	// loads counts the loads that succeeded.
 	loading chan struct{}
@@ -31,6 +34,17 @@ type script struct {
 
 func newScript(body string) *script {
 	return &script{body: body, hash: redis.NewScript(body).Hash(), loading: make(chan struct{}, 1)}
+}
+
+// newCrossSlotScript returns crossSlotLua's variant of body.
+func newCrossSlotScript(body string) (*script, error) {
+	cross, err := crossSlotLua(body)
+	if err != nil {
+		return nil, err
+	}
+	s := newScript(cross)
+	s.crossSlot = true
+	return s, nil
 }
 
 // scriptCall is the keys and arguments of one script call.
@@ -61,6 +75,9 @@ func (s *script) reload(ctx context.Context, c Client, seen uint64) error {
 
 // eval runs the script once.
 func (s *script) eval(ctx context.Context, c Client, keys []string, args []any) ([]any, error) {
+	if s.crossSlot {
+		keys, args = clusterCall(keys, args)
+	}
 	seen := s.loads.Load()
 	res, err := c.EvalSha(ctx, s.hash, keys, args...).Slice()
 	if !isNoScript(err) {
@@ -81,6 +98,13 @@ func (s *script) eval(ctx context.Context, c Client, keys []string, args []any) 
 // evalEach runs the script once per call, all pipelined, and returns each
 // call's command, its reply or error to be read.
 func (s *script) evalEach(ctx context.Context, c Client, calls []scriptCall) []*redis.Cmd {
+	if s.crossSlot {
+		mapped := make([]scriptCall, len(calls))
+		for i, call := range calls {
+			mapped[i].keys, mapped[i].args = clusterCall(call.keys, call.args)
+		}
+		calls = mapped
+	}
 	seen := s.loads.Load()
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := c.Pipeline()

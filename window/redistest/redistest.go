@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -434,4 +435,88 @@ func (c *Cluster) Addrs() []string {
 // Nodes returns the masters, for fault tests that kill or restart one.
 func (c *Cluster) Nodes() []*Server {
 	return append([]*Server(nil), c.nodes...)
+}
+
+// MoveSlot migrates slot from the master that serves it to master dst
+// (an index into Nodes), as redis-cli --cluster reshard does: SETSLOT
+// IMPORTING and MIGRATING, MIGRATE of its keys in batches (ASK redirects
+// meanwhile), then SETSLOT NODE on every master (MOVED from then on).
+// Clients with a slot map of their own learn of it by redirects.
+func (c *Cluster) MoveSlot(ctx context.Context, slot int, dst int) error {
+	clients := make([]*redis.Client, len(c.nodes))
+	ids := make([]string, len(c.nodes))
+	src := -1
+	for i, n := range c.nodes {
+		clients[i] = redis.NewClient(&redis.Options{
+			Addr: n.Addr(), DisableIdentity: true, Protocol: 2,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+		defer clients[i].Close()
+		id, err := clients[i].Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			return fmt.Errorf("node %s: CLUSTER MYID: %w", n.Addr(), err)
+		}
+		ids[i] = id
+		if n, err := clients[i].ClusterCountKeysInSlot(ctx, slot).Result(); err == nil && n > 0 {
+			src = i
+		}
+	}
+	if src < 0 {
+		// No keys anywhere: the owner per CLUSTER SLOTS.
+		slots, err := clients[0].ClusterSlots(ctx).Result()
+		if err != nil {
+			return fmt.Errorf("CLUSTER SLOTS: %w", err)
+		}
+		for _, s := range slots {
+			if int(s.Start) <= slot && slot <= int(s.End) && len(s.Nodes) > 0 {
+				src = slices.IndexFunc(ids, func(id string) bool { return id == s.Nodes[0].ID })
+			}
+		}
+		if src < 0 {
+			return fmt.Errorf("no master serves slot %d", slot)
+		}
+	}
+	if src == dst {
+		return nil
+	}
+	host, port, _ := net.SplitHostPort(c.nodes[dst].Addr())
+	if err := clients[dst].Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src]).Err(); err != nil {
+		return fmt.Errorf("SETSLOT IMPORTING: %w", err)
+	}
+	if err := clients[src].Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst]).Err(); err != nil {
+		return fmt.Errorf("SETSLOT MIGRATING: %w", err)
+	}
+	for {
+		keys, err := clients[src].ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		if err != nil {
+			return fmt.Errorf("GETKEYSINSLOT: %w", err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := clients[src].Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("MIGRATE: %w", err)
+		}
+	}
+	for _, i := range append([]int{dst, src}, otherThan(len(clients), src, dst)...) {
+		if err := clients[i].Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst]).Err(); err != nil {
+			return fmt.Errorf("node %s: SETSLOT NODE: %w", c.nodes[i].Addr(), err)
+		}
+	}
+	return nil
+}
+
+// otherThan returns 0…n-1 without a and b.
+func otherThan(n, a, b int) []int {
+	var out []int
+	for i := range n {
+		if i != a && i != b {
+			out = append(out, i)
+		}
+	}
+	return out
 }

@@ -1,0 +1,310 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window"
+)
+
+// crossSlotLua returns body (redis.lua) as a script that may touch keys of
+// several slots of the node it runs on (Redis 7.0's allow-cross-slot-keys):
+// a Redis Cluster refuses declared KEYS of different slots (CROSSSLOT), so
+// the call declares one key, the first, for the node's slot check, and
+// passes all of them at the head of ARGV: ARGV[1] is their count n,
+// ARGV[2..n+1] the keys, the rest the arguments redis.lua takes. See
+// clusterCall.
+func crossSlotLua(body string) (string, error) {
+	const (
+		globals = "local call, argv, keys = redis.call, ARGV, KEYS\n"
+		start   = "local a, k = 1, 0\n"
+	)
+	if strings.Count(body, globals) != 1 || strings.Count(body, start) != 1 {
+		return "", errors.New("redis limiter: the script does not read KEYS and ARGV where the cross-slot variant expects")
+	}
+	body = strings.Replace(body, globals,
+		"local call, argv = redis.call, ARGV\nlocal keys = { unpack(argv, 2, tonumber(argv[1]) + 1) }\n", 1)
+	body = strings.Replace(body, start, "local a, k = #keys + 2, 0\n", 1)
+	return "#!lua flags=allow-cross-slot-keys\n" + body, nil
+}
+
+// clusterCall maps a call of redis.lua's keys and args to the cross-slot
+// variant's: one declared key, then ARGV = n, the n keys, args.
+func clusterCall(keys []string, args []any) ([]string, []any) {
+	a := make([]any, 0, 1+len(keys)+len(args))
+	a = append(a, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return keys[:1], append(a, args...)
+}
+
+// nodePipes is a Cluster's auto-pipeline: one [autoPipeline] per master,
+// each running the cross-slot script on that master's own connection pool,
+// so that checks queued behind one master's call share its next call and a
+// slow master holds up only the checks whose keys it serves. It is safe for
+// concurrent use.
+type nodePipes struct {
+	cc     *redis.ClusterClient
+	script *script // the cross-slot variant of redis.lua
+	tune   pipelineTuning
+	// off is set once a master refused the cross-slot script (Redis before
+	// 7.0): decisions then go one script per key through cc.
+	off atomic.Bool
+
+	// mu guards the fields below.
+	mu sync.Mutex
+	// byAddr holds each master's pipeline and the go-redis node client it
+	// runs on (a node client go-redis replaced gets a new pipeline).
+	byAddr map[string]nodePipe
+	closed bool
+}
+
+type nodePipe struct {
+	client *redis.Client
+	pipe   *autoPipeline
+}
+
+// masterHold is the hold of a Cluster master's auto-pipeline: a master
+// sees only its share of the checks, so the batch that starts a hold takes
+// longer to queue again than on a standalone Redis (see doc.go).
+const masterHold = 2 * time.Millisecond
+
+func newNodePipes(cc *redis.ClusterClient, body string, tune pipelineTuning) (*nodePipes, error) {
+	s, err := newCrossSlotScript(body)
+	if err != nil {
+		return nil, err
+	}
+	if tune.hold == hold {
+		tune.hold = masterHold
+	}
+	return &nodePipes{cc: cc, script: s, tune: tune, byAddr: make(map[string]nodePipe)}, nil
+}
+
+// pipe returns the pipeline of key's master, as go-redis's slot map has it,
+// and the master's address.
+func (n *nodePipes) pipe(ctx context.Context, key string) (*autoPipeline, string, error) {
+	c, err := n.cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, "", fmt.Errorf("master of a key: %w", err)
+	}
+	addr := c.Options().Addr
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, "", window.ErrClosed
+	}
+	np, ok := n.byAddr[addr]
+	if ok && np.client == c {
+		return np.pipe, addr, nil
+	}
+	if ok {
+		go np.pipe.close() // its callers get ErrClosed and go per key
+	}
+	np = nodePipe{client: c, pipe: newAutoPipeline(c, n.script, n.tune)}
+	n.byAddr[addr] = np
+	return np.pipe, addr, nil
+}
+
+// masters returns how many masters have a pipeline.
+func (n *nodePipes) masters() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.byAddr)
+}
+
+// close closes every master's pipeline.
+func (n *nodePipes) close() {
+	n.mu.Lock()
+	n.closed = true
+	pipes := n.byAddr
+	n.byAddr = map[string]nodePipe{}
+	n.mu.Unlock()
+	for _, np := range pipes {
+		np.pipe.close()
+	}
+}
+
+// misrouted reports whether err means that a call reached a master that
+// does not (or no longer) serve one of its keys, or the script could not
+// run there: the request is then decided again one key per script call
+// through the ClusterClient, which follows MOVED and ASK. A closed node
+// client (go-redis dropped the node) counts too; ErrClosed of a pipeline
+// replaced by pipe does as well.
+func misrouted(err error) bool {
+	if errors.Is(err, redis.ErrClosed) || errors.Is(err, window.ErrClosed) {
+		return true
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CROSSSLOT"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "non local key") || strings.Contains(msg, "same slot") || noCrossSlot(err)
+}
+
+// noCrossSlot reports whether err is a Redis before 7.0 refusing the
+// cross-slot script's flags.
+func noCrossSlot(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && (strings.Contains(rerr.Error(), "compiling script") || strings.Contains(rerr.Error(), "Unexpected flag"))
+}
+
+// nodeGroup is the hits of one request that one master decides.
+type nodeGroup struct {
+	pipe *autoPipeline
+	addr string // the master's
+	idx  []int  // into the request's hits
+	res  []any
+	err  error
+}
+
+// decideNodes decides hits on a Cluster through the masters' pipelines:
+// each master decides the hits whose keys it serves in one script call (a
+// share of one), all or nothing; when one master denies or fails, the
+// masters that admitted have the request's member removed (see doc.go). A
+// request some master refuses as misrouted is decided again per key.
+func (r *Redis) decideNodes(ctx context.Context, by time.Time, hits []window.Hit, member, now string, st []window.HitState) error {
+	if r.nodes.off.Load() {
+		return r.decidePerKeyBy(ctx, by, hits, member, now, st)
+	}
+	var gbuf [4]nodeGroup
+	groups := gbuf[:0]
+	for i := range hits {
+		p, addr, err := r.nodes.pipe(ctx, hits[i].Key)
+		if err != nil {
+			if errors.Is(err, window.ErrClosed) {
+				return fmt.Errorf("redis decide: %w", err)
+			}
+			return r.decidePerKeyBy(ctx, by, hits, member, now, st)
+		}
+		g := 0
+		for g < len(groups) && groups[g].pipe != p {
+			g++
+		}
+		if g == len(groups) {
+			groups = append(groups, nodeGroup{pipe: p, addr: addr})
+		}
+		groups[g].idx = append(groups[g].idx, i)
+	}
+	run := func(g *nodeGroup) {
+		keys := make([]string, len(g.idx))
+		args := make([]any, 0, 3+len(g.idx))
+		args = append(args, member, now, len(g.idx))
+		for j, i := range g.idx {
+			keys[j] = hits[i].Key
+			args = appendHitArgs(args, &hits[i])
+		}
+		g.res, g.err = g.pipe.run(ctx, by, keys, args)
+	}
+	if len(groups) == 1 {
+		run(&groups[0])
+	} else {
+		var wg sync.WaitGroup
+		for g := 1; g < len(groups); g++ {
+			wg.Go(func() { run(&groups[g]) })
+		}
+		run(&groups[0])
+		wg.Wait()
+	}
+
+	var (
+		firstErr  error
+		redo      bool
+		deny      bool
+		sub       [8]window.HitState
+		subHits   [8]window.Hit
+		admitted  = make([]bool, len(groups))
+		groupHits []window.Hit
+	)
+	for gi := range groups {
+		g := &groups[gi]
+		err := g.err
+		if err == nil {
+			groupHits = subHits[:0]
+			if len(g.idx) > len(subHits) {
+				groupHits = make([]window.Hit, 0, len(g.idx))
+			}
+			for _, i := range g.idx {
+				groupHits = append(groupHits, hits[i])
+			}
+			gst := sub[:0]
+			if len(g.idx) > len(sub) {
+				gst = make([]window.HitState, 0, len(g.idx))
+			}
+			gst = gst[:len(g.idx)]
+			if err = parseReply(g.res, groupHits, gst); err != nil {
+				g.err = err
+			} else {
+				admitted[gi] = true
+				for j, i := range g.idx {
+					st[i] = gst[j]
+					if st[i].Over && !hits[i].Shadow {
+						deny, admitted[gi] = true, false
+					}
+				}
+				continue
+			}
+		}
+		if misrouted(err) {
+			redo = true
+			if noCrossSlot(err) {
+				r.nodes.off.Store(true)
+			}
+		}
+		if firstErr == nil {
+			firstErr = fmt.Errorf("redis decide: master %s: %w", g.addr, r.masterDown(err))
+		}
+	}
+	if redo && !r.closed.Load() {
+		// Another pass, per key: the masters that ran their part find the
+		// member already recorded (member ids make it idempotent).
+		r.nodes.cc.ReloadState(ctx)
+		return r.decidePerKeyBy(ctx, by, hits, member, now, st)
+	}
+	if len(groups) == 1 || firstErr == nil && !deny {
+		return firstErr
+	}
+	undo := make([]bool, len(hits))
+	decided := make([]bool, len(hits))
+	for gi := range groups {
+		for _, i := range groups[gi].idx {
+			decided[i] = groups[gi].err == nil
+			undo[i] = groups[gi].err != nil || admitted[gi] && !st[i].Over
+		}
+	}
+	r.compensate(ctx, hits, member, st, undo, decided)
+	return firstErr
+}
+
+// masterDown marks err with window.ErrMasterDown if it is a connection
+// error of one master of an auto-pipelined Cluster whose store knows other
+// masters (see doc.go); else it returns err.
+func (r *Redis) masterDown(err error) error {
+	if r.nodes == nil || window.Classify(err) != window.KindConnection || r.nodes.masters() < 2 {
+		return err
+	}
+	return fmt.Errorf("%w: %w", window.ErrMasterDown, err)
+}
+
+// decidePerKeyBy is decidePerKey within by (zero: none).
+func (r *Redis) decidePerKeyBy(ctx context.Context, by time.Time, hits []window.Hit, member, now string, st []window.HitState) error {
+	if !by.IsZero() {
+		cctx, cancel := context.WithDeadline(ctx, by)
+		defer cancel()
+		ctx = cctx
+	}
+	return r.decidePerKey(ctx, hits, member, now, st)
+}
