@@ -374,19 +374,24 @@ func TestRedisClusterPipelined(t *testing.T) {
 			t.Fatalf("a holds %d entries (%v) after a request that failed on b, want 0", n, err)
 		}
 		// Behind serve's breaker (its defaults), the checks on the other
-		// masters keep being decided by Redis however many fail on b's.
+		// masters keep being decided by Redis while b's fail in runs of
+		// three, the breaker's run of connection errors: master_down is
+		// not in that run. The failure rate, 3 in 4, stays under the
+		// breaker's 0.8 however the calls fall into its buckets (a busy
+		// machine spreads them), so only the run could open it.
 		br, err := guard.NewBreaker(r, guard.BreakerOptions{})
 		if err != nil {
 			t.Fatalf("NewBreaker: %v", err)
 		}
-		for i := range 30 {
+		for i := range 40 {
+			if i%4 == 3 {
+				if d := mustAllow(t, br, "a alone", hit(a, 50, time.Minute)); d.Count != (i+1)/4 {
+					t.Fatalf("a alone = %+v, want count %d", d, (i+1)/4)
+				}
+				continue
+			}
 			if _, err := br.Decide(ctx, []window.Hit{hit(b, 100, time.Minute)}); window.Classify(err) != window.KindMasterDown {
 				t.Fatalf("check %d on b's master: %v, want an error of kind %s", i, err, window.KindMasterDown)
-			}
-			if i%6 == 5 {
-				if d := mustAllow(t, br, "a alone", hit(a, 5, time.Minute)); d.Count != (i+1)/6 {
-					t.Fatalf("a alone = %+v, want count %d", d, (i+1)/6)
-				}
 			}
 		}
 	})
