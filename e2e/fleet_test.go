@@ -352,7 +352,9 @@ func TestFleetRedisRestarted(t *testing.T) {
 		rs.Kill()
 		time.Sleep(1500 * time.Millisecond)
 		rs.Restart()
-		time.Sleep(1500 * time.Millisecond)
+		// Each sidecar saw Redis again (within a second: go-redis's dial
+		// back-off) and its settle (1.5 s) has passed.
+		time.Sleep(3 * time.Second)
 		for _, p := range procs {
 			m := p.Metrics()
 			local = append(local, m.Value("flashgate_failure_mode_decisions_total", "mode", "local"))
@@ -373,7 +375,7 @@ func TestFleetRedisRestarted(t *testing.T) {
 		dl := m.Value("flashgate_failure_mode_decisions_total", "mode", "local") - local[i]
 		dc := m.Value("flashgate_checks_total") - checks[i]
 		if dl > dc/10 {
-			t.Errorf("sidecar %d took failure mode local in %v of %v checks from 1.5 s after Redis returned (errors so far: timeout %v, connection %v, breaker_open %v): Redis should decide",
+			t.Errorf("sidecar %d took failure mode local in %v of %v checks from 3 s after Redis returned (errors so far: timeout %v, connection %v, breaker_open %v): Redis should decide",
 				i, dl, dc, m.Value("flashgate_backend_errors_total", "kind", "timeout"),
 				m.Value("flashgate_backend_errors_total", "kind", "connection"), m.Value("flashgate_backend_errors_total", "kind", "breaker_open"))
 		}

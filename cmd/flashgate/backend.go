@@ -186,7 +186,7 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 	// 100 ms apart, or the breaker's probe) and write back too.
 	b.fallback, err = fallback.New(fallback.Options{
 		Size: b.fleetSize, MaxKeys: c.memoryMaxKeys,
-		WriteBack: r, Settle: max(fallback.DefaultRestoreSettle, 2*c.breakerCooldown),
+		WriteBack: r, Settle: max(fallback.DefaultRestoreSettle, 4*c.breakerCooldown),
 	})
 	if err != nil {
 		b.close()

@@ -24,10 +24,12 @@ import (
 // [window.Classify] counts it as such.
 var ErrRestoring = fmt.Errorf("window: local admissions not yet written back: %w", window.ErrBreakerOpen)
 
-// Defaults of the write-back's [Options].
+// Defaults of the write-back's [Options]. The settle outlasts go-redis's
+// dial back-off: a pool whose dials all failed dials again once a second,
+// so one sidecar may see Redis back up to a second after another.
 const (
 	DefaultRestoreTimeout = time.Second
-	DefaultRestoreSettle  = 500 * time.Millisecond
+	DefaultRestoreSettle  = 1500 * time.Millisecond
 )
 
 const (
