@@ -286,6 +286,11 @@ func (r *Redis) decideNodes(ctx context.Context, by time.Time, hits []window.Hit
 		}
 	}
 	r.compensate(ctx, hits, member, st, undo, decided)
+	if deny {
+		// A master said a key is full: that is the decision, whatever
+		// another master's error (a failure mode must not admit it).
+		return nil
+	}
 	return firstErr
 }
 

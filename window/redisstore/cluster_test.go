@@ -373,6 +373,16 @@ func TestRedisClusterPipelined(t *testing.T) {
 		if n, err := cc.ZCard(ctx, a).Result(); err != nil || n != 0 {
 			t.Fatalf("a holds %d entries (%v) after a request that failed on b, want 0", n, err)
 		}
+		// A key that a live master says is full decides the request: a
+		// denial, never an error that a failure mode could admit.
+		full := k.Key("uid", "full")
+		for i := 0; nodeOf(t, cc, full) == down; i++ {
+			full = k.Key("uid", fmt.Sprint("full", i))
+		}
+		mustAllow(t, r, "fill full", hit(full, 1, time.Minute))
+		if d, err := r.Decide(ctx, []window.Hit{hit(full, 1, time.Minute), hit(b, 100, time.Minute)}); err != nil || d.Allowed || d.Index != 0 {
+			t.Fatalf("full key on a live master with b's master down = %+v, %v; want denied on hit 0", d, err)
+		}
 		// Behind serve's breaker (its defaults), the checks on the other
 		// masters keep being decided by Redis while b's fail in runs of
 		// three, the breaker's run of connection errors: master_down is

@@ -336,6 +336,11 @@ func (r *Redis) decidePerKey(ctx context.Context, hits []window.Hit, member, now
 		undo[i] = !decided[i] || !st[i].Over
 	}
 	r.compensate(ctx, hits, member, st, undo, decided)
+	if deny {
+		// A key is full: that is the decision, whatever another key's
+		// error (a failure mode must not admit it).
+		return nil
+	}
 	return firstEr
 }
 
