@@ -1,0 +1,104 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window/redistest"
+)
+
+// BenchmarkRedisDecideCPU measures the CPU time one auto-pipelined decision
+// costs this process (getrusage) and the Redis servers (INFO cpu, summed over
+// the masters), with the script calls per decision, on a standalone
+// redis-server and on Clusters of 1, 3 and 6 masters, at 16 and 64
+// goroutines, with one hit per request and with the built-in example's three:
+// the store's share of BENCHMARKS.md's "Redis Cluster" figures without gRPC
+// and a load generator beside it. A 1-master Cluster against standalone
+// isolates what cluster mode costs; standalone at 16 goroutines against 3
+// masters at 64 (about 21 each) what smaller batches per master cost.
+func BenchmarkRedisDecideCPU(b *testing.B) {
+	s := redistest.Start(b)
+	c1 := redistest.StartCluster(b, 1)
+	c3 := redistest.StartCluster(b, 3)
+	c6 := redistest.StartCluster(b, 6)
+	for _, topo := range []struct {
+		name  string
+		addrs []string
+		mode  string
+	}{
+		{"standalone", []string{s.Addr()}, ModeStandalone},
+		{"cluster1", c1.Addrs(), ModeCluster},
+		{"cluster3", c3.Addrs(), ModeCluster},
+		{"cluster6", c6.Addrs(), ModeCluster},
+	} {
+		for _, nhits := range []int{1, 3} {
+			for _, g := range []int{16, 64} {
+				b.Run(fmt.Sprintf("%s/hits=%d/goroutines=%d", topo.name, nhits, g), func(b *testing.B) {
+					benchmarkDecideCPU(b, topo.addrs, topo.mode, nhits, g)
+				})
+			}
+		}
+	}
+}
+
+func benchmarkDecideCPU(b *testing.B, addrs []string, mode string, nhits, g int) {
+	c := newTestClient(b, ClientConfig{Addrs: addrs, Mode: mode, PoolSize: g, Timeout: time.Second})
+	r := newTunedRedis(b, c, Options{AutoPipeline: true}, defaultTuning)
+	b.Cleanup(r.Close)
+	reqs := benchRequests(b, nhits)
+	for _, req := range reqs[:64] {
+		mustDecide(b, r, req...) // load the script, open the connections
+	}
+	callsBefore := scriptCalls(b, addrs)
+	redisBefore := redisCPU(b, addrs...)
+	selfBefore := processCPU(b)
+	var next atomic.Int64
+	var failed atomic.Value
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range g {
+		wg.Go(func() {
+			ctx := context.Background()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if _, err := r.Decide(ctx, reqs[i%int64(len(reqs))]); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	self := processCPU(b) - selfBefore
+	rcpu := redisCPU(b, addrs...) - redisBefore
+	calls := scriptCalls(b, addrs) - callsBefore
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatalf("Decide: %v", err)
+	}
+	b.ReportMetric(float64(calls)/float64(b.N), "scriptcalls/op")
+	b.ReportMetric(float64(self)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(rcpu)/float64(b.N), "redis-cpu-ns/op")
+}
+
+// scriptCalls is how many EVALSHA and EVAL the servers at addrs have run.
+func scriptCalls(b *testing.B, addrs []string) int64 {
+	b.Helper()
+	var n int64
+	for _, a := range addrs {
+		admin := redis.NewClient(&redis.Options{Addr: a})
+		calls := commandCalls(b, admin)
+		admin.Close()
+		n += calls["evalsha"] + calls["eval"]
+	}
+	return n
+}
