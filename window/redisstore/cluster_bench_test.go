@@ -1,10 +1,7 @@
 package redisstore
 
 import (
-	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,31 +55,13 @@ func benchmarkDecideCPU(b *testing.B, addrs []string, mode string, nhits, g int)
 	callsBefore := scriptCalls(b, addrs)
 	redisBefore := redisCPU(b, addrs...)
 	selfBefore := processCPU(b)
-	var next atomic.Int64
-	var failed atomic.Value
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	for range g {
-		wg.Go(func() {
-			ctx := context.Background()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(b.N) {
-					return
-				}
-				if _, err := r.Decide(ctx, reqs[i%int64(len(reqs))]); err != nil {
-					failed.Store(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	err := decideConcurrently(b, r, reqs, g)
 	b.StopTimer()
 	self := processCPU(b) - selfBefore
 	rcpu := redisCPU(b, addrs...) - redisBefore
 	calls := scriptCalls(b, addrs) - callsBefore
-	if err, _ := failed.Load().(error); err != nil {
+	if err != nil {
 		b.Fatalf("Decide: %v", err)
 	}
 	b.ReportMetric(float64(calls)/float64(b.N), "scriptcalls/op")

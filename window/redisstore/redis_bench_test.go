@@ -65,30 +65,12 @@ func benchmarkRedisDecide(b *testing.B, s *redistest.Server, admin *redis.Client
 		before := commandCalls(b, admin)
 		hook.cmds.Store(0)
 		hook.pipelines.Store(0)
-		var next atomic.Int64
-		var failed atomic.Value
 		b.ResetTimer()
 		start := time.Now()
-		var wg sync.WaitGroup
-		for range g {
-			wg.Go(func() {
-				ctx := context.Background()
-				for {
-					i := next.Add(1) - 1
-					if i >= int64(b.N) {
-						return
-					}
-					if _, err := r.Decide(ctx, reqs[i%int64(len(reqs))]); err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		err := decideConcurrently(b, r, reqs, g)
 		elapsed := time.Since(start)
 		b.StopTimer()
-		if err, _ := failed.Load().(error); err != nil {
+		if err != nil {
 			b.Fatalf("Decide: %v", err)
 		}
 		after := commandCalls(b, admin)
@@ -103,6 +85,32 @@ func benchmarkRedisDecide(b *testing.B, s *redistest.Server, admin *redis.Client
 		b.ReportMetric(float64(hook.cmds.Load()+hook.pipelines.Load())/float64(b.N), "roundtrips/op")
 		b.ReportMetric(float64(total)/float64(b.N), "rediscmds/op")
 	})
+}
+
+// decideConcurrently makes b.N decisions from g goroutines, request i being
+// reqs[i % len(reqs)], and returns the first error, which stops its goroutine.
+func decideConcurrently(b *testing.B, r *Redis, reqs [][]window.Hit, g int) error {
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for range g {
+		wg.Go(func() {
+			ctx := context.Background()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if _, err := r.Decide(ctx, reqs[i%int64(len(reqs))]); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	err, _ := failed.Load().(error)
+	return err
 }
 
 // benchRequests returns one request per user, each of nhits hits.
