@@ -8,6 +8,7 @@
 //	flashgate version   module version and VCS commit from the build info
 //	flashgate inspect   one key's window and ban in serve's Redis (ops.go: keys derived as serve does)
 //	flashgate bans      list, add and lift the fleet's bans in serve's Redis
+//	flashgate ratelimit serve configured by envoyproxy/ratelimit's environment (also as a binary named ratelimit)
 //
 // The load generator and the do-nothing reference server are not in this
 // binary: they are cmd/flashgate-bench.

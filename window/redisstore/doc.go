@@ -19,8 +19,8 @@
 // other requests may see those entries, so a key may deny up to one request
 // too many per request in flight that was denied elsewhere, and a failed
 // removal leaves an entry that ages out with its window. Admissions are
-// never over the limit. A request whose keys are all on one master (one
-// key, always) needs no removal.
+// never over the limit. Auto-pipelined, a request whose keys are all on one
+// master (one key, always) needs no removal.
 //
 // Each request gets a fresh member id (a random per-store prefix whose first
 // byte is at least 0x80, then a counter); a script retried by the client
