@@ -13,12 +13,14 @@ import (
 // BenchmarkRedisDecideCPU measures the CPU time one auto-pipelined decision
 // costs this process (getrusage) and the Redis servers (INFO cpu, summed over
 // the masters), with the script calls per decision, on a standalone
-// redis-server and on Clusters of 1, 3 and 6 masters, at 16 and 64
+// redis-server and on Clusters of 1, 3 and 6 masters, at 16, 64 and 128
 // goroutines, with one hit per request and with the built-in example's three:
 // the store's share of BENCHMARKS.md's "Redis Cluster" figures without gRPC
 // and a load generator beside it. A 1-master Cluster against standalone
 // isolates what cluster mode costs; standalone at 16 goroutines against 3
-// masters at 64 (about 21 each) what smaller batches per master cost.
+// masters at 64 (about 21 each) what smaller batches per master cost; 6
+// masters at 128 against 3 at 64 (the same share each) what more masters
+// cost beside their batches.
 func BenchmarkRedisDecideCPU(b *testing.B) {
 	s := redistest.Start(b)
 	c1 := redistest.StartCluster(b, 1)
@@ -35,7 +37,7 @@ func BenchmarkRedisDecideCPU(b *testing.B) {
 		{"cluster6", c6.Addrs(), ModeCluster},
 	} {
 		for _, nhits := range []int{1, 3} {
-			for _, g := range []int{16, 64} {
+			for _, g := range []int{16, 64, 128} {
 				b.Run(fmt.Sprintf("%s/hits=%d/goroutines=%d", topo.name, nhits, g), func(b *testing.B) {
 					benchmarkDecideCPU(b, topo.addrs, topo.mode, nhits, g)
 				})
