@@ -180,9 +180,30 @@ func (r *Redis) decideNodes(ctx context.Context, by time.Time, hits []window.Hit
 	if r.nodes.off.Load() {
 		return r.decidePerKeyBy(ctx, by, hits, member, now, st)
 	}
+	p, addr, err := r.nodes.pipe(ctx, hits[0].Key)
+	if err != nil {
+		if errors.Is(err, window.ErrClosed) {
+			return fmt.Errorf("redis decide: %w", err)
+		}
+		return r.decidePerKeyBy(ctx, by, hits, member, now, st)
+	}
+	same := 1 // hits[:same] are on p's master
+	for same < len(hits) {
+		q, _, err := r.nodes.pipe(ctx, hits[same].Key)
+		if err != nil || q != p {
+			break
+		}
+		same++
+	}
+	if same == len(hits) {
+		return r.decideOnMaster(ctx, by, p, addr, hits, member, now, st)
+	}
 	var gbuf [4]nodeGroup
-	groups := gbuf[:0]
-	for i := range hits {
+	groups := append(gbuf[:0], nodeGroup{pipe: p, addr: addr, idx: make([]int, same, len(hits))})
+	for i := range same {
+		groups[0].idx[i] = i
+	}
+	for i := same; i < len(hits); i++ {
 		p, addr, err := r.nodes.pipe(ctx, hits[i].Key)
 		if err != nil {
 			if errors.Is(err, window.ErrClosed) {
@@ -292,6 +313,29 @@ func (r *Redis) decideNodes(ctx context.Context, by time.Time, hits []window.Hit
 		return nil
 	}
 	return firstErr
+}
+
+// decideOnMaster is decideNodes for a request whose keys are all on one
+// master, p (at addr): one call decides it, all or nothing, and nothing is
+// ever removed.
+func (r *Redis) decideOnMaster(ctx context.Context, by time.Time, p *autoPipeline, addr string, hits []window.Hit, member, now string, st []window.HitState) error {
+	keys, args := scriptArgs(hits, member, now)
+	res, err := p.run(ctx, by, keys, args)
+	if err == nil {
+		if err = parseReply(res, hits, st); err == nil {
+			return nil
+		}
+	}
+	if misrouted(err) {
+		if noCrossSlot(err) {
+			r.nodes.off.Store(true)
+		}
+		if !r.closed.Load() {
+			r.nodes.cc.ReloadState(ctx)
+			return r.decidePerKeyBy(ctx, by, hits, member, now, st)
+		}
+	}
+	return fmt.Errorf("redis decide: master %s: %w", addr, r.masterDown(err))
 }
 
 // masterDown marks err with window.ErrMasterDown if it is a connection

@@ -276,13 +276,7 @@ func (r *Redis) decide(ctx context.Context, by time.Time, hits []window.Hit, mem
 // decideOnce runs the script once over every key: one round trip, or a
 // share of one when auto-pipelining (within by, if not zero).
 func (r *Redis) decideOnce(ctx context.Context, by time.Time, hits []window.Hit, member, now string, st []window.HitState) error {
-	keys := make([]string, len(hits))
-	args := make([]any, 0, 3+len(hits)) // member, now, key count, a spec per hit
-	args = append(args, member, now, len(hits))
-	for i := range hits {
-		keys[i] = hits[i].Key
-		args = appendHitArgs(args, &hits[i])
-	}
+	keys, args := scriptArgs(hits, member, now)
 	var (
 		res []any
 		err error
@@ -296,6 +290,19 @@ func (r *Redis) decideOnce(ctx context.Context, by time.Time, hits []window.Hit,
 		return fmt.Errorf("redis decide: %w", err)
 	}
 	return parseReply(res, hits, st)
+}
+
+// scriptArgs returns the keys and arguments of one script call deciding
+// hits: member, now, the key count, then a spec per hit.
+func scriptArgs(hits []window.Hit, member, now string) ([]string, []any) {
+	keys := make([]string, len(hits))
+	args := make([]any, 0, 3+len(hits))
+	args = append(args, member, now, len(hits))
+	for i := range hits {
+		keys[i] = hits[i].Key
+		args = appendHitArgs(args, &hits[i])
+	}
+	return keys, args
 }
 
 // decidePerKey runs the script once per key, pipelined, and undoes partial
