@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,11 +60,12 @@ type nodePipes struct {
 	// 7.0): decisions then go one script per key through cc.
 	off atomic.Bool
 
-	// mu guards the fields below.
-	mu sync.Mutex
 	// byAddr holds each master's pipeline and the go-redis node client it
-	// runs on (a node client go-redis replaced gets a new pipeline).
-	byAddr map[string]nodePipe
+	// runs on (a node client go-redis replaced gets a new pipeline). Checks
+	// read it without a lock; it is replaced whole, under mu, never changed.
+	byAddr atomic.Pointer[map[string]nodePipe]
+	// mu serializes the replacements of byAddr and guards closed.
+	mu     sync.Mutex
 	closed bool
 }
 
@@ -85,7 +87,9 @@ func newNodePipes(cc *redis.ClusterClient, body string, tune pipelineTuning) (*n
 	if tune.hold == hold {
 		tune.hold = masterHold
 	}
-	return &nodePipes{cc: cc, script: s, tune: tune, byAddr: make(map[string]nodePipe)}, nil
+	n := &nodePipes{cc: cc, script: s, tune: tune}
+	n.byAddr.Store(&map[string]nodePipe{})
+	return n, nil
 }
 
 // pipe returns the pipeline of key's master, as go-redis's slot map has it,
@@ -96,12 +100,16 @@ func (n *nodePipes) pipe(ctx context.Context, key string) (*autoPipeline, string
 		return nil, "", fmt.Errorf("master of a key: %w", err)
 	}
 	addr := c.Options().Addr
+	if np, ok := (*n.byAddr.Load())[addr]; ok && np.client == c {
+		return np.pipe, addr, nil
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return nil, "", window.ErrClosed
 	}
-	np, ok := n.byAddr[addr]
+	pipes := *n.byAddr.Load()
+	np, ok := pipes[addr]
 	if ok && np.client == c {
 		return np.pipe, addr, nil
 	}
@@ -109,23 +117,23 @@ func (n *nodePipes) pipe(ctx context.Context, key string) (*autoPipeline, string
 		go np.pipe.close() // its callers get ErrClosed and go per key
 	}
 	np = nodePipe{client: c, pipe: newAutoPipeline(c, n.script, n.tune)}
-	n.byAddr[addr] = np
+	pipes = maps.Clone(pipes)
+	pipes[addr] = np
+	n.byAddr.Store(&pipes)
 	return np.pipe, addr, nil
 }
 
 // masters returns how many masters have a pipeline.
 func (n *nodePipes) masters() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.byAddr)
+	return len(*n.byAddr.Load())
 }
 
 // close closes every master's pipeline.
 func (n *nodePipes) close() {
 	n.mu.Lock()
 	n.closed = true
-	pipes := n.byAddr
-	n.byAddr = map[string]nodePipe{}
+	pipes := *n.byAddr.Load()
+	n.byAddr.Store(&map[string]nodePipe{})
 	n.mu.Unlock()
 	for _, np := range pipes {
 		np.pipe.close()
