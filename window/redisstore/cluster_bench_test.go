@@ -2,6 +2,9 @@ package redisstore
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +58,7 @@ func benchmarkDecideCPU(b *testing.B, addrs []string, mode string, nhits, g int)
 		mustDecide(b, r, req...) // load the script, open the connections
 	}
 	callsBefore := scriptCalls(b, addrs)
+	sleepsBefore := redisSleeps(b, addrs)
 	redisBefore := redisCPU(b, addrs...)
 	selfBefore := processCPU(b)
 	b.ResetTimer()
@@ -63,12 +67,47 @@ func benchmarkDecideCPU(b *testing.B, addrs []string, mode string, nhits, g int)
 	self := processCPU(b) - selfBefore
 	rcpu := redisCPU(b, addrs...) - redisBefore
 	calls := scriptCalls(b, addrs) - callsBefore
+	sleeps := redisSleeps(b, addrs) - sleepsBefore
 	if err != nil {
 		b.Fatalf("Decide: %v", err)
 	}
 	b.ReportMetric(float64(calls)/float64(b.N), "scriptcalls/op")
+	b.ReportMetric(float64(sleeps)/float64(b.N), "redis-sleeps/op")
 	b.ReportMetric(float64(self)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(rcpu)/float64(b.N), "redis-cpu-ns/op")
+}
+
+// redisSleeps is how many times the servers at addrs have blocked (the
+// voluntary context switches of their processes, from /proc): a server that
+// waits for its next command sleeps, and its next call pays the wake-up.
+func redisSleeps(b *testing.B, addrs []string) int64 {
+	b.Helper()
+	var n int64
+	for _, a := range addrs {
+		pid := infoField(serverInfo(b, a, "server"), "process_id")
+		status, err := os.ReadFile("/proc/" + pid + "/status")
+		if err != nil {
+			b.Fatalf("the status of redis-server %s (pid %q): %v", a, pid, err)
+		}
+		v, err := strconv.ParseInt(infoField(string(status), "voluntary_ctxt_switches"), 10, 64)
+		if err != nil {
+			b.Fatalf("voluntary_ctxt_switches of redis-server %s: %v", a, err)
+		}
+		n += v
+	}
+	return n
+}
+
+// infoField is the value of name in text of "name:value" lines (INFO, or
+// /proc/PID/status), trimmed; "" when absent.
+func infoField(text, name string) string {
+	for _, line := range strings.Split(text, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(k) == name {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // scriptCalls is how many EVALSHA and EVAL the servers at addrs have run.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -89,22 +88,26 @@ func processCPU(tb testing.TB) int64 {
 func redisCPU(tb testing.TB, addrs ...string) int64 {
 	var total float64
 	for _, addr := range addrs {
-		admin := redis.NewClient(&redis.Options{Addr: addr})
-		info, err := admin.Info(context.Background(), "cpu").Result()
-		admin.Close()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for _, line := range strings.Split(info, "\n") {
-			name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					tb.Fatalf("INFO cpu %s: %v", line, err)
-				}
-				total += f
+		info := serverInfo(tb, addr, "cpu")
+		for _, name := range []string{"used_cpu_sys", "used_cpu_user"} {
+			f, err := strconv.ParseFloat(infoField(info, name), 64)
+			if err != nil {
+				tb.Fatalf("INFO cpu %s: %v", name, err)
 			}
+			total += f
 		}
 	}
 	return int64(total * 1e9)
+}
+
+// serverInfo is the INFO section of the server at addr.
+func serverInfo(tb testing.TB, addr, section string) string {
+	tb.Helper()
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	info, err := admin.Info(context.Background(), section).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info
 }
