@@ -324,8 +324,9 @@ func (r *Redis) decideNodes(ctx context.Context, by time.Time, hits []window.Hit
 }
 
 // decideOnMaster is decideNodes for a request whose keys are all on one
-// master, p (at addr): one call decides it, all or nothing, and nothing is
-// ever removed.
+// master, p (at addr): one call decides it, all or nothing, with nothing to
+// remove unless the master refuses it as misrouted and it is decided again
+// per key.
 func (r *Redis) decideOnMaster(ctx context.Context, by time.Time, p *autoPipeline, addr string, hits []window.Hit, member, now string, st []window.HitState) error {
 	keys, args := scriptArgs(hits, member, now)
 	res, err := p.run(ctx, by, keys, args)

@@ -15,12 +15,14 @@
 // script call, all or nothing there; without it (and on a Ring) each key is
 // checked and added by its own script call, all pipelined. When some
 // enforcing key denies, or a master fails, the request's member is removed
-// (ZREM) from the keys that admitted it. Between the add and the removal
+// from the keys that admitted it (ZREM; a bucketed key's counts are taken
+// back by bucketUndoLua). Between the add and the removal
 // other requests may see those entries, so a key may deny up to one request
 // too many per request in flight that was denied elsewhere, and a failed
 // removal leaves an entry that ages out with its window. Admissions are
 // never over the limit. Auto-pipelined, a request whose keys are all on one
-// master (one key, always) needs no removal.
+// master (one key, always) needs no removal, unless a slot moved under it
+// and it is decided again per key.
 //
 // Each request gets a fresh member id (a random per-store prefix whose first
 // byte is at least 0x80, then a counter); a script retried by the client
@@ -93,7 +95,7 @@
 //
 // A request whose keys are on several masters is sent to each master's
 // pipeline at once and waits for all; what the all-or-nothing protocol
-// across masters costs is the removal above, one pipelined ZREM per
+// across masters costs is the removal above, one pipelined call per
 // admitting key, only when the request is denied or a master fails. Errors
 // are per master: a master down fails the checks that have a key on it
 // (the failure mode then answers them) and no other. Its connection errors
