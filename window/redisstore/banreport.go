@@ -134,15 +134,20 @@ func (r *Reporter) Stats() ReporterStats {
 
 // Run flushes every Interval until ctx ends.
 func (r *Reporter) Run(ctx context.Context) {
-	t := time.NewTicker(r.interval)
+	every(ctx, r.interval, banCallTimeout, r.Flush)
+}
+
+// every runs f every period, each run within timeout, until ctx ends.
+func every(ctx context.Context, period, timeout time.Duration, f func(context.Context)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			fctx, cancel := context.WithTimeout(ctx, banCallTimeout)
-			r.Flush(fctx)
+			fctx, cancel := context.WithTimeout(ctx, timeout)
+			f(fctx)
 			cancel()
 		}
 	}

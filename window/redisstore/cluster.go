@@ -67,6 +67,10 @@ type nodePipes struct {
 	// mu serializes the replacements of byAddr and guards closed.
 	mu     sync.Mutex
 	closed bool
+
+	// stop ends the pruning loop, done is closed when it has returned.
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 type nodePipe struct {
@@ -79,6 +83,10 @@ type nodePipe struct {
 // longer to queue again than on a standalone Redis (see doc.go).
 const masterHold = 2 * time.Millisecond
 
+// prunePeriod is how often the pipelines of addresses that left the slot
+// map are closed (see prune).
+const prunePeriod = 30 * time.Second
+
 func newNodePipes(cc *redis.ClusterClient, body string, tune pipelineTuning) (*nodePipes, error) {
 	s, err := newCrossSlotScript(body)
 	if err != nil {
@@ -87,9 +95,63 @@ func newNodePipes(cc *redis.ClusterClient, body string, tune pipelineTuning) (*n
 	if tune.hold == hold {
 		tune.hold = masterHold
 	}
-	n := &nodePipes{cc: cc, script: s, tune: tune}
+	ctx, stop := context.WithCancel(context.Background())
+	n := &nodePipes{cc: cc, script: s, tune: tune, stop: stop, done: make(chan struct{})}
 	n.byAddr.Store(&map[string]nodePipe{})
+	go func() {
+		defer close(n.done)
+		every(ctx, prunePeriod, prunePeriod/2, func(ctx context.Context) {
+			_ = n.prune(ctx) // the slot map could not be read: the next tick tries again
+		})
+	}()
 	return n, nil
+}
+
+// prune closes the pipelines of the addresses that no longer serve slots as
+// masters in the ClusterClient's slot map, which it reloads (a failover
+// promoted another node, a master was emptied or removed), so that masters
+// counts the live ones and no dispatcher outlives its master. A check still
+// queued on a closed pipeline is decided again per key (misrouted).
+func (n *nodePipes) prune(ctx context.Context) error {
+	var (
+		liveMu sync.Mutex
+		live   = make(map[string]bool)
+	)
+	err := n.cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		liveMu.Lock()
+		live[c.Options().Addr] = true
+		liveMu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis cluster masters: %w", err)
+	}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	pipes := *n.byAddr.Load()
+	var gone []nodePipe
+	for addr, np := range pipes {
+		if !live[addr] {
+			gone = append(gone, np)
+		}
+	}
+	if len(gone) > 0 {
+		kept := make(map[string]nodePipe, len(pipes)-len(gone))
+		for addr, np := range pipes {
+			if live[addr] {
+				kept[addr] = np
+			}
+		}
+		n.byAddr.Store(&kept)
+	}
+	n.mu.Unlock()
+	for _, np := range gone {
+		np.pipe.close()
+	}
+	return nil
 }
 
 // pipe returns the pipeline of key's master, as go-redis's slot map has it,
@@ -123,13 +185,16 @@ func (n *nodePipes) pipe(ctx context.Context, key string) (*autoPipeline, string
 	return np.pipe, addr, nil
 }
 
-// masters returns how many masters have a pipeline.
+// masters returns how many masters have a pipeline: every address a check
+// was sent to, less those prune found gone from the slot map.
 func (n *nodePipes) masters() int {
 	return len(*n.byAddr.Load())
 }
 
-// close closes every master's pipeline.
+// close stops the pruning and closes every master's pipeline.
 func (n *nodePipes) close() {
+	n.stop()
+	<-n.done
 	n.mu.Lock()
 	n.closed = true
 	pipes := *n.byAddr.Load()

@@ -218,15 +218,8 @@ func nodeOf(t *testing.T, cc *redis.ClusterClient, key string) string {
 // redirects, and a master down fails only the checks it holds keys of.
 func TestRedisClusterPipelined(t *testing.T) {
 	t.Parallel()
-	cluster := redistest.StartCluster(t, 3)
-	c := newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), Mode: ModeCluster})
-	cc := c.(*redis.ClusterClient)
+	cluster, cc, r := pipelinedCluster(t, 3, queued)
 	ctx := context.Background()
-	r := newTunedRedis(t, c, Options{AutoPipeline: true}, queued)
-	t.Cleanup(r.Close)
-	if r.nodes == nil {
-		t.Fatal("a cluster client with AutoPipeline got no per-master pipelines")
-	}
 	if err := r.Warm(ctx, 1); err != nil {
 		t.Fatalf("Warm: %v", err)
 	}
@@ -451,4 +444,125 @@ func masterCalls(t *testing.T, cc *redis.ClusterClient) map[string]map[string]in
 		t.Fatalf("INFO commandstats: %v", err)
 	}
 	return out
+}
+
+// TestRedisClusterPrunesMastersThatLeft empties one master of a 2-master
+// cluster into the other: prune closes the pipeline of the master that left
+// the slot map, its keys are decided on their new master, and the store,
+// now of one master, counts that master's failure as the store's outage
+// (connection), not as one master of several down.
+func TestRedisClusterPrunesMastersThatLeft(t *testing.T) {
+	t.Parallel()
+	cluster, cc, r := pipelinedCluster(t, 2, defaultTuning)
+	ctx := context.Background()
+	k := testKeys(t)
+	a := k.Key("uid", "a")
+	b := keyOnOtherNode(t, cc, k, a)
+	mustAllow(t, r, "a", hit(a, 5, time.Minute))
+	mustAllow(t, r, "b", hit(b, 5, time.Minute))
+	if n := r.nodes.masters(); n != 2 {
+		t.Fatalf("%d masters with a pipeline after checks on both, want 2", n)
+	}
+
+	stay, leave := cluster.Nodes()[0], cluster.Nodes()[1]
+	if nodeOf(t, cc, a) != stay.Addr() {
+		stay, leave = leave, stay
+	}
+	left := (*r.nodes.byAddr.Load())[leave.Addr()].pipe
+	moveAllSlots(t, leave.Addr(), stay.Addr())
+	if err := r.nodes.prune(ctx); err != nil {
+		t.Fatalf("prune: %v", err)
+	}
+	if n := r.nodes.masters(); n != 1 {
+		t.Fatalf("%d masters with a pipeline after one left the slot map, want 1", n)
+	}
+	if _, ok := (*r.nodes.byAddr.Load())[leave.Addr()]; ok {
+		t.Fatal("the master that left still has a pipeline")
+	}
+	left.mu.Lock()
+	closed := left.closed
+	left.mu.Unlock()
+	if !closed {
+		t.Fatal("the pipeline of the master that left is not closed")
+	}
+	if d := mustAllow(t, r, "b on its new master", hit(b, 5, time.Minute)); d.Count != 1 {
+		t.Fatalf("b on its new master = %+v, want count 1 (its old master was emptied)", d)
+	}
+
+	stay.Kill()
+	d, err := r.Decide(ctx, []window.Hit{hit(a, 5, time.Minute)})
+	if err == nil {
+		t.Fatalf("Decide with the only master down = %+v, want an error", d)
+	}
+	if k := window.Classify(err); k != window.KindConnection {
+		t.Fatalf("Decide with the only master down: %v, of kind %s, want %s", err, k, window.KindConnection)
+	}
+}
+
+// pipelinedCluster starts a Cluster of masters and an auto-pipelined store
+// on it, tuned by tune, closed at the end of t.
+func pipelinedCluster(t *testing.T, masters int, tune pipelineTuning) (*redistest.Cluster, *redis.ClusterClient, *Redis) {
+	t.Helper()
+	cluster := redistest.StartCluster(t, masters)
+	c := newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), Mode: ModeCluster})
+	r := newTunedRedis(t, c, Options{AutoPipeline: true}, tune)
+	t.Cleanup(r.Close)
+	if r.nodes == nil {
+		t.Fatal("a cluster client with AutoPipeline got no per-master pipelines")
+	}
+	return cluster, c.(*redis.ClusterClient), r
+}
+
+// moveAllSlots gives every slot of the master at from, emptied first, to
+// the master at to (CLUSTER SETSLOT NODE on both), and waits until both
+// report to as the only master serving slots.
+func moveAllSlots(t *testing.T, from, to string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	src := redis.NewClient(&redis.Options{Addr: from, Protocol: 2, DisableIdentity: true})
+	defer src.Close()
+	dst := redis.NewClient(&redis.Options{Addr: to, Protocol: 2, DisableIdentity: true})
+	defer dst.Close()
+	id, err := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatalf("CLUSTER MYID: %v", err)
+	}
+	if err := src.FlushAll(ctx).Err(); err != nil {
+		t.Fatalf("FLUSHALL: %v", err)
+	}
+	slots, err := src.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SLOTS: %v", err)
+	}
+	for _, s := range slots {
+		if len(s.Nodes) == 0 || s.Nodes[0].Addr != from {
+			continue
+		}
+		for _, cl := range []*redis.Client{dst, src} {
+			pipe := cl.Pipeline()
+			for slot := s.Start; slot <= s.End; slot++ {
+				pipe.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatalf("CLUSTER SETSLOT %d-%d NODE on %s: %v", s.Start, s.End, cl.Options().Addr, err)
+			}
+		}
+	}
+	for _, cl := range []*redis.Client{src, dst} {
+		for {
+			slots, err := cl.ClusterSlots(ctx).Result()
+			only := err == nil && len(slots) > 0
+			for _, s := range slots {
+				only = only && len(s.Nodes) > 0 && s.Nodes[0].Addr == to
+			}
+			if only {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s never reported %s as the only master (last: %v %v)", cl.Options().Addr, to, slots, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }

@@ -100,11 +100,13 @@
 // are per master: a master down fails the checks that have a key on it
 // (the failure mode then answers them) and no other. Its connection errors
 // are marked window.ErrMasterDown (KindMasterDown) while the store knows
-// other masters, so that the Breaker above the store counts them in its
-// failure rate (which opens it once most checks fail, all masters down
-// included) but not in its run of connection errors, which would hold every
-// master off for one. A slow master's checks wait their budget and time
-// out, as on standalone; the others' do not wait behind it.
+// other masters (every 30 s the pipelines of addresses that left the slot
+// map, by a failover or a reshard, are closed: a master replaced by its
+// replica is not counted), so that the Breaker above the store counts
+// them in its failure rate (which opens it once most checks fail, all
+// masters down included) but not in its run of connection errors, which
+// would hold every master off for one. A slow master's checks wait their
+// budget and time out, as on standalone; the others' do not wait behind it.
 //
 // A caller's deadline is kept without a context or timer per call: the
 // calls whose deadline falls in the same 0.5 ms tick are expired together
