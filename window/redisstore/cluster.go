@@ -131,20 +131,15 @@ func (n *nodePipes) prune(ctx context.Context) error {
 		n.mu.Unlock()
 		return nil
 	}
-	pipes := *n.byAddr.Load()
 	var gone []nodePipe
-	for addr, np := range pipes {
+	kept := maps.Clone(*n.byAddr.Load())
+	maps.DeleteFunc(kept, func(addr string, np nodePipe) bool {
 		if !live[addr] {
 			gone = append(gone, np)
 		}
-	}
+		return !live[addr]
+	})
 	if len(gone) > 0 {
-		kept := make(map[string]nodePipe, len(pipes)-len(gone))
-		for addr, np := range pipes {
-			if live[addr] {
-				kept[addr] = np
-			}
-		}
 		n.byAddr.Store(&kept)
 	}
 	n.mu.Unlock()
