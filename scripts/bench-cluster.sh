@@ -15,6 +15,9 @@
 #   c3-perkey      3-master Cluster, --redis-autopipeline=false: one script call per key
 #   TOPO@N         any of the above with N workers instead of $WORKERS (c6@128: twice the checks in flight
 #                  on twice the masters, each master seeing what one of c3's sees at 64)
+#   TOPO~R         paced to R checks a second in all (flashgate-bench --rate) instead of as fast as the box
+#                  goes: c3~4000 and c6~8000 give each master the same load, c6~4000 the same total load
+#                  (TOPO@N~R combines both)
 #   one-uni        one rule (x-uid, 5/1s, scripts/one-rule.yaml)
 #   ex-uni         the built-in example (3 rules: uid, device, IP)
 set -u
@@ -60,23 +63,25 @@ cluster_up() { # addrs
 cluster_up "$C3"
 cluster_up "$C6"
 sleep 2 # every node's view settles
-run() { # name addrs mode-args workers config bench-args...
-  local name=$1 addrs=$2 mode=$3 workers=$4 cfg=$5 a; shift 5
+run() { # name addrs mode-args workers rate config bench-args...
+  local name=$1 addrs=$2 mode=$3 workers=$4 rate=$5 cfg=$6 a; shift 6
   # shellcheck disable=SC2086
   "$BIN" serve --backend redis --redis-addr "$addrs" $mode --grpc-addr 127.0.0.1:$GP --http-addr 127.0.0.1:$HP \
     --log-level warn $cfg > "$OUT/srv.log" 2>&1 &
   SRV_PID=$!
   bench_server_up "$name" || return
   for a in ${addrs//,/ }; do redis-cli -p "${a##*:}" flushall >/dev/null; done
-  "$BENCH" --addr 127.0.0.1:$GP --duration 8s --concurrency "$workers" --users 100000 --hot 0 --quiet --json \
+  "$BENCH" --addr 127.0.0.1:$GP --duration 8s --concurrency "$workers" --rate "$rate" --users 100000 --hot 0 --quiet --json \
     --server-pid "$SRV_PID" --redis-addr "$addrs" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
   bench_server_down
 }
 for r in $(seq "$ROUNDS"); do
   for topo in ${TOPO:-standalone c3 c6 c3-perkey}; do
-    workers=$WORKERS
-    case $topo in *@*) workers=${topo#*@} ;; esac
-    case ${topo%@*} in
+    workers=$WORKERS; rate=0
+    case $topo in *~*) rate=${topo#*~} ;; esac
+    case ${topo%~*} in *@*) workers=${topo%~*}; workers=${workers#*@} ;; esac
+    base=${topo%~*}; base=${base%@*}
+    case $base in
       standalone) addrs=127.0.0.1:$RP; mode="" ;;
       c3) addrs=$C3; mode="--redis-mode cluster" ;;
       c6) addrs=$C6; mode="--redis-mode cluster" ;;
@@ -85,8 +90,8 @@ for r in $(seq "$ROUNDS"); do
     esac
     for sc in ${SCEN:-one-uni ex-uni}; do
       case $sc in
-        one-uni) run "$topo-one-uni-r$r" "$addrs" "$mode" "$workers" "--config $ONE" ;;
-        ex-uni) run "$topo-ex-uni-r$r" "$addrs" "$mode" "$workers" "" ;;
+        one-uni) run "$topo-one-uni-r$r" "$addrs" "$mode" "$workers" "$rate" "--config $ONE" ;;
+        ex-uni) run "$topo-ex-uni-r$r" "$addrs" "$mode" "$workers" "$rate" "" ;;
         *) echo "unknown scenario $sc" >&2 ;;
       esac
     done

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""Medians of flashgate bench --json results: scripts/bench-medians.py OUTDIR
+"""Medians of flashgate bench --json results: scripts/bench-medians.py OUTDIR [BASE]
 
 Reads OUTDIR/NAME-rROUND.json (as scripts/bench-cost.sh and scripts/bench-ratelimit.sh write them) and prints,
 per NAME, the median over its rounds of: checks/s, the share denied, server and Redis CPU µs per check and
-their sum, Redis script calls and commands per check, p50 and p99 latency (ms)."""
+their sum, Redis script calls and commands per check, p50 and p99 latency (ms).
+
+With BASE (a NAME's prefix up to its scenario, e.g. standalone for standalone-one-uni), also each other
+prefix's total CPU per check over BASE's on the same scenario, round by round: their median and range
+(the runs of one round ran within minutes of each other, so a ratio within a round is less exposed to the
+machine's load)."""
 import collections
 import glob
 import json
@@ -40,6 +45,29 @@ for k, js in sorted(runs.items()):
           f"{med(js, lambda j: j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)):9.1f} "
           f"{med(js, lambda j: j.get('redis_script_calls_per_check')):6.3f} {med(js, lambda j: j.get('redis_commands_per_check')):6.2f} "
           f"{med(js, lambda j: j['latency_ms']['p50']):7.2f} {med(js, lambda j: j['latency_ms']['p99']):7.2f}")
+if len(sys.argv) > 2:
+    base = sys.argv[2] + '-'
+    print(f"\ntotal CPU per check over {sys.argv[2]}'s, per round: median (min-max) rounds")
+    for bk, bjs in sorted(runs.items()):
+        if not bk.startswith(base):
+            continue
+        scen = bk[len(base) - 1:]
+        byround = {}
+        for f in glob.glob(sys.argv[1] + '/*.json'):
+            m = re.fullmatch(r'(.+)-r(\d+)\.json', os.path.basename(f))
+            if m and m.group(1).endswith(scen) and f not in failed:
+                byround[(m.group(1), m.group(2))] = json.load(open(f))
+        for k in sorted({k for k, _ in byround}):
+            if k == bk:
+                continue
+            rs = []
+            for (kk, r), j in byround.items():
+                b = byround.get((bk, r))
+                if kk == k and b is not None:
+                    rs.append((j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)) /
+                              (b.get('server_cpu_us_per_check', 0) + b.get('redis_cpu_us_per_check', 0)))
+            if rs:
+                print(f"{k:24s} {statistics.median(rs):5.2f} ({min(rs):.2f}-{max(rs):.2f}) {len(rs)}")
 if failed:
     print('runs without a result (see their .err):', ' '.join(failed), file=sys.stderr)
     sys.exit(1)

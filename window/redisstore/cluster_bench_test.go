@@ -23,46 +23,61 @@ import (
 // isolates what cluster mode costs; standalone at 16 goroutines against 3
 // masters at 64 (about 21 each) what smaller batches per master cost; 6
 // masters at 128 against 3 at 64 (the same share each) what more masters
-// cost beside their batches.
+// cost beside their batches. The fleet topologies split the goroutines over
+// 32 stores, each with its own connections and pipelines, two goroutines
+// each at 64: 32 sidecars too lightly loaded to batch, whose calls a master
+// sees together, as beneath a large fleet.
 func BenchmarkRedisDecideCPU(b *testing.B) {
 	s := redistest.Start(b)
 	c1 := redistest.StartCluster(b, 1)
 	c3 := redistest.StartCluster(b, 3)
 	c6 := redistest.StartCluster(b, 6)
 	for _, topo := range []struct {
-		name  string
-		addrs []string
-		mode  string
+		name     string
+		addrs    []string
+		mode     string
+		sidecars int
 	}{
-		{"standalone", []string{s.Addr()}, ModeStandalone},
-		{"cluster1", c1.Addrs(), ModeCluster},
-		{"cluster3", c3.Addrs(), ModeCluster},
-		{"cluster6", c6.Addrs(), ModeCluster},
+		{"standalone", []string{s.Addr()}, ModeStandalone, 1},
+		{"cluster1", c1.Addrs(), ModeCluster, 1},
+		{"cluster3", c3.Addrs(), ModeCluster, 1},
+		{"cluster6", c6.Addrs(), ModeCluster, 1},
+		{"standalone-fleet", []string{s.Addr()}, ModeStandalone, fleetSidecars},
+		{"cluster3-fleet", c3.Addrs(), ModeCluster, fleetSidecars},
+		{"cluster6-fleet", c6.Addrs(), ModeCluster, fleetSidecars},
 	} {
 		for _, nhits := range []int{1, 3} {
 			for _, g := range []int{16, 64, 128} {
 				b.Run(fmt.Sprintf("%s/hits=%d/goroutines=%d", topo.name, nhits, g), func(b *testing.B) {
-					benchmarkDecideCPU(b, topo.addrs, topo.mode, nhits, g)
+					benchmarkDecideCPU(b, topo.addrs, topo.mode, topo.sidecars, nhits, g)
 				})
 			}
 		}
 	}
 }
 
-func benchmarkDecideCPU(b *testing.B, addrs []string, mode string, nhits, g int) {
-	c := newTestClient(b, ClientConfig{Addrs: addrs, Mode: mode, PoolSize: g, Timeout: time.Second})
-	r := newTunedRedis(b, c, Options{AutoPipeline: true}, defaultTuning)
-	b.Cleanup(r.Close)
+// fleetSidecars is how many stores the fleet topologies of
+// BenchmarkRedisDecideCPU run side by side.
+const fleetSidecars = 32
+
+func benchmarkDecideCPU(b *testing.B, addrs []string, mode string, sidecars, nhits, g int) {
+	rs := make([]*Redis, sidecars)
+	pool := max(g/sidecars, 1)
 	reqs := benchRequests(b, nhits)
-	for _, req := range reqs[:64] {
-		mustDecide(b, r, req...) // load the script, open the connections
+	for i := range rs {
+		c := newTestClient(b, ClientConfig{Addrs: addrs, Mode: mode, PoolSize: pool, Timeout: time.Second})
+		rs[i] = newTunedRedis(b, c, Options{AutoPipeline: true}, defaultTuning)
+		b.Cleanup(rs[i].Close)
+		for _, req := range reqs[:64] {
+			mustDecide(b, rs[i], req...) // load the script, open the connections
+		}
 	}
 	callsBefore := scriptCalls(b, addrs)
 	sleepsBefore, sleepsOK := redisSleeps(b, addrs)
 	redisBefore := redisCPU(b, addrs...)
 	selfBefore := processCPU(b)
 	b.ResetTimer()
-	err := decideConcurrently(b, r, reqs, g)
+	err := decideConcurrently(b, rs, reqs, g)
 	b.StopTimer()
 	self := processCPU(b) - selfBefore
 	rcpu := redisCPU(b, addrs...) - redisBefore

@@ -67,7 +67,7 @@ func benchmarkRedisDecide(b *testing.B, s *redistest.Server, admin *redis.Client
 		hook.pipelines.Store(0)
 		b.ResetTimer()
 		start := time.Now()
-		err := decideConcurrently(b, r, reqs, g)
+		err := decideConcurrently(b, []*Redis{r}, reqs, g)
 		elapsed := time.Since(start)
 		b.StopTimer()
 		if err != nil {
@@ -87,13 +87,15 @@ func benchmarkRedisDecide(b *testing.B, s *redistest.Server, admin *redis.Client
 	})
 }
 
-// decideConcurrently makes b.N decisions from g goroutines, request i being
-// reqs[i % len(reqs)], and returns the first error, which stops its goroutine.
-func decideConcurrently(b *testing.B, r *Redis, reqs [][]window.Hit, g int) error {
+// decideConcurrently makes b.N decisions from g goroutines, goroutine j on
+// rs[j % len(rs)] and request i being reqs[i % len(reqs)], and returns the
+// first error, which stops its goroutine.
+func decideConcurrently(b *testing.B, rs []*Redis, reqs [][]window.Hit, g int) error {
 	var next atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
-	for range g {
+	for j := range g {
+		r := rs[j%len(rs)]
 		wg.Go(func() {
 			ctx := context.Background()
 			for {
