@@ -3,12 +3,13 @@
 # usage: scripts/bench-cluster.sh OUTDIR ROUNDS BIN        (build first: go build -o /tmp/fg ./cmd/flashgate)
 #
 # Starts one standalone redis-server on RP and two Clusters of masters without replicas (3 on CP.., 6 on
-# CP+10..; each node's bus port is its port + 10000), all kept for the whole run. For each round and each
-# topology of $TOPO (default: all below, alternated round by round so that a busy machine hits each alike) it
-# runs the scenarios of $SCEN (default: one-uni ex-uni), 8 s each, $WORKERS workers (default 64), 100,000
-# uniform users, against a fresh serve of BIN, after a FLUSHALL, and writes flashgate-bench's JSON to
-# OUTDIR/TOPO-SCENARIO-rROUND.json: server_cpu_us_per_check (/proc/PID/stat), redis_cpu_us_per_check (INFO
-# cpu summed over the topology's masters), redis_script_calls_per_check and redis_commands_per_check.
+# CP+10..; each node's bus port is its port + 10000: the default CP keeps both below the ephemeral ports), all
+# kept for the whole run. For each round and each topology of $TOPO (default: all below, alternated round by
+# round so that a busy machine hits each alike) it runs the scenarios of $SCEN (default: one-uni ex-uni), 8 s
+# each, $WORKERS workers (default 64), 100,000 uniform users, against a fresh serve of BIN, after a FLUSHALL,
+# and writes flashgate-bench's JSON to OUTDIR/TOPO-SCENARIO-rROUND.json: server_cpu_us_per_check
+# (/proc/PID/stat), redis_cpu_us_per_check (INFO cpu summed over the topology's masters),
+# redis_script_calls_per_check and redis_commands_per_check.
 #   standalone     one redis-server, auto-pipelined (serve's default)
 #   c3             3-master Cluster, auto-pipelined per master (serve's default)
 #   c6             6-master Cluster, the same
@@ -18,11 +19,12 @@
 #   TOPO~R         paced to R checks a second in all (flashgate-bench --rate) instead of as fast as the box
 #                  goes: c3~4000 and c6~8000 give each master the same load, c6~4000 the same total load
 #                  (TOPO@N~R combines both)
+#   TOPO+wW        serve with --redis-batch-window W (c3~3500+w1ms); after the others (TOPO@N~R+wW)
 #   one-uni        one rule (x-uid, 5/1s, scripts/one-rule.yaml)
 #   ex-uni         the built-in example (3 rules: uid, device, IP)
 set -u
 OUT=$1; ROUNDS=$2; BIN=$3; mkdir -p "$OUT"
-RP=${RP:-63821}; CP=${CP:-43831}; GP=${GP:-19401}; HP=${HP:-19402}; WORKERS=${WORKERS:-64}
+RP=${RP:-63821}; CP=${CP:-21831}; GP=${GP:-19401}; HP=${HP:-19402}; WORKERS=${WORKERS:-64}
 ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
 # shellcheck source=scripts/bench-lib.sh
 . "$(dirname "$0")/bench-lib.sh"
@@ -77,10 +79,10 @@ run() { # name addrs mode-args workers rate config bench-args...
 }
 for r in $(seq "$ROUNDS"); do
   for topo in ${TOPO:-standalone c3 c6 c3-perkey}; do
-    workers=$WORKERS; rate=0
-    case $topo in *~*) rate=${topo#*~} ;; esac
-    case ${topo%~*} in *@*) workers=${topo%~*}; workers=${workers#*@} ;; esac
-    base=${topo%~*}; base=${base%@*}
+    base=$topo; win=""; rate=0; workers=$WORKERS
+    case $base in *+w*) win=${base#*+w}; base=${base%%+w*} ;; esac
+    case $base in *~*) rate=${base#*~}; base=${base%%~*} ;; esac
+    case $base in *@*) workers=${base#*@}; base=${base%%@*} ;; esac
     case $base in
       standalone) addrs=127.0.0.1:$RP; mode="" ;;
       c3) addrs=$C3; mode="--redis-mode cluster" ;;
@@ -88,6 +90,7 @@ for r in $(seq "$ROUNDS"); do
       c3-perkey) addrs=$C3; mode="--redis-mode cluster --redis-autopipeline=false" ;;
       *) echo "unknown topology $topo" >&2; continue ;;
     esac
+    [ -n "$win" ] && mode="$mode --redis-batch-window $win"
     for sc in ${SCEN:-one-uni ex-uni}; do
       case $sc in
         one-uni) run "$topo-one-uni-r$r" "$addrs" "$mode" "$workers" "$rate" "--config $ONE" ;;

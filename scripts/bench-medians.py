@@ -36,10 +36,10 @@ def med(js, f):
     return statistics.median(v) if v else float('nan')
 
 
-print(f"{'run':24s} {'n':>2s} {'checks/s':>9s} {'denied':>7s} {'server µs':>10s} {'Redis µs':>9s} {'total µs':>9s} "
+print(f"{'run':30s} {'n':>2s} {'checks/s':>9s} {'denied':>7s} {'server µs':>10s} {'Redis µs':>9s} {'total µs':>9s} "
       f"{'calls':>6s} {'cmds':>6s} {'p50 ms':>7s} {'p99 ms':>7s}")
 for k, js in sorted(runs.items()):
-    print(f"{k:24s} {len(js):2d} {med(js, lambda j: j['throughput']):9.0f} "
+    print(f"{k:30s} {len(js):2d} {med(js, lambda j: j['throughput']):9.0f} "
           f"{med(js, lambda j: j['denied'] / max(j['requests'], 1)):7.3f} "
           f"{med(js, lambda j: j.get('server_cpu_us_per_check')):10.1f} {med(js, lambda j: j.get('redis_cpu_us_per_check')):9.1f} "
           f"{med(js, lambda j: j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)):9.1f} "
@@ -67,7 +67,7 @@ if len(sys.argv) > 2:
                     rs.append((j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)) /
                               (b.get('server_cpu_us_per_check', 0) + b.get('redis_cpu_us_per_check', 0)))
             if rs:
-                print(f"{k:24s} {statistics.median(rs):5.2f} ({min(rs):.2f}-{max(rs):.2f}) {len(rs)}")
+                print(f"{k:30s} {statistics.median(rs):5.2f} ({min(rs):.2f}-{max(rs):.2f}) {len(rs)}")
 if failed:
     print('runs without a result (see their .err):', ' '.join(failed), file=sys.stderr)
     sys.exit(1)
