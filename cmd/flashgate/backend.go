@@ -103,7 +103,7 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
-	r, err := redisstore.New(client, redisstore.Options{Clock: c.clock, AutoPipeline: c.redisAutoPipe})
+	r, err := redisstore.New(client, redisstore.Options{Clock: c.clock, AutoPipeline: c.redisAutoPipe, BatchWindow: c.redisWindow})
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis backend: %w", err)
@@ -127,6 +127,9 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		b.describe += ", auto-pipelined"
 		if c.redisModeName == redisstore.ModeCluster {
 			b.describe += " per master"
+		}
+		if c.redisWindow > 0 {
+			b.describe += ", batch window " + c.redisWindow.String()
 		}
 	}
 	if b.budget, err = guard.NewBudget(r, guard.BudgetOptions{Min: c.redisTimeout, Max: c.budgetMax}); err != nil {

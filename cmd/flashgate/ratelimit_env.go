@@ -19,12 +19,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/redisstore"
 )
 
 // ratelimitName is the program name (argv[0]'s base) that runs the
@@ -135,8 +137,8 @@ var ratelimitVars = []ratelimitVar{
 	{name: "REDIS_TLS_CLIENT_KEY", note: "no client certificate is sent to Redis"},
 	{name: "REDIS_TLS_CACERT", note: "the system's roots verify Redis"},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", note: "Redis's host name is always verified"},
-	{name: "REDIS_PIPELINE_WINDOW", note: "checks in flight are batched by --redis-autopipeline"},
-	{name: "REDIS_PIPELINE_LIMIT", note: "checks in flight are batched by --redis-autopipeline"},
+	{name: "REDIS_PIPELINE_WINDOW", flag: "redis-batch-window", note: "a check that finds Redis idle waits up to this long (at most 5ms) for others to share its script call; checks in flight are batched by --redis-autopipeline either way", value: pipelineWindow},
+	{name: "REDIS_PIPELINE_LIMIT", note: "a batch window ends early at 128 checks, the most one script call takes"},
 	{name: "REDIS_PERSECOND*", note: "one Redis holds every window"},
 	{name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", note: "health follows Redis's warm-up; then Redis failures take --failure-mode"},
 	{name: "MEMCACHE_*", note: "Redis only"},
@@ -199,6 +201,22 @@ func only(want, why string) func(string, func(string) string) (string, bool, err
 func isBool(v string, _ func(string) string) (string, bool, error) {
 	_, err := strconv.ParseBool(v)
 	return "", false, err
+}
+
+// pipelineWindow takes ratelimit's REDIS_PIPELINE_WINDOW (a Go duration,
+// 0: none) as --redis-batch-window; a window above flashgate's bound is not
+// honoured, and checks then go out at once.
+func pipelineWindow(v string, _ func(string) string) (string, bool, error) {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return "", false, fmt.Errorf("REDIS_PIPELINE_WINDOW=%q: %w", v, err)
+	case d <= 0:
+		return "", false, nil
+	case d > redisstore.MaxBatchWindow:
+		return "", false, notHonoured("%s is above the largest batch window, %s: checks go out at once", d, redisstore.MaxBatchWindow)
+	}
+	return d.String(), true, nil
 }
 
 func nonEmpty(v string, _ func(string) string) (string, bool, error) { return v, v != "", nil }

@@ -140,6 +140,18 @@ func TestApplyRatelimitEnv(t *testing.T) {
 			want:        with(egFlags, "key-prefix", "prefix"),
 			notHonoured: []string{"STATSD_PORT", "USE_STATSD"},
 		},
+		"pipeline window": {
+			env:         with(eg, "REDIS_PIPELINE_WINDOW", "150us", "REDIS_PIPELINE_LIMIT", "8"),
+			want:        with(egFlags, "redis-batch-window", "150µs"),
+			notHonoured: []string{"REDIS_PIPELINE_LIMIT", "STATSD_PORT", "USE_STATSD"},
+		},
+		"pipeline window off": {env: with(eg, "REDIS_PIPELINE_WINDOW", "0"), want: egFlags, notHonoured: []string{"STATSD_PORT", "USE_STATSD"}},
+		"pipeline window too long": {
+			env:         with(eg, "REDIS_PIPELINE_WINDOW", "20ms"),
+			want:        egFlags,
+			notHonoured: []string{"REDIS_PIPELINE_WINDOW", "STATSD_PORT", "USE_STATSD"},
+		},
+		"bad pipeline window":      {env: with(eg, "REDIS_PIPELINE_WINDOW", "soon"), err: "REDIS_PIPELINE_WINDOW"},
 		"bad cache key prefix":     {env: with(eg, "CACHE_KEY_PREFIX", "a b:"), err: "CACHE_KEY_PREFIX"},
 		"unix socket":              {env: with(eg, "REDIS_SOCKET_TYPE", "unix"), err: "REDIS_SOCKET_TYPE"},
 		"ratelimit default socket": {env: map[string]string{}, err: "REDIS_SOCKET_TYPE"},

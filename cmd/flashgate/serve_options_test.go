@@ -61,7 +61,7 @@ func TestServeEnvBindingErrors(t *testing.T) {
 func TestServeEveryFlagHasItsVariable(t *testing.T) {
 	// serve's documented flags (docs/configuration.md's table); each must exist and be bound.
 	design := []string{"config", "grpc-addr", "http-addr", "backend", "redis-addr", "redis-mode", "redis-master-name",
-		"redis-username", "redis-password", "redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "key-prefix",
+		"redis-username", "redis-password", "redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "redis-batch-window", "key-prefix",
 		"clock", "failure-mode", "ban-threshold", "ban-window", "ban-duration", "local-cache-size", "shadow",
 		"log-level", "log-format", "warmup-timeout", "http-max-conns", "grpc-max-conns",
 		"http-authz-addr", "http-authz-path-prefix", "http-authz-max-conns",
@@ -107,6 +107,12 @@ func TestServeFlagCombinations(t *testing.T) {
 		"zero drain timeout":        {[]string{"--drain-timeout", "0s"}, "--drain-timeout"},
 		"budget over the deadline":  {[]string{"--backend", "redis", "--redis-addr", "x:1", "--redis-timeout", "38ms", "--check-deadline", "40ms"}, "above 90% of --check-deadline"},
 		"check deadline on memory":  {[]string{"--check-deadline", "1s"}, "--check-deadline is only for --backend redis"},
+		"batch window":              {[]string{"--backend", "redis", "--redis-addr", "x:1", "--redis-batch-window", "1ms"}, ""},
+		"negative batch window":     {[]string{"--backend", "redis", "--redis-addr", "x:1", "--redis-batch-window", "-1ms"}, "--redis-batch-window"},
+		"batch window over 5ms":     {[]string{"--backend", "redis", "--redis-addr", "x:1", "--redis-batch-window", "6ms"}, "want 0 to 5ms"},
+		"batch window over timeout": {[]string{"--backend", "redis", "--redis-addr", "x:1", "--redis-timeout", "4ms", "--redis-batch-window", "3ms"}, "half of --redis-timeout"},
+		"batch window unpipelined":  {[]string{"--backend", "redis", "--redis-addr", "x:1", "--redis-autopipeline=false", "--redis-batch-window", "1ms"}, "needs --redis-autopipeline"},
+		"batch window on memory":    {[]string{"--redis-batch-window", "1ms"}, "--redis-batch-window is only for --backend redis"},
 		"zero breaker rate":         {[]string{"--breaker-failure-rate", "0"}, "--breaker-failure-rate"},
 		"negative fleet size":       {[]string{"--fleet-size", "-1"}, "--fleet-size"},
 		"tiny fleet ttl":            {[]string{"--fleet-ttl", "10ms"}, "--fleet-ttl"},

@@ -40,6 +40,12 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(r.Close)
 			return store(r, r, c)
 		}},
+		windowtest.Factory{Name: "redis-batch-window", New: func(t *testing.T) windowtest.Store {
+			c := newTestClient(t, ClientConfig{Addrs: []string{single.Addr()}})
+			r := newTestRedis(t, c, Options{AutoPipeline: true, BatchWindow: time.Millisecond}) // every call waits for its window
+			t.Cleanup(r.Close)
+			return store(r, r, c)
+		}},
 		windowtest.Factory{Name: "redis-breaker-budget", New: func(t *testing.T) windowtest.Store {
 			// The decorators of serve's stack change nothing while Redis answers.
 			c := newTestClient(t, ClientConfig{Addrs: []string{single.Addr()}})
@@ -77,6 +83,15 @@ func TestConformance(t *testing.T) {
 			if r.nodes == nil {
 				t.Fatal("a cluster client with AutoPipeline got no per-master pipelines")
 			}
+			return store(r, r, c)
+		}},
+		windowtest.Factory{Name: "redis-cluster-batch-window", New: func(t *testing.T) windowtest.Store {
+			c := newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), Mode: ModeCluster})
+			if err := c.Ping(context.Background()).Err(); err != nil {
+				t.Fatalf("PING the cluster: %v", err)
+			}
+			r := newTestRedis(t, c, Options{AutoPipeline: true, BatchWindow: time.Millisecond})
+			t.Cleanup(r.Close)
 			return store(r, r, c)
 		}},
 	)

@@ -63,6 +63,15 @@
 // out alone and the rest a round trip behind it. A check waits for the hold
 // only behind a batch; BENCHMARKS.md has what it saves.
 //
+// A batch forms only from what one store queues behind its own round trip:
+// the stores of a fleet do not batch with each other, and beneath a large
+// fleet, where each sidecar sends a master a few checks per round trip,
+// nearly every call carries one check. Options.BatchWindow trades latency
+// for those calls: a decision that finds the pipeline idle (nothing in
+// flight, nothing queued) queues, and opens a window; the dispatcher sends
+// the queue when the window ends, or at once when 128 requests are queued.
+// Decisions that queue behind a call in flight go out as without a window.
+//
 // # The Cluster's auto-pipelines
 //
 // On a Cluster each master has an auto-pipeline of its own on go-redis's

@@ -47,7 +47,8 @@ type pipelineTuning struct {
 	workers            int           // round trips in flight at most; also the dispatchers
 	stallMin, stallMax time.Duration // bounds of the stall that opens another slot
 	hold               time.Duration
-	alwaysQueue        bool // send every call through the dispatchers, never on its own
+	window             time.Duration // Options.BatchWindow
+	alwaysQueue        bool          // send every call through the dispatchers, never on its own
 }
 
 var defaultTuning = pipelineTuning{workers: DefaultPipelineWorkers, stallMin: minStall, stallMax: maxStall, hold: hold}
@@ -69,6 +70,10 @@ type autoPipeline struct {
 
 	alwaysQueue        bool
 	stallMin, stallMax time.Duration
+	// window is the batch window, ns: a call queued while none is in
+	// flight and none queued goes out window after it was queued, or once
+	// maxPipelineBatch are queued.
+	window int64
 
 	epoch time.Time // the origin of the monotonic times below
 
@@ -92,7 +97,10 @@ type autoPipeline struct {
 	held int64
 	// holdN is the size of that call: the hold ends once as many calls
 	// are queued.
-	holdN  int
+	holdN int
+	// opened is when the batch window of the queued calls opened (see
+	// window); meaningful while calls are queued.
+	opened int64
 	closed bool
 }
 
@@ -167,11 +175,13 @@ func newAutoPipeline(client Client, script *script, tune pipelineTuning) *autoPi
 			return &pipelineCall{done: make(chan struct{}, 1)}
 		}},
 
-		alwaysQueue: tune.alwaysQueue,
+		alwaysQueue: tune.alwaysQueue || tune.window > 0,
+		window:      int64(tune.window),
 		stallMin:    tune.stallMin,
 		stallMax:    tune.stallMax,
 		hold:        int64(tune.hold),
 		held:        -1 << 62, // no hold before the first batch
+		opened:      -1 << 62,
 	}
 	for i := range p.slots {
 		p.wg.Go(func() { p.dispatch(i) })
@@ -229,6 +239,9 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 	c.gen++
 	c.state.Store(c.gen << 1)
 	c.keys, c.args, c.deadline, c.gone = keys, args, deadline, ctx.Done()
+	if len(p.queue) == 0 && len(p.sends) == 0 {
+		p.opened = p.since()
+	}
 	p.queue = append(p.queue, c)
 	if own {
 		p.tickLocked(by, callRef{c, c.gen})
@@ -237,8 +250,9 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 	// batch (a dispatcher takes the whole queue; what maxPipelineBatch
 	// leaves wakes another while a slot is free, else the end of a call in
 	// flight does), so they need not wake one each. The call that makes
-	// holdN queued wakes one too: it ends the hold.
-	first := len(p.queue) == 1 || len(p.queue) == p.holdN
+	// holdN (or, in a batch window, maxPipelineBatch) queued wakes one
+	// too: it ends the hold or the window.
+	first := len(p.queue) == 1 || len(p.queue) == p.holdN || p.window > 0 && len(p.queue) == maxPipelineBatch
 	p.mu.Unlock()
 	if first {
 		p.signal()
@@ -340,23 +354,26 @@ func (p *autoPipeline) newestLocked() int64 {
 	return slices.Max(p.sends)
 }
 
-// openLocked reports whether a call may go out at now: none is in flight
-// and the hold is over (or holdN calls are queued), or a slot is free and
-// the newest call in flight has stalled.
+// openLocked reports whether a call may go out at now: none is in flight,
+// the hold is over (or holdN calls are queued) and so is the batch window
+// (or maxPipelineBatch calls are queued), or a slot is free and the newest
+// call in flight has stalled.
 func (p *autoPipeline) openLocked(now int64) bool {
 	busy := len(p.sends)
 	if busy == 0 {
-		return now-p.held >= p.hold || len(p.queue) >= p.holdN
+		return (now-p.held >= p.hold || len(p.queue) >= p.holdN) &&
+			(now-p.opened >= p.window || len(p.queue) >= maxPipelineBatch)
 	}
 	return busy < p.slots && now-p.newestLocked() >= p.stallLocked()
 }
 
 // waitLocked is how long from now until openLocked turns true by itself,
-// with calls queued and none able to go out: the end of the hold when none
-// is in flight, else the newest call's stall.
+// with calls queued and none able to go out: the end of the hold or of the
+// batch window, whichever is later, when none is in flight, else the
+// newest call's stall.
 func (p *autoPipeline) waitLocked(now int64) time.Duration {
 	if len(p.sends) == 0 {
-		return time.Duration(p.held + p.hold - now)
+		return time.Duration(max(p.held+p.hold, p.opened+p.window) - now)
 	}
 	return time.Duration(p.newestLocked() + p.stallLocked() - now)
 }
@@ -490,6 +507,7 @@ func (p *autoPipeline) take(i int, batch []*pipelineCall) (_ []*pipelineCall, se
 	rest := copy(p.queue, p.queue[n:])
 	clear(p.queue[rest:])
 	p.queue = p.queue[:rest]
+	p.opened = -1 << 62 // the window closed with this batch
 	if len(batch) == 0 {
 		// Everything taken was abandoned: give the slot back.
 		p.unsendLocked(now)

@@ -736,3 +736,60 @@ func TestAutoPipelineHold(t *testing.T) {
 		})
 	}
 }
+
+// TestAutoPipelineBatchWindow: with Options.BatchWindow, decisions that
+// find the pipeline idle wait for the window and go out as one call; a
+// full batch goes out before the window ends; New refuses a window out of
+// range.
+func TestAutoPipelineBatchWindow(t *testing.T) {
+	for _, w := range []time.Duration{-time.Millisecond, MaxBatchWindow + time.Microsecond} {
+		if _, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Options{AutoPipeline: true, BatchWindow: w}); err == nil {
+			t.Errorf("New with batch window %v: no error", w)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		n      int
+		window time.Duration
+	}{
+		{"together", 10, time.Second},
+		{"full", maxPipelineBatch, time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, c := startRedis(t)
+			hook := &countHook{}
+			c.AddHook(hook)
+			r := newTestRedis(t, c, Options{AutoPipeline: true, BatchWindow: MaxBatchWindow})
+			t.Cleanup(r.Close)
+			p := r.pipe
+			mustDecide(t, r, hit(testKeys(t).Key("warm", "up"), 5, time.Minute))
+			settle(ctx, t, p, 0)
+			p.mu.Lock()
+			p.window = int64(tc.window) // far longer than any scheduling delay
+			p.mu.Unlock()
+			calls := func() int64 { return hook.cmds.Load() + hook.pipelines.Load() }
+			before, start := calls(), time.Now()
+			for i, err := range decideAll(ctx, r, someKeys(t, tc.n), 5) {
+				if err != nil {
+					t.Fatalf("decision %d: %v", i, err)
+				}
+			}
+			took := time.Since(start)
+			if got := calls() - before; got != 1 {
+				t.Errorf("%d decisions took %d script calls, want 1", tc.n, got)
+			}
+			switch tc.name {
+			case "together":
+				if took < tc.window {
+					t.Errorf("the decisions returned after %v, inside the window of %v", took, tc.window)
+				}
+			case "full":
+				if took >= tc.window {
+					t.Errorf("a full batch returned after %v, not before the window's end (%v)", took, tc.window)
+				}
+			}
+		})
+	}
+}

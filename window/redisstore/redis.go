@@ -65,7 +65,17 @@ type Options struct {
 	// needs Redis 7.0; an older Cluster is decided per key). It starts
 	// goroutines: call [Redis.Close]. Ignored on a Ring.
 	AutoPipeline bool
+	// BatchWindow, with AutoPipeline, holds a decision that finds its
+	// pipeline idle (no call in flight, none queued) for up to this long,
+	// so that the ones arriving meanwhile share its call: at most
+	// [MaxBatchWindow] of latency per decision for fewer script calls
+	// where a sidecar sends too few decisions at a time to batch. 0 (the
+	// default) sends such a decision at once.
+	BatchWindow time.Duration
 }
+
+// MaxBatchWindow bounds [Options.BatchWindow].
+const MaxBatchWindow = 5 * time.Millisecond
 
 // Client is what a [Redis] store needs of a go-redis client:
 // *redis.Client, *redis.ClusterClient, *redis.Ring and every
@@ -119,6 +129,10 @@ func newRedis(client Client, opts Options, tune pipelineTuning) (*Redis, error) 
 	if tune.workers < 1 {
 		return nil, fmt.Errorf("redis limiter: %d pipeline workers: want at least 1", tune.workers)
 	}
+	if opts.BatchWindow < 0 || opts.BatchWindow > MaxBatchWindow {
+		return nil, fmt.Errorf("redis limiter: batch window %s: want 0 to %s", opts.BatchWindow, MaxBatchWindow)
+	}
+	tune.window = opts.BatchWindow
 	r := &Redis{
 		client:  client,
 		script:  newScript(slidingLua),
