@@ -156,11 +156,18 @@ func TestFleetOutageKeepsCount(t *testing.T) {
 	s, c := startRedis(t)
 	key := testKeys(t).Fleet("flashsale")
 	ctx := context.Background()
+	// Announcements last long enough for a loaded machine's beats; a's own
+	// clock then runs through the outage.
+	const ttl = 5 * time.Second
+	clock := testclock.New()
 	var fleets []*Fleet
 	for _, id := range []string{"a", "b", "c"} {
-		f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: 300 * time.Millisecond})
+		f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if id == "a" {
+			f.now = clock.Now
 		}
 		if _, err := f.Beat(ctx); err != nil {
 			t.Fatal(err)
@@ -171,7 +178,7 @@ func TestFleetOutageKeepsCount(t *testing.T) {
 		t.Fatalf("a's beat after all joined: %d, %v", n, err)
 	}
 	s.Stop()
-	time.Sleep(time.Second) // three TTLs without a beat answering
+	clock.Advance(3 * ttl) // three TTLs without a beat answering
 	if _, err := fleets[0].Beat(ctx); err == nil {
 		t.Fatal("a beat answered with Redis stopped")
 	}
