@@ -78,7 +78,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	o.redisOptions.addFlags(f, redisstore.DefaultRedisTimeout)
 	f.IntVar(&o.redisPoolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
 	f.BoolVar(&o.redisAutoPipe, "redis-autopipeline", true, "checks arriving while a script call is in flight are decided together by the next one, one script call for the batch (a second call goes out when the one in flight stalls; after a batch of n ≥ 4 the next call waits for n checks or about 200 µs); on cluster one pipeline per master, a check's keys on one master in one call (Redis ≥ 7.0); --redis-autopipeline=false sends each check on its own round trip (on cluster one script per key)")
-	f.DurationVar(&o.redisWindow, "redis-batch-window", 0, "with --redis-autopipeline, a check that finds its pipeline (on cluster: its master's) idle waits up to this long, at most 5ms and half of --redis-timeout, for others to share its script call: latency for Redis CPU where each sidecar sends too few checks at a time to batch (0: it goes out at once)")
+	f.DurationVar(&o.redisWindow, "redis-batch-window", 0, "with --redis-autopipeline, a check that finds its pipeline (on cluster: its master's) idle waits up to this long (or while a hold after a batch still runs), at most 5ms and half of --redis-timeout, for others to share its script call: latency for Redis CPU where each sidecar sends too few checks at a time to batch (0: it goes out at once)")
 	f.StringVar(&o.clock, "clock", "redis", "time source of the windows: redis (TIME in the script) or local")
 	f.StringVar(&o.failureMode, "failure-mode", "local", "when Redis fails: local (enforce per process in memory), allow or deny")
 	o.banOptions.addFlags(f)

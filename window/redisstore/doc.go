@@ -69,8 +69,9 @@
 // nearly every call carries one check. Options.BatchWindow trades latency
 // for those calls: a decision that finds the pipeline idle (nothing in
 // flight, nothing queued) queues, and opens a window; the dispatcher sends
-// the queue when the window ends, or at once when 128 requests are queued.
-// Decisions that queue behind a call in flight go out as without a window.
+// the queue when the window ends, or at once when 128 requests are queued,
+// but not before a hold still running is over. Decisions that queue behind
+// a call in flight go out as without a window.
 //
 // # The Cluster's auto-pipelines
 //

@@ -368,12 +368,20 @@ func (p *autoPipeline) openLocked(now int64) bool {
 }
 
 // waitLocked is how long from now until openLocked turns true by itself,
-// with calls queued and none able to go out: the end of the hold or of the
-// batch window, whichever is later, when none is in flight, else the
-// newest call's stall.
+// with calls queued and none able to go out: when none is in flight, the
+// end of the hold or of the batch window, whichever is later of those not
+// already over (by time, or by the calls queued); else the newest call's
+// stall.
 func (p *autoPipeline) waitLocked(now int64) time.Duration {
 	if len(p.sends) == 0 {
-		return time.Duration(max(p.held+p.hold, p.opened+p.window) - now)
+		end := now
+		if now-p.held < p.hold && len(p.queue) < p.holdN {
+			end = p.held + p.hold
+		}
+		if now-p.opened < p.window && len(p.queue) < maxPipelineBatch {
+			end = max(end, p.opened+p.window)
+		}
+		return time.Duration(end - now)
 	}
 	return time.Duration(p.newestLocked() + p.stallLocked() - now)
 }

@@ -793,3 +793,96 @@ func TestAutoPipelineBatchWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestAutoPipelineWindowAndHold: with a batch window and a hold both
+// running, a call goes out once each is over, by its time or by the calls
+// queued, and the dispatcher waits only for the ones not yet over: holdN
+// queued calls end a 2 ms hold, and the 1 ms window is then all there is
+// to wait for.
+func TestAutoPipelineWindowAndHold(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	p := &autoPipeline{slots: 2, hold: 2 * ms, window: 1 * ms}
+	p.held, p.holdN = 10*ms, 4 // a batch of 4 returned at 10 ms: the hold lasts to 12 ms
+	p.opened = 10*ms + ms/4    // a call at 10.25 ms opened the window, to 11.25 ms
+	queue := func(n int) {
+		p.queue = p.queue[:0]
+		for range n {
+			p.queue = append(p.queue, &pipelineCall{})
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		now    int64
+		queued int
+		open   bool
+		wait   time.Duration
+	}{
+		{"both running", 10*ms + ms/2, 1, false, 1500 * time.Microsecond},
+		{"hold ended by the calls queued", 10*ms + ms/2, 4, false, 750 * time.Microsecond},
+		{"window over, hold running", 11*ms + ms/2, 1, false, 500 * time.Microsecond},
+		{"window over, hold ended by the calls queued", 11*ms + ms/2, 4, true, 0},
+		{"both over", 12 * ms, 1, true, 0},
+		{"window ended by a full batch", 10*ms + ms/2, maxPipelineBatch, true, 0},
+	} {
+		queue(tc.queued)
+		if got := p.openLocked(tc.now); got != tc.open {
+			t.Errorf("%s: open = %v, want %v", tc.name, got, tc.open)
+		}
+		if !tc.open {
+			if got := p.waitLocked(tc.now); got != tc.wait {
+				t.Errorf("%s: wait = %v, want %v", tc.name, got, tc.wait)
+			}
+		}
+	}
+}
+
+// TestAutoPipelineWindowNotBehindAFlight: decisions that queue while a call
+// is in flight go out when it returns (or stalls), not a batch window
+// later.
+func TestAutoPipelineWindowNotBehindAFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, Options{AutoPipeline: true, BatchWindow: MaxBatchWindow})
+	t.Cleanup(r.Close)
+	p := r.pipe
+	mustDecide(t, r, hit(testKeys(t).Key("warm", "up"), 5, time.Minute))
+	settle(ctx, t, p, 0)
+	// Redis stays busy long enough for every decision below to queue
+	// behind the first one's call, even on a loaded machine.
+	wait := pauseRedis(t, s.Addr(), 2*time.Second)
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.Decide(ctx, []window.Hit{hit(testKeys(t).Key("first", "one"), 5, time.Minute)})
+		first <- err
+	}()
+	for { // the first decision's window ends and its call waits on the busy Redis
+		p.mu.Lock()
+		busy := len(p.sends)
+		p.mu.Unlock()
+		if busy > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the first decision never went out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	const window = time.Minute
+	p.mu.Lock()
+	p.window = int64(window)
+	p.mu.Unlock()
+	start := time.Now()
+	for i, err := range decideAll(ctx, r, someKeys(t, 10), 5) {
+		if err != nil {
+			t.Fatalf("decision %d: %v", i, err)
+		}
+	}
+	if took := time.Since(start); took >= window {
+		t.Errorf("decisions queued behind a call in flight returned after %v, a window (%v) later", took, window)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first decision: %v", err)
+	}
+	wait()
+}

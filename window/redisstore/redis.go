@@ -67,10 +67,11 @@ type Options struct {
 	AutoPipeline bool
 	// BatchWindow, with AutoPipeline, holds a decision that finds its
 	// pipeline idle (no call in flight, none queued) for up to this long,
-	// so that the ones arriving meanwhile share its call: at most
-	// [MaxBatchWindow] of latency per decision for fewer script calls
-	// where a sidecar sends too few decisions at a time to batch. 0 (the
-	// default) sends such a decision at once.
+	// at most [MaxBatchWindow], so that the ones arriving meanwhile share
+	// its call: latency for fewer script calls where a sidecar sends too
+	// few decisions at a time to batch. A hold still running after a batch
+	// (see doc.go) ends the window no earlier. 0 (the default) sends such
+	// a decision at once. Ignored without AutoPipeline and on a Ring.
 	BatchWindow time.Duration
 }
 
