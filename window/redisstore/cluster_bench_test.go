@@ -61,7 +61,7 @@ func BenchmarkRedisDecideCPU(b *testing.B) {
 const fleetSidecars = 32
 
 func benchmarkDecideCPU(b *testing.B, addrs []string, mode string, sidecars, nhits, g int) {
-	rs := make([]*Redis, sidecars)
+	rs := make([]*Redis, min(sidecars, g)) // a store without a goroutine would be idle
 	pool := max(g/sidecars, 1)
 	reqs := benchRequests(b, nhits)
 	for i := range rs {
