@@ -18,6 +18,7 @@ import statistics
 import sys
 
 runs = collections.defaultdict(list)
+rounds = collections.defaultdict(dict)  # NAME -> ROUND -> result
 failed = []
 for f in sorted(glob.glob(sys.argv[1] + '/*.json')):
     m = re.fullmatch(r'(.+)-r(\d+)\.json', os.path.basename(f))
@@ -29,6 +30,11 @@ for f in sorted(glob.glob(sys.argv[1] + '/*.json')):
         failed.append(f)  # the run wrote no JSON; its .err says why
         continue
     runs[m.group(1)].append(j)
+    rounds[m.group(1)][m.group(2)] = j
+
+
+def total(j):
+    return j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)
 
 
 def med(js, f):
@@ -42,30 +48,16 @@ for k, js in sorted(runs.items()):
     print(f"{k:30s} {len(js):2d} {med(js, lambda j: j['throughput']):9.0f} "
           f"{med(js, lambda j: j['denied'] / max(j['requests'], 1)):7.3f} "
           f"{med(js, lambda j: j.get('server_cpu_us_per_check')):10.1f} {med(js, lambda j: j.get('redis_cpu_us_per_check')):9.1f} "
-          f"{med(js, lambda j: j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)):9.1f} "
+          f"{med(js, total):9.1f} "
           f"{med(js, lambda j: j.get('redis_script_calls_per_check')):6.3f} {med(js, lambda j: j.get('redis_commands_per_check')):6.2f} "
           f"{med(js, lambda j: j['latency_ms']['p50']):7.2f} {med(js, lambda j: j['latency_ms']['p99']):7.2f}")
 if len(sys.argv) > 2:
     base = sys.argv[2] + '-'
     print(f"\ntotal CPU per check over {sys.argv[2]}'s, per round: median (min-max) rounds")
-    for bk, bjs in sorted(runs.items()):
-        if not bk.startswith(base):
-            continue
+    for bk in sorted(k for k in rounds if k.startswith(base)):
         scen = bk[len(base) - 1:]
-        byround = {}
-        for f in glob.glob(sys.argv[1] + '/*.json'):
-            m = re.fullmatch(r'(.+)-r(\d+)\.json', os.path.basename(f))
-            if m and m.group(1).endswith(scen) and f not in failed:
-                byround[(m.group(1), m.group(2))] = json.load(open(f))
-        for k in sorted({k for k, _ in byround}):
-            if k == bk:
-                continue
-            rs = []
-            for (kk, r), j in byround.items():
-                b = byround.get((bk, r))
-                if kk == k and b is not None:
-                    rs.append((j.get('server_cpu_us_per_check', 0) + j.get('redis_cpu_us_per_check', 0)) /
-                              (b.get('server_cpu_us_per_check', 0) + b.get('redis_cpu_us_per_check', 0)))
+        for k in sorted(k for k in rounds if k.endswith(scen) and k != bk):
+            rs = [total(j) / total(rounds[bk][r]) for r, j in rounds[k].items() if r in rounds[bk]]
             if rs:
                 print(f"{k:30s} {statistics.median(rs):5.2f} ({min(rs):.2f}-{max(rs):.2f}) {len(rs)}")
 if failed:
