@@ -239,7 +239,7 @@ func (p *autoPipeline) run(ctx context.Context, by time.Time, keys []string, arg
 	c.gen++
 	c.state.Store(c.gen << 1)
 	c.keys, c.args, c.deadline, c.gone = keys, args, deadline, ctx.Done()
-	if len(p.queue) == 0 && len(p.sends) == 0 {
+	if p.window > 0 && len(p.queue) == 0 && len(p.sends) == 0 {
 		p.opened = p.since()
 	}
 	p.queue = append(p.queue, c)
@@ -354,31 +354,40 @@ func (p *autoPipeline) newestLocked() int64 {
 	return slices.Max(p.sends)
 }
 
-// openLocked reports whether a call may go out at now: none is in flight,
-// the hold is over (or holdN calls are queued) and so is the batch window
-// (or maxPipelineBatch calls are queued), or a slot is free and the newest
-// call in flight has stalled.
+// openLocked reports whether a call may go out at now: none is in flight
+// and neither the hold nor the batch window keeps it, or a slot is free and
+// the newest call in flight has stalled.
 func (p *autoPipeline) openLocked(now int64) bool {
 	busy := len(p.sends)
 	if busy == 0 {
-		return (now-p.held >= p.hold || len(p.queue) >= p.holdN) &&
-			(now-p.opened >= p.window || len(p.queue) >= maxPipelineBatch)
+		return !p.holdingLocked(now) && !p.windowingLocked(now)
 	}
 	return busy < p.slots && now-p.newestLocked() >= p.stallLocked()
 }
 
+// holdingLocked reports whether the hold keeps calls at now: it has not
+// run its time and fewer than holdN calls are queued.
+func (p *autoPipeline) holdingLocked(now int64) bool {
+	return now-p.held < p.hold && len(p.queue) < p.holdN
+}
+
+// windowingLocked reports whether the batch window keeps calls at now: it
+// has not run its time and fewer than maxPipelineBatch calls are queued.
+func (p *autoPipeline) windowingLocked(now int64) bool {
+	return now-p.opened < p.window && len(p.queue) < maxPipelineBatch
+}
+
 // waitLocked is how long from now until openLocked turns true by itself,
 // with calls queued and none able to go out: when none is in flight, the
-// end of the hold or of the batch window, whichever is later of those not
-// already over (by time, or by the calls queued); else the newest call's
-// stall.
+// later end of the hold and the batch window among those that keep calls;
+// else the newest call's stall.
 func (p *autoPipeline) waitLocked(now int64) time.Duration {
 	if len(p.sends) == 0 {
 		end := now
-		if now-p.held < p.hold && len(p.queue) < p.holdN {
+		if p.holdingLocked(now) {
 			end = p.held + p.hold
 		}
-		if now-p.opened < p.window && len(p.queue) < maxPipelineBatch {
+		if p.windowingLocked(now) {
 			end = max(end, p.opened+p.window)
 		}
 		return time.Duration(end - now)
