@@ -11,21 +11,6 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// pathRules is a rule on reqpathtest's exact path and one on its prefix,
-// one request a minute each.
-const pathRules = `
-domain: paths
-descriptors:
-  - key: path
-    value: ` + reqpathtest.Exact + `
-    name: exact
-    rate_limit: {requests: 1, window: 1m}
-  - key: path
-    value: ` + reqpathtest.Prefix + `
-    name: prefix
-    rate_limit: {requests: 1, window: 1m}
-`
-
 // grpcChecker sends checks to a Server of yaml through its own gRPC server
 // (its codec included) as Envoy's CheckRequests.
 func grpcChecker(t *testing.T, yaml string) func(path string) answer {
@@ -47,27 +32,21 @@ func grpcChecker(t *testing.T, yaml string) func(path string) answer {
 // written uses the one request, the spelling is denied by the rule; a
 // path no rule holds is not.
 func TestPathSpellingsOverGRPC(t *testing.T) {
-	for _, tc := range []struct {
-		rule, first string
-		spellings   []reqpathtest.Spelling
-	}{
-		{"exact", reqpathtest.Exact, reqpathtest.ExactSpellings},
-		{"prefix", "/api/coupon/x", reqpathtest.PrefixSpellings},
-	} {
-		for _, s := range tc.spellings {
-			t.Run(tc.rule+"/"+s.Form, func(t *testing.T) {
-				check := grpcChecker(t, pathRules)
-				if a := check(tc.first); !a.allowed {
-					t.Fatalf("%s: denied, want the rule's one request admitted", tc.first)
+	for _, tc := range reqpathtest.Cases {
+		for _, s := range tc.Spellings {
+			t.Run(tc.Rule+"/"+s.Form, func(t *testing.T) {
+				check := grpcChecker(t, reqpathtest.Rules)
+				if a := check(tc.First); !a.allowed {
+					t.Fatalf("%s: denied, want the rule's one request admitted", tc.First)
 				}
 				a := check(s.Path)
-				wantDenied(t, a, tc.rule, 1)
+				wantDenied(t, a, tc.Rule, 1)
 			})
 		}
 	}
 	for _, s := range reqpathtest.Outside {
 		t.Run("outside/"+s.Form, func(t *testing.T) {
-			check := grpcChecker(t, pathRules)
+			check := grpcChecker(t, reqpathtest.Rules)
 			for _, p := range []string{reqpathtest.Exact, "/api/coupon/x"} {
 				if a := check(p); !a.allowed {
 					t.Fatalf("%s: denied, want the rule's one request admitted", p)

@@ -55,3 +55,31 @@ var Outside = []Spelling{
 	{"parent", "/api"},
 	{"other case", "/API/login"},
 }
+
+// Rules is a descriptors file with a rule on Exact (named exact) and one on
+// Prefix (named prefix), one request a minute each.
+const Rules = `
+domain: paths
+descriptors:
+  - key: path
+    value: ` + Exact + `
+    name: exact
+    rate_limit: {requests: 1, window: 1m}
+  - key: path
+    value: ` + Prefix + `
+    name: prefix
+    rate_limit: {requests: 1, window: 1m}
+`
+
+// Case is a rule of Rules, a path it holds as written (First), and the
+// spellings of paths it holds too.
+type Case struct {
+	Rule, First string
+	Spellings   []Spelling
+}
+
+// Cases are Rules' two rules with their spellings.
+var Cases = []Case{
+	{"exact", Exact, ExactSpellings},
+	{"prefix", "/api/coupon/x", PrefixSpellings},
+}
