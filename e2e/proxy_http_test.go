@@ -24,6 +24,7 @@ const (
 	proxyUIDLimit  = 5
 	proxyIPRule    = "per_ip"
 	proxyIPLimit   = 3
+	proxyLoginRule = "login"
 	proxyWindowSec = 60
 )
 
@@ -126,6 +127,15 @@ func checkBehindProxy(t *testing.T, p *proxytest.Proxy, up *proxytest.Upstream) 
 		}
 	}
 	checkProxyDenial(t, viaProxy(t, p, "", "/api/%63oupon/y", "x-uid", carol), proxyUIDRule)
+
+	// A trailing slash is no way around an exact rule: the proxies pass it
+	// on, and the rules match the canonical path.
+	for _, target := range []string{"/api/login", "/api/login/"} {
+		if a := viaProxy(t, p, "", target); a.status != http.StatusOK {
+			t.Fatalf("%s: %v, want 200", target, a)
+		}
+	}
+	checkProxyDenial(t, viaProxy(t, p, "", "/api/login/"), proxyLoginRule)
 
 	// The per-IP rule counts the client's address (trusted_hops: 1 reads
 	// what the proxy appended to X-Forwarded-For), not the proxy's.

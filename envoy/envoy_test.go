@@ -212,11 +212,6 @@ func checkProductFacts(t *testing.T, bs *bootstrapv3.Bootstrap) {
 	}
 	hcm := findHCM(t, l)
 
-	// The path flashgate matches prefixes on is normalised first.
-	if !hcm.GetNormalizePath().GetValue() || !hcm.GetMergeSlashes() {
-		t.Errorf("normalize_path and merge_slashes must be on, or //api/coupon/ slips past prefix rules")
-	}
-
 	// ext_authz is there, before the router, which is last.
 	filters := hcm.GetHttpFilters()
 	if n := len(filters); n < 2 || filters[n-1].GetName() != routerFilter {
@@ -295,6 +290,50 @@ func checkExplicitKeys(t *testing.T, data []byte) {
 		if !bytes.Contains(data, []byte("\n"+strings.Repeat(" ", 22)+key+":")) {
 			t.Errorf("the ext_authz filter must set %s explicitly", key)
 		}
+	}
+}
+
+// TestEveryHCMNormalisesPaths: every HTTP connection manager a shipped
+// Envoy config holds normalises the path (RFC 3986 dot segments and
+// escapes), merges slashes, and unescapes an encoded slash with a redirect,
+// so that Envoy's routes, the descriptors its rate-limit actions build, and
+// the upstream all see the path flashgate's rules match. The Kubernetes
+// ConfigMap holds envoy-sidecar.yaml byte for byte (package k8s checks it),
+// docker-compose mounts envoy.yaml.
+func TestEveryHCMNormalisesPaths(t *testing.T) {
+	files := append(configFiles(t), filepath.Join("ratelimit", "envoy.yaml"))
+	for _, file := range files {
+		t.Run(file, func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs, err := loadBootstrap(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, l := range bs.GetStaticResources().GetListeners() {
+				for _, fc := range l.GetFilterChains() {
+					for _, f := range fc.GetFilters() {
+						if f.GetName() != hcmFilter {
+							continue
+						}
+						n++
+						hcm := unpack(t, f.GetTypedConfig(), &hcmv3.HttpConnectionManager{})
+						if !hcm.GetNormalizePath().GetValue() || !hcm.GetMergeSlashes() {
+							t.Errorf("listener %s: normalize_path and merge_slashes must be on, or //api/coupon/ slips past prefix rules", l.GetName())
+						}
+						if a := hcm.GetPathWithEscapedSlashesAction(); a != hcmv3.HttpConnectionManager_UNESCAPE_AND_REDIRECT {
+							t.Errorf("listener %s: path_with_escaped_slashes_action %v, want UNESCAPE_AND_REDIRECT", l.GetName(), a)
+						}
+					}
+				}
+			}
+			if n == 0 {
+				t.Error("no HTTP connection manager")
+			}
+		})
 	}
 }
 

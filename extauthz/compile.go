@@ -68,9 +68,9 @@ func (p *cfgParser) at(n ast.Node, err error) error {
 	return p.errf(n, "%s", err)
 }
 
-// top compiles the document: domain, sources, client_ip, descriptors.
+// top compiles the document: domain, sources, client_ip, path_case, descriptors.
 func (p *cfgParser) top(body ast.Node) error {
-	fs, err := p.fields(body, "the descriptors file", "domain", "sources", "client_ip", "descriptors")
+	fs, err := p.fields(body, "the descriptors file", "domain", "sources", "client_ip", "path_case", "descriptors")
 	if err != nil {
 		return err
 	}
@@ -95,6 +95,8 @@ func (p *cfgParser) top(body ast.Node) error {
 			p.note(p.sources(f.value))
 		case "client_ip":
 			p.note(p.clientIP(f.value))
+		case "path_case":
+			p.note(p.pathCase(f.value))
 		case "descriptors":
 			descs = f
 		}
@@ -465,7 +467,7 @@ func derivedName(path []Match) string {
 		}
 		b.WriteString(m.Key)
 		if m.HasValue {
-			v := sanitize(m.Value)
+			v := sanitize(strings.TrimSuffix(m.pattern, "*"))
 			if v != "" {
 				b.WriteByte('_')
 				b.WriteString(v)
@@ -507,6 +509,9 @@ func (p *cfgParser) pattern(n ast.Node, v string, m *Match) error {
 		return p.errf(n, "value is longer than %d bytes", MaxValueLen)
 	}
 	m.HasValue, m.Value, m.Prefix, m.pattern = true, body, len(body) < len(v), v
+	if m.Source.Kind == SourcePath {
+		return p.pathPattern(n, body, m)
+	}
 	return nil
 }
 

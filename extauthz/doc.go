@@ -32,10 +32,11 @@
 //
 //	domain: flashsale                  # required; [A-Za-z0-9._-]
 //	client_ip: {trusted_hops: 0}       # 0: Envoy's source.address; N: Nth entry from the right of x-forwarded-for
+//	path_case: sensitive               # or insensitive: paths and path patterns ASCII-folded
 //	sources:                           # descriptor key → where its value comes from
 //	  uid:  {request_headers: {header_name: x-uid}}
 //	  ip:   {remote_address: {}}
-//	  path: {request_path: {}}         # path without query
+//	  path: {request_path: {}}         # path without query, canonical (package internal/reqpath)
 //	  m:    {request_method: {}}
 //	  host: {authority: {}}
 //	  t:    {context_extension: {key: tenant}}   # Envoy per-route context_extensions

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/internal/reqpath"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -145,6 +146,8 @@ func (c *Config) seen(r *Rule, m Match, v string) (string, error) {
 		if hasControl(v) || strings.ContainsAny(v, " \t") {
 			return "", errors.New("the value holds blanks or control characters, which a request path cannot")
 		}
+		// Every spelling of a path is keyed by its canonical form.
+		v = reqpath.Canonical(v, c.pathForm(false))
 	case SourceMethod:
 		if strings.HasPrefix(v, ":") || !enforce.ValidHeaderName(v) {
 			return "", fmt.Errorf("%q is not an HTTP method (a token)", v)
@@ -157,7 +160,7 @@ func (c *Config) seen(r *Rule, m Match, v string) (string, error) {
 	// Another descriptor of the rule that reads the same source with a
 	// pattern lets only the values that pattern matches through.
 	for _, o := range r.Match {
-		if o.HasValue && o.Source == m.Source && !(o.Prefix && strings.HasPrefix(v, o.Value) || !o.Prefix && v == o.Value) {
+		if o.HasValue && o.Source == m.Source && !o.holds(v) {
 			return "", fmt.Errorf("the rule applies only where %s is %q, which the value does not match", o.Key, o.Pattern())
 		}
 	}

@@ -93,7 +93,7 @@ func (c *Config) mapWith(req *authv3.CheckRequest, keys window.Keys, constKeys [
 			mt := &r.Match[i]
 			val, ok := v.value(mt.src)
 			if mt.HasValue {
-				if !ok || (mt.Prefix && !strings.HasPrefix(val, mt.Value)) || (!mt.Prefix && val != mt.Value) {
+				if !ok || !v.holds(mt, val) {
 					applies = false
 					break
 				}
@@ -147,6 +147,10 @@ type view struct {
 	http  *authv3.AttributeContext_HttpRequest
 	state [MaxSources]uint8 // 0 unknown, 1 present, 2 missing
 	vals  [MaxSources]string
+	// alt is the path's reading with encoded slashes kept (hasAlt: it has
+	// one), computed once a path pattern is asked about it (altDone).
+	alt             string
+	hasAlt, altDone bool
 }
 
 func (v *view) value(i int) (string, bool) {
@@ -171,11 +175,7 @@ func (v *view) compute(src Source) (string, bool) {
 		s, ok := v.header(src.Name)
 		return firstElement(s), ok
 	case SourcePath:
-		p := v.http.GetPath()
-		if i := strings.IndexAny(p, "?#"); i >= 0 {
-			p = p[:i]
-		}
-		return p, p != ""
+		return v.pathValue()
 	case SourceMethod:
 		m := v.http.GetMethod()
 		if m == "" {

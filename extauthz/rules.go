@@ -142,16 +142,20 @@ type Match struct {
 	// equal Value (Prefix false) or start with it (Prefix true, the trailing
 	// "*" removed), and the limit key holds the pattern, not the request's
 	// value. Without a value, any present value matches and becomes part of
-	// the limit key.
+	// the limit key. A path's Value is canonical (package reqpath), compared
+	// with the request's canonical path; a prefix ending in "/" also holds
+	// the directory itself ("/api/coupon/*" holds "/api/coupon").
 	HasValue bool
 	Value    string
 	Prefix   bool
 
 	src     int    // index into Config.sources
-	pattern string // Pattern(), precomputed
+	pattern string // the value as written in the file
+	dir     bool   // a path prefix ending in "/": holds Value less its "/" too
 }
 
 // Pattern returns the value as written in the file ("/api/coupon/*"), or "".
+// The limit key of a rule holds it, not the canonical Value.
 func (m Match) Pattern() string {
 	if m.pattern != "" {
 		return m.pattern
@@ -229,6 +233,8 @@ type Config struct {
 	Domain string
 	// ClientIP configures remote_address.
 	ClientIP ClientIP
+	// PathCase says whether path patterns and path values tell case apart.
+	PathCase PathCase
 	// Rules are the descriptors with a rate_limit, in file order.
 	Rules []*Rule
 

@@ -21,7 +21,11 @@ func (c *Config) WriteTable(w io.Writer) error {
 	if c.ClientIP.TrustedHops > 0 {
 		ip = fmt.Sprintf("x-forwarded-for, %d trusted hop(s)", c.ClientIP.TrustedHops)
 	}
-	if _, err := fmt.Fprintf(w, "domain %s (%s), client IP: %s\n", c.Domain, c.Name, ip); err != nil {
+	paths := ""
+	if c.PathCase == PathCaseInsensitive {
+		paths = ", paths case-insensitive"
+	}
+	if _, err := fmt.Fprintf(w, "domain %s (%s), client IP: %s%s\n", c.Domain, c.Name, ip, paths); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

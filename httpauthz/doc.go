@@ -22,6 +22,12 @@
 //	scheme     X-Forwarded-Proto > http (https on TLS)
 //	client IP  the peer's address; with the rules' trusted_hops, the Nth entry from the right of X-Forwarded-For
 //
+// The path goes into the CheckRequest as received (PathPrefix, which the
+// proxy prepends as written, removed first), as Envoy sends :path; the
+// rules match it in the one canonical form the gRPC front-end's paths
+// have too (package extauthz: trailing slash, "//", dot segments,
+// unreserved escapes, "%2F" and ";" parameters are no way around a rule).
+//
 // The request's headers become the CheckRequest's headers map as Envoy
 // fills it: lower-case names, a repeated header's values joined by ",",
 // the pseudo-headers :method, :path, :authority and :scheme of the checked

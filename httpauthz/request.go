@@ -238,7 +238,8 @@ func isTokenChar(c byte) bool {
 
 // originalURI returns the checked request's path, query included, as Envoy
 // sends :path: from a proxy's header, else the request's own URI less
-// prefix.
+// prefix. It is not canonicalised here: the rules read every path source
+// in its canonical form, whichever front-end asked.
 func originalURI(r *http.Request, prefix string) (string, error) {
 	for _, name := range [...]string{HeaderOriginalURI, HeaderForwardedURI} {
 		switch vs := r.Header[name]; len(vs) {

@@ -613,6 +613,9 @@ func get(t *testing.T, v any, path ...any) any {
 func TestIstio(t *testing.T) {
 	// The extension provider.
 	mesh := readGeneric(t, "istio/mesh-config.yaml", "install.istio.io/v1alpha1", "IstioOperator")
+	if n := get(t, mesh, "spec", "meshConfig", "pathNormalization", "normalization"); n != "MERGE_SLASHES" && n != "DECODE_AND_MERGE_SLASHES" {
+		t.Errorf("meshConfig.pathNormalization.normalization = %v, want MERGE_SLASHES: Istio's default keeps //, so //api/coupon/ misses a route's prefix", n)
+	}
 	prov := get(t, mesh, "spec", "meshConfig", "extensionProviders", 0).(map[string]any)
 	provName, _ := prov["name"].(string)
 	grpc, ok := prov["envoyExtAuthzGrpc"].(map[string]any)
