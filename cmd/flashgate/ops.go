@@ -6,6 +6,7 @@ package main
 // own code (extauthz.Config.LimitKey, rls.Config.LimitKey), never built here.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,6 +103,11 @@ func openOps(o *opsOptions) (*ops, error) {
 	if err != nil {
 		return nil, err
 	}
+	// go-redis logs a failed dial through its one package-level logger
+	// (it has no per-client one) before the call returns the error, which
+	// the command reports itself, once: discard its lines. An operator
+	// command is the whole process, so nothing else's logs are lost.
+	redis.SetLogger(quietRedis{})
 	cc := o.clientConfig(o.redisTimeout)
 	cc.PoolSize, cc.MinIdleConns, cc.Name = 2, -1, redisstore.ClientName+"-ops"
 	client, err := redisstore.NewClient(cc)
@@ -117,6 +123,11 @@ func openOps(o *opsOptions) (*ops, error) {
 }
 
 func (p *ops) close() { p.client.Close() }
+
+// quietRedis is a go-redis logger that writes nothing.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // openTarget opens the connection of o and resolves the key k names (see
 // resolve); the caller closes the connection.
