@@ -126,26 +126,39 @@ type BanFields struct {
 // descriptors file reads.
 const MaxBanThreshold = math.MaxInt32
 
-// CheckBan checks a ban block and returns the penalty box it sets for the
-// rule: duration 0 disables it (the zero Ban), else threshold (1 to
-// MaxBanThreshold), a positive window and a positive duration are all
-// needed.
+// CheckBan checks a ban block and returns the penalty box the rule asks
+// for: a field it leaves out is zero, which the server's (serve's --ban-*
+// flags) fills in (window.Ban.Or), so that "ban: {}" asks for the server's
+// box. Duration 0 turns the box off for the rule (nil, as for a rule that
+// does not ask); a threshold is 1 to MaxBanThreshold, a window positive and
+// a duration at most window.MaxBanDuration.
 func CheckBan(b BanFields) (*window.Ban, error) {
-	switch {
-	case b.Duration == nil:
-		return nil, fieldErr("", "ban needs duration (0 disables the penalty box)")
-	case *b.Duration < 0:
-		return nil, fieldErr("duration", "ban duration %s must not be negative", *b.Duration)
-	case *b.Duration == 0:
-		return &window.Ban{}, nil
-	case b.Threshold == nil || b.Window == nil:
-		return nil, fieldErr("", "ban needs threshold, window and duration")
-	case *b.Threshold < 1:
-		return nil, fieldErr("threshold", "ban threshold must be at least 1, not %d", *b.Threshold)
-	case *b.Threshold > MaxBanThreshold:
-		return nil, fieldErr("threshold", "ban threshold must be at most %d, not %d", MaxBanThreshold, *b.Threshold)
-	case *b.Window <= 0:
-		return nil, fieldErr("window", "ban window must be positive, not %s", *b.Window)
+	var ban window.Ban
+	if b.Duration != nil {
+		switch d := *b.Duration; {
+		case d == 0:
+			return nil, nil
+		case d < 0:
+			return nil, fieldErr("duration", "ban duration %s must not be negative", d)
+		case d > window.MaxBanDuration:
+			return nil, fieldErr("duration", "ban duration %s is longer than the maximum of %s (one year)", d, window.MaxBanDuration)
+		}
+		ban.Duration = *b.Duration
 	}
-	return &window.Ban{Threshold: int(*b.Threshold), Window: *b.Window, Duration: *b.Duration}, nil
+	if b.Threshold != nil {
+		switch t := *b.Threshold; {
+		case t < 1:
+			return nil, fieldErr("threshold", "ban threshold must be at least 1, not %d", t)
+		case t > MaxBanThreshold:
+			return nil, fieldErr("threshold", "ban threshold must be at most %d, not %d", MaxBanThreshold, t)
+		}
+		ban.Threshold = int(*b.Threshold)
+	}
+	if b.Window != nil {
+		if *b.Window <= 0 {
+			return nil, fieldErr("window", "ban window must be positive, not %s", *b.Window)
+		}
+		ban.Window = *b.Window
+	}
+	return &ban, nil
 }

@@ -634,8 +634,12 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 	return l, nil
 }
 
-// ban reads ban block n; enforce.CheckBan checks it.
+// ban reads ban block n; enforce.CheckBan checks it. "ban: {}" asks for
+// the server's penalty box; an empty "ban:" is refused, as it says nothing.
 func (p *cfgParser) ban(n ast.Node) (*window.Ban, error) {
+	if _, ok := n.(*ast.NullNode); ok {
+		return nil, p.errf(n, "ban is empty: write ban: {} for the penalty box of serve's --ban-* flags, or set threshold, window, duration")
+	}
 	fs, err := p.fields(n, "ban", "threshold", "window", "duration")
 	if err != nil {
 		return nil, err

@@ -22,6 +22,8 @@ func TestConfigErrors(t *testing.T) {
 		"bad_algorithm":           `4:54: algorithm "fixed" must be auto, exact or buckets`,
 		"bad_ban":                 "5:22: ban threshold must be at least 1, not 0",
 		"ban_negative_duration":   "5:48: ban duration -5m0s must not be negative",
+		"ban_too_long":            "5:21: ban duration 2562047h0m0s is longer than the maximum of 8760h0m0s (one year)",
+		"ban_empty":               "5:10: ban is empty: write ban: {} for the penalty box of serve's --ban-* flags, or set threshold, window, duration",
 		"ban_threshold_too_large": "5:22: threshold 3000000000 is out of range",
 		"bad_duration":            `4:39: window "1 sec" is not a duration such as 1s or 500ms`,
 		"bad_failure_mode":        `4:19: failure_mode "open" must be local, allow or deny`,

@@ -51,10 +51,12 @@
 //	        failure_mode: local        # local | allow | deny; default: the core's (enforce.Options.FailureMode)
 //	        on_missing: skip           # skip | deny
 //	        local_share: 2             # per-sidecar admissions while Redis is down; default ceil(requests / fleet size)
-//	        ban: {threshold: 5, window: 10s, duration: 5m}   # duration 0 disables
+//	        ban: {threshold: 5, window: 10s, duration: 5m}   # asks for a penalty box; {} takes serve's --ban-* flags
 //
 // shadow_mode, failure_mode, on_missing, local_share and ban are inherited by nested
-// descriptors unless they set their own. A descriptor with a value puts its
+// descriptors unless they set their own. A rule without ban is never banned;
+// ban: {} asks for the penalty box of serve's --ban-* flags, and the fields
+// a ban sets override theirs; ban: {duration: 0} turns an inherited one off. A descriptor with a value puts its
 // pattern, not the request's value, in the limit key; one without puts the
 // request's value: the example has one bucket per x-uid across every
 // /api/coupon/ path. The key is window.Keys.Key(rule, parts), parts joined

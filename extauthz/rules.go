@@ -197,7 +197,8 @@ type Rule struct {
 	LocalShare int
 	// OnMissing: what to do when a value the rule needs is absent.
 	OnMissing OnMissing
-	// Ban, when non-nil, overrides the penalty box for this rule.
+	// Ban is the penalty box the rule asks for (ban:), its zero fields
+	// taken from the server's; nil: the rule's keys are never banned.
 	Ban *window.Ban
 	// Line and Column locate the descriptor in the file.
 	Line, Column int
@@ -207,7 +208,7 @@ type Rule struct {
 	constKey string // when nvar is 0: the joined key parts, the same for every request
 }
 
-// PenaltyBox returns the rule's own penalty box, nil for the server's: a
+// PenaltyBox returns the penalty box the rule asks for, nil for none: a
 // hit tagged with r carries it to the Guard (guard.RuleBan).
 func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
 

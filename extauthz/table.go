@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/window"
 )
 
 // WriteTable prints c's rules for people (`flashgate validate`):
@@ -68,11 +69,7 @@ func (c *Config) WriteTable(w io.Writer) error {
 			opts = append(opts, "on_missing=deny")
 		}
 		if r.Ban != nil {
-			if r.Ban.Enabled() {
-				opts = append(opts, fmt.Sprintf("ban=%d in %s → %s", r.Ban.Threshold, r.Ban.Window, r.Ban.Duration))
-			} else {
-				opts = append(opts, "ban=off")
-			}
+			opts = append(opts, "ban="+banText(*r.Ban))
 		}
 		if len(opts) == 0 {
 			opts = []string{"-"}
@@ -81,4 +78,20 @@ func (c *Config) WriteTable(w io.Writer) error {
 			strings.Join(per, " + "), r.Limit.Requests, r.Limit.Window, strings.Join(opts, " "))
 	}
 	return tw.Flush()
+}
+
+// banText writes the penalty box a rule asks for as the file does: the
+// fields it sets, "{}" when it takes every one from serve's --ban-* flags.
+func banText(b window.Ban) string {
+	var f []string
+	if b.Threshold > 0 {
+		f = append(f, fmt.Sprintf("threshold: %d", b.Threshold))
+	}
+	if b.Window > 0 {
+		f = append(f, "window: "+b.Window.String())
+	}
+	if b.Duration > 0 {
+		f = append(f, "duration: "+b.Duration.String())
+	}
+	return "{" + strings.Join(f, ", ") + "}"
 }

@@ -109,8 +109,9 @@ type Rule struct {
 	// (failure_mode, local_share, ban), as in its descriptors file: set on
 	// a descriptor, they apply to its rate_limit and to the nested ones.
 	// FailureDefault means the server's failure mode; LocalShare 0 means
-	// ceil(limit / fleet size) (see [Rule.FallbackShare]); a nil Ban means the
-	// server's penalty box.
+	// ceil(limit / fleet size) (see [Rule.FallbackShare]); a nil Ban means
+	// no penalty box (ratelimit's files never ask for one), a non-nil one
+	// the box the rule asks for, its zero fields taken from the server's.
 	FailureMode enforce.FailureMode
 	LocalShare  int
 	Ban         *window.Ban
@@ -133,7 +134,7 @@ func (r *Rule) policyOf() *enforce.Policy {
 	return enforce.NewPolicy(r.Label(), window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window})
 }
 
-// PenaltyBox returns the rule's own penalty box, nil for the server's: a
+// PenaltyBox returns the penalty box the rule asks for, nil for none: a
 // hit tagged with r carries it to the Guard (guard.RuleBan).
 func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
 

@@ -109,7 +109,7 @@ func TestConfigErrors(t *testing.T) {
 		"bad_failure_mode":        `^testdata/bad/bad_failure_mode\.yaml:4:5: failure_mode "open" must be local, allow or deny$`,
 		"local_share_above_limit": `^testdata/bad/local_share_above_limit\.yaml:4:5: local_share 5 is more than the 2 requests per window of rule "a"$`,
 		"zero_local_share":        `^testdata/bad/zero_local_share\.yaml:4:5: local_share must be between 1 and 1000000, not 0 \(omit it`,
-		"ban_without_duration":    `^testdata/bad/ban_without_duration\.yaml:4:5: ban needs duration`,
+		"ban_too_long":            `^testdata/bad/ban_too_long\.yaml:4:38: ban duration 8761h0m0s is longer than the maximum of 8760h0m0s \(one year\)$`,
 		"ban_negative_duration":   `^testdata/bad/ban_negative_duration\.yaml:4:38: ban duration -5m0s must not be negative$`,
 		"ban_zero_window":         `^testdata/bad/ban_zero_window\.yaml:4:25: ban window must be positive, not 0s$`,
 		"ban_threshold_too_large": `^testdata/bad/ban_threshold_too_large\.yaml:4:11: ban threshold must be at most 2147483647, not 3000000000$`,
@@ -182,7 +182,9 @@ func TestFlashgateAdditions(t *testing.T) {
 	want := map[string]string{
 		"api_key":     "2/1m30s SECOND×90 failure=default share=0 ban=<nil>",
 		"tenant.user": "2/1h0m0s HOUR×1 failure=deny share=1 ban=&{3 10s 1m0s}",
-		"quiet":       "2/1m0s MINUTE×1 failure=allow share=0 ban=&{0 0s 0s}",
+		"quiet":       "2/1m0s MINUTE×1 failure=allow share=0 ban=<nil>",
+		"device":      "1/1s SECOND×1 failure=default share=0 ban=&{2 0s 0s}",
+		"device.fp":   "1/1s SECOND×1 failure=default share=0 ban=&{0 0s 0s}",
 	}
 	for k, w := range want {
 		if got[k] != w {

@@ -120,8 +120,30 @@ type Ban struct {
 // Enabled reports whether b refuses anything.
 func (b Ban) Enabled() bool { return b.Duration > 0 && b.Threshold > 0 && b.Window > 0 }
 
-// DefaultBan is serve's default penalty box: 5 denials in 10s → refused 5m.
+// Or returns b with each zero field taken from def: a rule that asks for a
+// penalty box and sets only some of its fields gets the server's others.
+func (b Ban) Or(def Ban) Ban {
+	if b.Threshold == 0 {
+		b.Threshold = def.Threshold
+	}
+	if b.Window == 0 {
+		b.Window = def.Window
+	}
+	if b.Duration == 0 {
+		b.Duration = def.Duration
+	}
+	return b
+}
+
+// DefaultBan is serve's default penalty box for the rules that ask for one:
+// 5 denials in 10s → refused 5m.
 var DefaultBan = Ban{Threshold: 5, Window: 10 * time.Second, Duration: 5 * time.Minute}
+
+// MaxBanDuration is the longest ban, by a rule's penalty box or by hand: one
+// year. A longer one is refused where it is set, so that every ban's end is
+// one that every sidecar can hold (a time.Time in Unix nanoseconds ends in
+// 2262).
+const MaxBanDuration = 365 * 24 * time.Hour
 
 // Hit is one limit applied to one key for one request.
 //

@@ -14,6 +14,7 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/rls"
+	"github.com/flashgate/flashgate/window"
 )
 
 func newBansCmd(e env) *cobra.Command {
@@ -78,6 +79,12 @@ func (p *ops) row(key string, until, now time.Time) banRow {
 }
 
 func writeBanTable(w io.Writer, rows []banRow) error {
+	if len(rows) == 0 {
+		if _, err := fmt.Fprintln(w, "no bans"); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		return nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "rule\tkey\tremaining\tuntil\tvalue")
 	for _, r := range rows {
@@ -199,9 +206,10 @@ func newBansAddCmd(e env) *cobra.Command {
 each refuses it from its local cache, without asking Redis, within a second.
 An existing ban of the key is replaced (shortened too).
 
-The rule's penalty box must be on (its ban settings, else serve's --ban-*):
-a sidecar drops a ban of a rule whose box is off at its first hit. A rule
-that keys no request value cannot be banned this way.`,
+The rule must ask for a penalty box (ban: in the descriptors file or the
+ratelimit config): a sidecar drops a ban of a rule without one at its first
+hit. A rule that keys no request value cannot be banned this way. --for is
+at most 8760h (one year).`,
 		Example: `  flashgate bans add --redis-addr 127.0.0.1:6379 --rule coupon_per_uid --value mallory --for 1h`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -219,13 +227,16 @@ func runBansAdd(ctx context.Context, e env, o *opsOptions, k *keyOptions, dur ti
 	if dur <= 0 {
 		return fmt.Errorf("--for %s: must be positive", dur)
 	}
+	if dur > window.MaxBanDuration {
+		return fmt.Errorf("--for %s: longer than the maximum of %s (one year)", dur, window.MaxBanDuration)
+	}
 	p, t, err := openTarget(o, k, true)
 	if err != nil {
 		return err
 	}
 	defer p.close()
 	if !t.Ban.Enabled() {
-		return fmt.Errorf("rule %s has its penalty box off (%s): every sidecar would drop the ban at the key's first request; turn the rule's ban on first", t.Rule, banSource(t))
+		return fmt.Errorf("rule %s has its penalty box off (%s): every sidecar would drop the ban at the key's first request; give the rule a ban (ban: {} takes serve's --ban-* flags) first", t.Rule, banSource(t))
 	}
 	if t.Shadow {
 		fmt.Fprintf(e.stderr, "flashgate: rule %s is in shadow mode: the ban is recorded, but sidecars refuse nothing under this rule\n", t.Rule)
@@ -242,12 +253,12 @@ func runBansAdd(ctx context.Context, e env, o *opsOptions, k *keyOptions, dur ti
 	return writeBanTable(e.stdout, []banRow{r})
 }
 
-// banSource says where t's penalty box comes from, for errors.
+// banSource says why t's penalty box is off, for errors.
 func banSource(t *target) string {
-	if t.OwnBan {
-		return "its ban settings"
+	if t.Asks {
+		return "its ban settings with serve's --ban-* flags"
 	}
-	return "serve's --ban-* flags"
+	return "it asks for no ban"
 }
 
 func newBansLiftCmd(e env) *cobra.Command {
@@ -310,7 +321,7 @@ func runBansLift(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions,
 	fmt.Fprintf(tw, "key\t%s\n", r.Key)
 	switch {
 	case banned:
-		fmt.Fprintf(tw, "lifted\tthe ban until %s\n", stamp(until, p.now()))
+		fmt.Fprintf(tw, "lifted\tyes: the ban that would have ended %s is over\n", stamp(until, p.now()))
 	default:
 		fmt.Fprintf(tw, "lifted\tnothing: the key was not banned\n")
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -8,6 +10,18 @@ import (
 
 	"github.com/flashgate/flashgate/window"
 )
+
+// rlsDirBanning is rlsDir with a rule that asks for serve's penalty box,
+// as a hand ban needs.
+func rlsDirBanning(t *testing.T) string {
+	t.Helper()
+	dir := rlsDir(t)
+	yaml := "domain: edge\ndescriptors:\n  - key: remote_address\n    ban: {}\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"
+	if err := os.WriteFile(filepath.Join(dir, "config", "edge.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 // banList is bans list --json.
 type banList struct {
@@ -19,7 +33,7 @@ type banList struct {
 // and as tables: a value is shown only where the key holds it verbatim, a
 // lift forgets the ban and, with --reset-window, the window.
 func TestBansRoundTrip(t *testing.T) {
-	f := startFleet(t, "bans", "--rls-config", rlsDir(t))
+	f := startFleet(t, "bans", "--rls-config", rlsDirBanning(t))
 	for range 5 {
 		f.check(t, "bob")
 	}
@@ -90,12 +104,15 @@ func TestBansRoundTrip(t *testing.T) {
 		t.Errorf("inspect after --reset-window: %+v, want an empty window", r)
 	}
 
-	if out := f.run(t, "bans", "lift", "--rule", "per_ip", "--value", "192.0.2.7"); !strings.Contains(out, "lifted  the ban until") {
+	if out := f.run(t, "bans", "lift", "--rule", "per_ip", "--value", "192.0.2.7"); !strings.Contains(out, "lifted  yes: the ban that would have ended ") {
 		t.Errorf("lift table:\n%s", out)
 	}
 	f.run(t, "bans", "lift", "--domain", "edge", "--entry", "remote_address=203.0.113.9")
 	if f.runJSON(t, &all, "bans", "list"); all.Bans == nil || len(all.Bans) != 0 {
 		t.Errorf("list after the lifts: %+v, want an empty list", all)
+	}
+	if out := f.run(t, "bans", "list"); out != "no bans\n" {
+		t.Errorf("list table of no bans: %q, want \"no bans\"", out)
 	}
 	// Its window emptied and its client IP's ban lifted, bob is admitted
 	// (once serve has heard of the lift).

@@ -160,6 +160,9 @@ func testBinaryExitCodes(t *testing.T, bin string) {
 		"validate bad":  {[]string{"validate", "--config", "testdata/bad_unknown_key.yaml"}, 1, "testdata/bad_unknown_key.yaml:7:5: unknown key"},
 		"unknown flag":  {[]string{"check", "--nope"}, 1, "flashgate: unknown flag: --nope"},
 		"check refused": {[]string{"check", "--addr", "127.0.0.1:1", "--path", "/", "--timeout", "300ms"}, 1, "flashgate: 1 of 1 checks failed: "},
+		// go-redis's own log lines of a failed dial are not printed
+		"inspect, Redis down": {[]string{"inspect", "--rule", "coupon_per_uid", "--value", "a", "--redis-addr", "127.0.0.1:1"}, 1, "flashgate: "},
+		"bans, Redis down":    {[]string{"bans", "list", "--redis-addr", "127.0.0.1:1"}, 1, "flashgate: "},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -31,7 +31,7 @@ A rule that keys several values takes one --value each, in the file's order.
 For the ratelimit service name the key with --rls-config, --domain and one
 --entry key=value per descriptor entry. An unknown rule, or a value the rule
 never sees (not an IP address for a client-IP rule, a header value with a
-comma, ...), is an error that says so.`,
+comma, ...), is an error that says so, as is a missing --value.`,
 		Example: `  flashgate inspect --redis-addr 127.0.0.1:6379 --rule coupon_per_uid --value alice
   flashgate inspect --rls-config /etc/ratelimit --domain edge --entry remote_address=10.0.0.7 --json`,
 		Args: cobra.NoArgs,
@@ -63,13 +63,14 @@ type inspectResult struct {
 	// Banned: the fleet bans the key until BannedUntil.
 	Banned      bool      `json:"banned"`
 	BannedUntil time.Time `json:"banned_until,omitzero"`
-	// PenaltyBox is the rule's ban settings in force ("off" when none).
-	PenaltyBox string `json:"penalty_box"`
-	Shadow     bool   `json:"shadow,omitempty"`
+	// PenaltyBox is the rule's penalty box in force.
+	PenaltyBox penaltyBox `json:"penalty_box"`
+	Shadow     bool       `json:"shadow,omitempty"`
 	// Now is Redis's time of the reading.
 	Now time.Time `json:"now"`
 
 	lim window.Limit
+	ban window.Ban
 }
 
 func runInspect(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions) error {
@@ -90,7 +91,7 @@ func runInspect(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions) 
 		Rule: t.Rule, Domain: t.Domain, Key: t.Key, Limit: t.Limit.Requests,
 		WindowMS: t.Limit.Window.Milliseconds(), Buckets: t.Limit.Buckets,
 		Count: st.Count, Oldest: st.Oldest, Newest: st.Newest, AdmitsAt: st.AdmitsAt, Full: st.Full(),
-		Banned: banned, PenaltyBox: describeBan(t.Ban), Shadow: t.Shadow, Now: st.Now, lim: t.Limit,
+		Banned: banned, PenaltyBox: newPenaltyBox(t.Ban), Shadow: t.Shadow, Now: st.Now, lim: t.Limit, ban: t.Ban,
 	}
 	if banned {
 		r.BannedUntil = until
@@ -125,7 +126,7 @@ func (r *inspectResult) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "newest\t%s\n", stamp(r.Newest, r.Now))
 	fmt.Fprintf(tw, "admits\t%s\n", admits)
 	fmt.Fprintf(tw, "banned\t%s\n", banned)
-	fmt.Fprintf(tw, "penalty box\t%s\n", r.PenaltyBox)
+	fmt.Fprintf(tw, "penalty box\t%s\n", describeBan(r.ban))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}

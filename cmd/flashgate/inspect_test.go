@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,13 +28,37 @@ type fleet struct {
 func startFleet(t *testing.T, prefix string, extra ...string) *fleet {
 	t.Helper()
 	r := redistest.Start(t)
-	cfg := exampleStretched(t)
+	cfg := everyRuleBans(t, exampleStretched(t))
 	ops := append([]string{"--redis-addr", r.Addr(), "--key-prefix", prefix, "--config", cfg}, extra...)
 	// A generous budget: a timeout would fall back to the local failure
 	// mode and miss Redis's count.
 	s := startServe(t, append([]string{"--backend", "redis", "--redis-timeout", "1s", "--fleet-size", "1"}, ops...)...)
 	waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
 	return &fleet{runningServe: s, ops: ops}
+}
+
+// everyRuleBans rewrites descriptors file file so that every rule asks
+// for serve's penalty box (ban: {}), as a hand ban needs, and returns it.
+func everyRuleBans(t *testing.T, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "ban:") {
+			continue
+		}
+		out = append(out, l)
+		if i := strings.Index(l, "rate_limit:"); i >= 0 {
+			out = append(out, l[:i]+"ban: {}")
+		}
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(out, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // run runs an operator command (args, then the fleet's flags) and returns
@@ -175,7 +200,10 @@ func TestOpsErrors(t *testing.T) {
 		"list unknown rule":     {args: []string{"bans", "list", "--rule", "nope"}, want: `unknown rule "nope"`},
 		"add without for":       {args: []string{"bans", "add", "--rule", "per_ip", "--value", "10.0.0.1"}, want: `"for" not set`},
 		"add for nothing":       {args: []string{"bans", "add", "--rule", "per_ip", "--value", "10.0.0.1", "--for", "0s"}, want: "--for 0s: must be positive"},
-		"penalty box off":       {args: []string{"bans", "add", "--rule", "per_ip", "--value", "10.0.0.1", "--for", "1m", "--ban-duration", "0"}, want: "penalty box off"},
+		"penalty box off":       {args: []string{"bans", "add", "--rule", "coupon_per_device", "--value", "d1", "--for", "1m", "--ban-duration", "0"}, want: "penalty box off"},
+		"rule asks no ban":      {args: []string{"bans", "add", "--rule", "per_ip", "--value", "10.0.0.1", "--for", "1m"}, want: "it asks for no ban"},
+		"add for too long":      {args: []string{"bans", "add", "--rule", "coupon_per_device", "--value", "d1", "--for", "2562047h"}, want: "--for 2562047h0m0s: longer than the maximum of 8760h0m0s (one year)"},
+		"inspect no value":      {args: []string{"inspect", "--rule", "coupon_per_uid"}, want: "--value is missing: rule coupon_per_uid keys 1 request value(s)"},
 		"domain without config": {args: []string{"inspect", "--domain", "edge", "--entry", "a=b"}, want: "need --rls-config"},
 		"rule and domain":       {args: []string{"inspect", "--rule", "per_ip", "--domain", "edge"}, want: "give one pair"},
 		"bad entry":             {args: []string{"inspect", "--rls-config", "DIR", "--domain", "edge", "--entry", "novalue"}, want: "want key=value"},

@@ -6,6 +6,7 @@ package main
 // own code (extauthz.Config.LimitKey, rls.Config.LimitKey), never built here.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,6 +103,11 @@ func openOps(o *opsOptions) (*ops, error) {
 	if err != nil {
 		return nil, err
 	}
+	// go-redis logs a failed dial through its one package-level logger
+	// (it has no per-client one) before the call returns the error, which
+	// the command reports itself, once: discard its lines. An operator
+	// command is the whole process, so nothing else's logs are lost.
+	redis.SetLogger(quietRedis{})
 	cc := o.clientConfig(o.redisTimeout)
 	cc.PoolSize, cc.MinIdleConns, cc.Name = 2, -1, redisstore.ClientName+"-ops"
 	client, err := redisstore.NewClient(cc)
@@ -117,6 +123,11 @@ func openOps(o *opsOptions) (*ops, error) {
 }
 
 func (p *ops) close() { p.client.Close() }
+
+// quietRedis is a go-redis logger that writes nothing.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // openTarget opens the connection of o and resolves the key k names (see
 // resolve); the caller closes the connection.
@@ -141,10 +152,11 @@ type target struct {
 	Rule, Domain string
 	Key          string
 	Limit        window.Limit
-	// Ban is the penalty box in force for the rule: its own (OwnBan),
-	// else serve's.
+	// Ban is the penalty box in force for the rule: the one it asks for
+	// (Asks), its unset fields taken from serve's --ban-* flags; the zero
+	// Ban when it asks for none (its keys are never banned).
 	Ban    window.Ban
-	OwnBan bool
+	Asks   bool
 	Shadow bool
 }
 
@@ -165,6 +177,9 @@ func (p *ops) resolve(k *keyOptions, needValue bool) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r := cfg.Rule(k.rule); r != nil && len(k.values) == 0 && len(r.Keyed()) > 0 {
+		return nil, fmt.Errorf("--value is missing: rule %s keys %d request value(s); give one --value each, in the file's order", r.Name, len(r.Keyed()))
+	}
 	key, r, err := cfg.LimitKey(p.keys, k.rule, k.values...)
 	if err != nil {
 		return nil, p.unknownRule(err)
@@ -172,10 +187,8 @@ func (p *ops) resolve(k *keyOptions, needValue bool) (*target, error) {
 	if needValue && len(k.values) == 0 {
 		return nil, fmt.Errorf("rule %s keys no request value: its one window counts every request it applies to, and a ban of it would refuse them all", r.Name)
 	}
-	t := &target{Rule: r.Name, Key: key, Limit: r.Limit, Ban: p.ban, Shadow: r.Shadow}
-	if b := r.PenaltyBox(); b != nil {
-		t.Ban, t.OwnBan = *b, true
-	}
+	t := &target{Rule: r.Name, Key: key, Limit: r.Limit, Shadow: r.Shadow}
+	p.setBan(t, r.PenaltyBox())
 	return t, nil
 }
 
@@ -207,11 +220,17 @@ func (p *ops) resolveRLS(k *keyOptions) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &target{Rule: r.Label(), Domain: k.domain, Key: key, Limit: r.WindowLimit(), Ban: p.ban, Shadow: r.Shadow}
-	if b := r.PenaltyBox(); b != nil {
-		t.Ban, t.OwnBan = *b, true
-	}
+	t := &target{Rule: r.Label(), Domain: k.domain, Key: key, Limit: r.WindowLimit(), Shadow: r.Shadow}
+	p.setBan(t, r.PenaltyBox())
 	return t, nil
+}
+
+// setBan sets t's penalty box from the one its rule asks for (nil: none),
+// completed by serve's, as the Guard does.
+func (p *ops) setBan(t *target, asked *window.Ban) {
+	if asked != nil {
+		t.Ban, t.Asks = asked.Or(p.ban), true
+	}
 }
 
 // parseEntries reads --entry key=value flags, in order, as one
@@ -273,6 +292,23 @@ func describeBan(b window.Ban) string {
 		return "off"
 	}
 	return fmt.Sprintf("%d denials in %s → %s", b.Threshold, b.Window, b.Duration)
+}
+
+// penaltyBox is a rule's penalty box as --json writes it.
+type penaltyBox struct {
+	// On: the rule's keys are banned after Threshold denials within
+	// WindowMS, for DurationMS; off, they are never banned.
+	On         bool  `json:"on"`
+	Threshold  int   `json:"threshold,omitempty"`
+	WindowMS   int64 `json:"window_ms,omitempty"`
+	DurationMS int64 `json:"duration_ms,omitempty"`
+}
+
+func newPenaltyBox(b window.Ban) penaltyBox {
+	if !b.Enabled() {
+		return penaltyBox{}
+	}
+	return penaltyBox{On: true, Threshold: b.Threshold, WindowMS: b.Window.Milliseconds(), DurationMS: b.Duration.Milliseconds()}
 }
 
 // stamp writes t for a table: UTC to the millisecond, and how far from now.

@@ -360,7 +360,9 @@ func (o *redisOptions) modeName() string {
 }
 
 // banOptions are the server's penalty box (--ban-*), shared by serve and
-// the bans command, which must know whether a rule's box is on.
+// the bans command, which must know whether a rule's box is on: the box of
+// the rules that ask for one (ban:), each field one the rule does not set.
+// A rule that does not ask is never banned.
 type banOptions struct {
 	banThreshold int
 	banWindow    time.Duration
@@ -368,18 +370,22 @@ type banOptions struct {
 }
 
 func (o *banOptions) addFlags(f *pflag.FlagSet) {
-	f.IntVar(&o.banThreshold, "ban-threshold", window.DefaultBan.Threshold, "penalty box: denials of one key within --ban-window that ban it")
-	f.DurationVar(&o.banWindow, "ban-window", window.DefaultBan.Window, "penalty box: span in which --ban-threshold denials ban a key")
-	f.DurationVar(&o.banDuration, "ban-duration", window.DefaultBan.Duration, "penalty box: how long a banned key is refused locally (0: no penalty box)")
+	f.IntVar(&o.banThreshold, "ban-threshold", window.DefaultBan.Threshold, "penalty box of the rules that ask for one (ban:): denials of one key within --ban-window that ban it; a rule without ban: is never banned")
+	f.DurationVar(&o.banWindow, "ban-window", window.DefaultBan.Window, "penalty box of the rules that ask for one (ban:): span in which --ban-threshold denials ban a key")
+	f.DurationVar(&o.banDuration, "ban-duration", window.DefaultBan.Duration, "penalty box of the rules that ask for one (ban:): how long a banned key is refused, at most 8760h (0: none for a rule that sets no duration)")
 }
 
-// parse validates the flags together and returns the penalty box.
+// parse returns the box; each field is checked, a duration up to
+// window.MaxBanDuration.
 func (o *banOptions) parse() (window.Ban, error) {
 	if o.banThreshold < 0 || o.banWindow < 0 || o.banDuration < 0 {
 		return window.Ban{}, fmt.Errorf("--ban-threshold, --ban-window and --ban-duration must not be negative")
 	}
+	if o.banDuration > window.MaxBanDuration {
+		return window.Ban{}, fmt.Errorf("--ban-duration %s is longer than the maximum of %s (one year)", o.banDuration, window.MaxBanDuration)
+	}
 	if o.banDuration > 0 && (o.banThreshold == 0 || o.banWindow == 0) {
-		return window.Ban{}, fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to disable the penalty box)", o.banDuration)
+		return window.Ban{}, fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to turn off the penalty box of the rules that set no duration)", o.banDuration)
 	}
 	return window.Ban{Threshold: o.banThreshold, Window: o.banWindow, Duration: o.banDuration}, nil
 }

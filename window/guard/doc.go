@@ -11,11 +11,12 @@
 // a key with retry-after R, the key is refused locally until send time + R,
 // which is exact, not a guess (a full window reopens only when its oldest
 // entry ages out, and the store measured R from a clock no earlier than the
-// send time); a changed limit (a reload) invalidates it. The penalty box: a
-// key denied more than Ban.Threshold times within Ban.Window (local refusals
-// included) is refused for Ban.Duration, Ban being the hit's rule's (read
-// from Hit.Tag through [RuleBan]) or else GuardOptions.Ban. Only enforcing
-// hits are refused locally. The cache is a hint, never the source of truth: it lives in a
+// send time); a changed limit (a reload) invalidates it. The penalty box, a
+// policy a rule asks for: a key denied more than Ban.Threshold times within
+// Ban.Window (local refusals included) is refused for Ban.Duration, Ban
+// being the one the hit's rule asks for (read from Hit.Tag through
+// [RuleBan]), its unset fields taken from GuardOptions.Ban; a rule that
+// does not ask is never banned. Only enforcing hits are refused locally. The cache is a hint, never the source of truth: it lives in a
 // fixed budget (ristretto, which may drop or reject entries), and a key it
 // forgot is decided by the store again.
 //

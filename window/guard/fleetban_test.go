@@ -50,7 +50,7 @@ func newReportingGuard(t *testing.T, ban window.Ban) (*Guard, *countingLimiter, 
 
 func TestGuardFleetBanAndLift(t *testing.T) {
 	g, backend, clock, _ := newReportingGuard(t, window.DefaultBan)
-	h := hit("k", 5, time.Second)
+	h := asking(hit("k", 5, time.Second))
 	g.Ban("k", clock.Now().Add(time.Minute))
 	for i := range 3 {
 		d := mustDecide(t, g, h)
@@ -86,20 +86,19 @@ func TestGuardFleetBanAndLift(t *testing.T) {
 // after the ban refused a hit lifts it, as for the Guard's own bans.
 func TestGuardFleetBanFollowsRule(t *testing.T) {
 	g, backend, clock, _ := newReportingGuard(t, window.DefaultBan)
-	off := hit("k", 5, time.Second)
-	off.Tag = ruleBan{&window.Ban{}}
+	off := hit("k", 5, time.Second) // its rule asks for no box
 	g.Ban("k", clock.Now().Add(time.Minute))
 	if d := mustDecide(t, g, off); !d.Allowed || backend.calls.Load() != 1 {
 		t.Fatalf("a rule without a penalty box: %+v, want the backend's admission", d)
 	}
-	if d := mustDecide(t, g, hit("k", 5, time.Second)); d.Source != window.SourceLocalBanned {
+	if d := mustDecide(t, g, asking(hit("k", 5, time.Second))); d.Source != window.SourceLocalBanned {
 		t.Fatalf("the rule with its box: %+v, want a ban refusal", d)
 	}
 	// Tighter still holds; looser lifts.
-	if d := mustDecide(t, g, hit("k", 2, time.Second)); d.Source != window.SourceLocalBanned {
+	if d := mustDecide(t, g, asking(hit("k", 2, time.Second))); d.Source != window.SourceLocalBanned {
 		t.Fatalf("a tighter rule: %+v, want a ban refusal", d)
 	}
-	if d := mustDecide(t, g, hit("k", 50, time.Second)); !d.Allowed {
+	if d := mustDecide(t, g, asking(hit("k", 50, time.Second))); !d.Allowed {
 		t.Fatalf("a looser rule: %+v, want the backend's admission", d)
 	}
 }
@@ -107,7 +106,7 @@ func TestGuardFleetBanFollowsRule(t *testing.T) {
 func TestGuardReportsDenials(t *testing.T) {
 	ban := window.Ban{Threshold: 100, Window: time.Minute, Duration: time.Minute}
 	g, _, _, rep := newReportingGuard(t, ban)
-	h := hit("k", 1, time.Second)
+	h := asking(hit("k", 1, time.Second))
 	mustDecide(t, g, h) // admitted: no report
 	if n := rep.count("k"); n != 0 {
 		t.Fatalf("an admission reported %d denials", n)
@@ -121,25 +120,27 @@ func TestGuardReportsDenials(t *testing.T) {
 	if rep.bans[0] != ban {
 		t.Fatalf("reported ban %+v, want the Guard's %+v", rep.bans[0], ban)
 	}
-	// A rule's own box is reported; none, a disabled box or shadow: no report.
-	own := window.Ban{Threshold: 3, Window: time.Second, Duration: time.Hour}
+	// A rule's own box is reported, the fields it leaves out taken from the
+	// Guard's; a rule that asks for none, or shadow: no report.
+	own := window.Ban{Threshold: 3, Duration: time.Hour}
 	r := hit("r", 1, time.Second)
 	r.Tag = ruleBan{&own}
 	mustDecide(t, g, r)
 	mustDecide(t, g, r)
-	if n := rep.count("r"); n != 1 || rep.bans[len(rep.bans)-1] != own {
-		t.Fatalf("rule's box: %d reports, last %+v; want 1 with %+v", n, rep.bans[len(rep.bans)-1], own)
+	want := window.Ban{Threshold: 3, Window: time.Minute, Duration: time.Hour}
+	if n := rep.count("r"); n != 1 || rep.bans[len(rep.bans)-1] != want {
+		t.Fatalf("rule's box: %d reports, last %+v; want 1 with %+v", n, rep.bans[len(rep.bans)-1], want)
 	}
 	off := hit("off", 1, time.Second)
-	off.Tag = ruleBan{&window.Ban{}}
-	sh := hit("sh", 1, time.Second)
+	off.Tag = ruleBan{nil}
+	sh := asking(hit("sh", 1, time.Second))
 	sh.Shadow = true
 	for range 3 {
 		mustDecide(t, g, off)
 		mustDecide(t, g, sh)
 	}
 	if n := rep.count("off") + rep.count("sh"); n != 0 {
-		t.Fatalf("%d denials reported for a disabled box or a shadow hit", n)
+		t.Fatalf("%d denials reported for a rule without a box or a shadow hit", n)
 	}
 }
 
@@ -159,14 +160,14 @@ func TestGuardBanConcurrent(t *testing.T) {
 				case w == 0:
 					g.Lift(k)
 				default:
-					mustDecide(t, g, hit(k, 3, time.Second))
+					mustDecide(t, g, asking(hit(k, 3, time.Second)))
 				}
 			}
 		})
 	}
 	wg.Wait()
 	g.Ban("a", clock.Now().Add(time.Minute))
-	if d := mustDecide(t, g, hit("a", 3, time.Second)); d.Source != window.SourceLocalBanned {
+	if d := mustDecide(t, g, asking(hit("a", 3, time.Second))); d.Source != window.SourceLocalBanned {
 		t.Fatalf("after the storm, a ban: %+v", d)
 	}
 }

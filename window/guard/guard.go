@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -25,8 +26,10 @@ type GuardOptions struct {
 	// Budget is the memory budget in bytes for the over-limit cache and the
 	// penalty box together; 0 means DefaultGuardBudget. Minimum 64 KiB.
 	Budget int64
-	// Ban is the penalty box for hits whose Tag names none (see [RuleBan]).
-	// The zero Ban disables it; use DefaultBan for serve's default.
+	// Ban is the penalty box of the rules that ask for one (see [RuleBan]):
+	// the fields a rule leaves zero are taken from it. A hit whose rule
+	// does not ask is never banned. serve sets it from its --ban-* flags
+	// (window.DefaultBan).
 	Ban window.Ban
 	// Reporter, if not nil, is told of every denial that counts toward a
 	// ban (see [BanReporter]).
@@ -42,9 +45,10 @@ type BanReporter interface {
 	Denied(key string, ban window.Ban)
 }
 
-// RuleBan is what the Guard reads of a hit's Tag: the penalty box of the
-// hit's rule, or nil for the Guard's own (GuardOptions.Ban). A front-end's
-// rule implements it.
+// RuleBan is what the Guard reads of a hit's Tag: the penalty box the hit's
+// rule asks for, its zero fields taken from GuardOptions.Ban, or nil when
+// the rule asks for none (its keys are then never banned). A front-end's
+// rule implements it; a hit whose Tag does not is never banned.
 type RuleBan interface {
 	PenaltyBox() *window.Ban
 }
@@ -92,6 +96,9 @@ func NewGuard(next window.Limiter, opts GuardOptions) (*Guard, error) {
 	}
 	if opts.Ban.Duration < 0 || opts.Ban.Window < 0 || opts.Ban.Threshold < 0 {
 		return nil, fmt.Errorf("guard: penalty box %+v has a negative field", opts.Ban)
+	}
+	if opts.Ban.Duration > window.MaxBanDuration {
+		return nil, fmt.Errorf("guard: penalty box duration %s is longer than the maximum of %s", opts.Ban.Duration, window.MaxBanDuration)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -253,7 +260,7 @@ func (g *Guard) adopt(h *window.Hit, e *guardEntry) *guardEntry {
 // cache, full, rejected it (a cache is a hint: the key is then decided by
 // the store again).
 func (g *Guard) Ban(key string, until time.Time) {
-	u := until.UnixNano()
+	u := unixNano(until)
 	if e, ok := g.cache.Get(key); ok && e != nil {
 		e.bannedUntil.Store(u)
 		return
@@ -290,16 +297,28 @@ func (g *Guard) set(key string, e *guardEntry) {
 	g.cache.Wait()
 }
 
-// banOf returns the penalty box that applies to h: its rule's (RuleBan), or
-// the Guard's.
+// banOf returns the penalty box that applies to h: the one its rule asks
+// for (RuleBan), completed by the Guard's, or none.
 func (g *Guard) banOf(h *window.Hit) window.Ban {
 	if r, ok := h.Tag.(RuleBan); ok {
 		if b := r.PenaltyBox(); b != nil {
-			return *b
+			return b.Or(g.ban)
 		}
 	}
-	return g.ban
+	return window.Ban{}
 }
+
+// unixNano returns t in Unix nanoseconds, saturated: an instant past what
+// an int64 holds (2262) is the latest one, never a wrapped, past one.
+func unixNano(t time.Time) int64 {
+	if t.After(maxInstant) {
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// maxInstant is the latest instant in Unix nanoseconds.
+var maxInstant = time.Unix(0, math.MaxInt64)
 
 // store (re)inserts h's entry e. Entries carry no TTL: an expired entry
 // refuses nothing (its instants are past) and the fixed budget evicts it in

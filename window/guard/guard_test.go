@@ -119,7 +119,7 @@ func TestGuardLimitChangeInvalidates(t *testing.T) {
 func TestGuardPenaltyBox(t *testing.T) {
 	ban := window.Ban{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute}
 	g, backend, clock := newTestGuard(t, ban)
-	h := hit("abuser", 1, 100*time.Millisecond)
+	h := asking(hit("abuser", 1, 100*time.Millisecond))
 	mustDecide(t, g, h)
 	for i := range 3 { // 3 denials: at the threshold, not over it
 		if d := mustDecide(t, g, h); d.Allowed {
@@ -157,7 +157,7 @@ func TestGuardPenaltyBox(t *testing.T) {
 func TestGuardBanOverrideAndDisabled(t *testing.T) {
 	g, _, clock := newTestGuard(t, window.Ban{Threshold: 1, Window: time.Minute, Duration: time.Hour})
 	h := hit("k", 1, 10*time.Millisecond)
-	h.Tag = ruleBan{&window.Ban{}} // this rule disables the box
+	h.Tag = ruleBan{nil} // this rule asks for no box
 	for range 20 {
 		mustDecide(t, g, h)
 		mustDecide(t, g, h)
@@ -211,7 +211,7 @@ func TestGuardErrors(t *testing.T) {
 
 func TestGuardReloadLiftsBan(t *testing.T) {
 	g, _, clock := newTestGuard(t, window.Ban{Threshold: 1, Window: time.Minute, Duration: time.Hour})
-	h := hit("nat-ip", 1, 10*time.Millisecond)
+	h := asking(hit("nat-ip", 1, 10*time.Millisecond))
 	mustDecide(t, g, h)
 	for range 3 {
 		mustDecide(t, g, h)
@@ -222,19 +222,55 @@ func TestGuardReloadLiftsBan(t *testing.T) {
 		t.Fatalf("%+v: want banned", d)
 	}
 	// A reload lowers the limit: the ban stays.
-	lowered := hit("nat-ip", 1, 20*time.Millisecond)
+	lowered := asking(hit("nat-ip", 1, 20*time.Millisecond))
 	if d := mustDecide(t, g, lowered); d.Allowed || d.Source != window.SourceLocalBanned {
 		t.Fatalf("limit lowered: %+v, want still banned", d)
 	}
 	// A reload raises the limit: the ban earned under the old one is lifted.
-	raised := hit("nat-ip", 100, 10*time.Millisecond)
+	raised := asking(hit("nat-ip", 100, 10*time.Millisecond))
 	if d := mustDecide(t, g, raised); !d.Allowed {
 		t.Fatalf("limit raised: %+v, want allowed", d)
 	}
 	// A reload that disables the penalty box lifts it too.
 	off := h
-	off.Tag = ruleBan{&window.Ban{}}
+	off.Tag = ruleBan{nil}
 	if d := mustDecide(t, g, off); d.Source != window.SourceBackend {
 		t.Fatalf("penalty box disabled, yet the key is still refused locally: %+v", d)
+	}
+}
+
+// TestGuardNoBanUnlessAsked: a key of a rule that asks for no penalty box
+// (or a hit whose Tag names no rule) is never banned, however often it is
+// denied: the next request after the window reopens is the store's.
+func TestGuardNoBanUnlessAsked(t *testing.T) {
+	g, _, clock := newTestGuard(t, window.Ban{Threshold: 1, Window: time.Minute, Duration: time.Hour})
+	for name, h := range map[string]window.Hit{
+		"untagged":  hit("a", 3, time.Second),
+		"asks none": {Key: "b", Limit: window.Limit{Requests: 3, Window: time.Second}, Tag: ruleBan{nil}},
+	} {
+		for round := range 5 {
+			for i := range 20 {
+				if d := mustDecide(t, g, h); d.Source == window.SourceLocalBanned {
+					t.Fatalf("%s: round %d, check %d: banned: %+v", name, round, i, d)
+				}
+				g.Wait()
+			}
+			clock.Advance(time.Second)
+			if d := mustDecide(t, g, h); !d.Allowed {
+				t.Fatalf("%s: round %d: after the window: %+v, want allowed", name, round, d)
+			}
+		}
+	}
+}
+
+// TestGuardBanPastNanoseconds: a ban whose end lies past what Unix
+// nanoseconds hold is enforced, not wrapped into the past.
+func TestGuardBanPastNanoseconds(t *testing.T) {
+	g, _, clock := newTestGuard(t, window.DefaultBan)
+	h := asking(hit("k", 5, time.Second))
+	g.Ban("k", time.Date(2319, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock.Advance(time.Hour)
+	if d := mustDecide(t, g, h); d.Allowed || d.Source != window.SourceLocalBanned {
+		t.Fatalf("a ban until 2319: %+v, want a ban refusal", d)
 	}
 }

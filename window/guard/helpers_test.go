@@ -28,3 +28,10 @@ var (
 type ruleBan struct{ b *window.Ban }
 
 func (r ruleBan) PenaltyBox() *window.Ban { return r.b }
+
+// asking returns h with a rule that asks for the Guard's penalty box
+// ("ban: {}"): a hit whose rule does not ask is never banned.
+func asking(h window.Hit) window.Hit {
+	h.Tag = ruleBan{&window.Ban{}}
+	return h
+}

@@ -338,3 +338,78 @@ func BenchmarkReporterDenied(b *testing.B) {
 		}
 	})
 }
+
+// TestLongBanOutlivesFlush: a day's ban held by a sidecar, then FLUSHALL
+// while the key keeps being denied. The denials raise the rule's 5-minute
+// box on the empty Redis; the sidecar keeps the day and writes it back, so
+// Redis, its index and the sidecar all say the day again.
+func TestLongBanOutlivesFlush(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, keys, c := newTestBans(t)
+	k := keys.Key("r", "abuser")
+	day := time.Now().Add(24 * time.Hour).Truncate(time.Millisecond)
+	if err := b.Add(ctx, k, day); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	// Resync never: the channel alone must carry it.
+	_, a := startSubscriber(t, b, SubscriberOptions{Resync: -1})
+	eventually(t, "the day's ban applied", func() bool { u, ok := a.get(k); return ok && u.Equal(day) })
+	r, err := b.NewReporter(ReporterOptions{})
+	if err != nil {
+		t.Fatalf("NewReporter: %v", err)
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatalf("FLUSHALL: %v", err)
+	}
+	for range 10 {
+		r.Denied(k, window.DefaultBan)
+	}
+	r.Flush(ctx)
+	if st := r.Stats(); st.Raised != 1 {
+		t.Fatalf("reporter stats %+v: want the 5-minute ban raised on the empty Redis", st)
+	}
+	wantHeldEverywhere(t, b, a, k, day)
+}
+
+// TestSyncKeepsLongBanOverShorterRaise: Redis is flushed and, before the
+// sidecar's next sync, a fresh count raised a 5-minute ban it did not hear
+// of (written here in the flush's own transaction): the sync finds the
+// epoch changed and writes the day back over the 5 minutes.
+func TestSyncKeepsLongBanOverShorterRaise(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, keys, c := newTestBans(t)
+	k := keys.Key("r", "abuser")
+	day := time.Now().Add(24 * time.Hour).Truncate(time.Millisecond)
+	if err := b.Add(ctx, k, day); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	_, a := startSubscriber(t, b, SubscriberOptions{Resync: 50 * time.Millisecond})
+	eventually(t, "the day's ban applied", func() bool { u, ok := a.get(k); return ok && u.Equal(day) })
+	five := time.Now().Add(5 * time.Minute).UnixMilli()
+	if _, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.FlushAll(ctx)
+		p.Do(ctx, "SET", k+banSuffix, five, "PXAT", five)
+		p.ZAdd(ctx, b.Channel(), redis.Z{Score: float64(five), Member: k})
+		return nil
+	}); err != nil {
+		t.Fatalf("FLUSHALL and a 5-minute ban: %v", err)
+	}
+	wantHeldEverywhere(t, b, a, k, day)
+}
+
+// wantHeldEverywhere waits until Redis's ban of k and its index say until,
+// and checks that the sidecar a held until throughout.
+func wantHeldEverywhere(t *testing.T, b *FleetBans, a *applied, k string, until time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "the held ban written back", func() bool {
+		u, banned, err := b.Get(ctx, k)
+		list, lerr := b.List(ctx)
+		return err == nil && banned && u.Equal(until) && lerr == nil && len(list) == 1 && list[0].Until.Equal(until)
+	})
+	if u, ok := a.get(k); !ok || !u.Equal(until) {
+		t.Fatalf("the sidecar's ban %v, %v; want %v", u, ok, until)
+	}
+}

@@ -160,7 +160,7 @@ func (b *FleetBans) checkKey(key string) error {
 
 // Add bans key until until on every sidecar: it sets K!ban, indexes it and
 // publishes it. An existing ban of key is replaced (shortened too). until
-// must be in the future.
+// must be in the future and at most window.MaxBanDuration away.
 func (b *FleetBans) Add(ctx context.Context, key string, until time.Time) error {
 	if err := b.checkKey(key); err != nil {
 		return err
@@ -168,6 +168,9 @@ func (b *FleetBans) Add(ctx context.Context, key string, until time.Time) error 
 	now := b.now()
 	if !until.After(now) {
 		return fmt.Errorf("fleet bans: ban of %s ends at %s, not after now", key, until.Format(time.RFC3339))
+	}
+	if until.Sub(now) > window.MaxBanDuration {
+		return fmt.Errorf("fleet bans: ban of %s ends at %s, more than the maximum of %s away", key, until.Format(time.RFC3339), window.MaxBanDuration)
 	}
 	ms := until.UnixMilli()
 	pipe := b.client.Pipeline()

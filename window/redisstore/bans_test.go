@@ -162,6 +162,8 @@ func TestFleetBansRejects(t *testing.T) {
 	k := keys.Key("r", "v")
 	for name, err := range map[string]error{
 		"past":         b.Add(ctx, k, time.Now().Add(-time.Second)),
+		"over a year":  b.Add(ctx, k, time.Now().Add(window.MaxBanDuration+time.Hour)),
+		"past 2262":    b.Add(ctx, k, time.Now().Add(2562047*time.Hour)),
 		"other prefix": b.Add(ctx, "zz:{000000}:r:v", time.Now().Add(time.Hour)),
 		"space":        b.Lift(ctx, k+" x", false),
 		"empty":        b.Lift(ctx, "", false),

@@ -82,8 +82,9 @@ type SubscriberOptions struct {
 // treats the index as the truth: a ban the subscriber holds that is missing
 // was lifted meanwhile, and is lifted here. A sync that finds another epoch
 // (or none: it then makes one) knows Redis lost the bans: it writes back
-// the ones it holds that are still in force (a later ban is kept), so that
-// a restarted Redis pardons no abuser. While Redis is down the bans held
+// the ones it holds that are still in force, each with its own end, over a
+// shorter one a fresh count raised since (a later ban is kept), so that a
+// restarted Redis pardons no abuser and shortens no ban. While Redis is down the bans held
 // stay in force locally, each until its end.
 type Subscriber struct {
 	fleet   *FleetBans
@@ -213,7 +214,7 @@ func (s *Subscriber) Run(ctx context.Context) {
 				subscribed, unsynced = true, true
 			}
 		case *redis.Message:
-			s.handle(m.Payload)
+			s.handle(ctx, m.Payload)
 		}
 	}
 }
@@ -236,8 +237,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// handle applies one channel message.
-func (s *Subscriber) handle(payload string) {
+// handle applies one channel message. A ban raised by a threshold that
+// ends before the ban the subscriber holds for the key means Redis lost the
+// held one (a reset: a fresh count then raised the rule's shorter box): the
+// held end stands here and is written back (see keepHeld). A ban by hand
+// replaces the held one, shorter too.
+func (s *Subscriber) handle(ctx context.Context, payload string) {
 	ev, ok := parseBanMessage(payload)
 	if !ok || s.fleet.checkKey(ev.key) != nil {
 		return
@@ -255,6 +260,15 @@ func (s *Subscriber) handle(payload string) {
 	}
 	if !ev.until.After(s.fleet.now()) {
 		return
+	}
+	if ev.by == ByThreshold {
+		s.mu.Lock()
+		held, ok := s.held[ev.key]
+		s.mu.Unlock()
+		if ok && held.After(ev.until) {
+			s.keepHeld(ctx, []BanEntry{{Key: ev.key, Until: held}})
+			return
+		}
 	}
 	if !s.learn(ev.key, ev.until) && s.events != nil {
 		s.events.Raised(keyRule(ev.key), ev.by)
@@ -319,16 +333,18 @@ func (s *Subscriber) sync(ctx context.Context, full bool) error {
 		return fmt.Errorf("fleet bans: sync: %w", err)
 	}
 	now := s.fleet.now()
-	indexed := make(map[string]struct{}, len(list))
+	indexed := make(map[string]time.Time, len(list))
 	for _, b := range list {
-		indexed[b.Key] = struct{}{}
+		indexed[b.Key] = b.Until
 	}
 	s.mu.Lock()
 	lost := s.epoch != "" && e != s.epoch
 	var missing []BanEntry
 	s.pruneLocked(now)
 	for k, until := range s.held {
-		if _, ok := indexed[k]; !ok {
+		// Redis lost the index: a ban held that it indexes shorter was
+		// raised again by a fresh count since, and the held end stands.
+		if in, ok := indexed[k]; !ok || lost && in.Before(until) {
 			missing = append(missing, BanEntry{Key: k, Until: until})
 		}
 	}
@@ -349,12 +365,31 @@ func (s *Subscriber) sync(ctx context.Context, full bool) error {
 		}
 	}
 	for _, b := range list {
+		if lost {
+			s.mu.Lock()
+			held := s.held[b.Key]
+			s.mu.Unlock()
+			if held.After(b.Until) {
+				continue // written back above
+			}
+		}
 		s.learn(b.Key, b.Until)
 	}
 	s.mu.Lock()
 	s.epoch = e
 	s.mu.Unlock()
 	return nil
+}
+
+// keepHeld writes back bans the subscriber holds that Redis lost, within
+// banCallTimeout; a failure is reported and left to the next sync (the
+// held bans stay in force here meanwhile).
+func (s *Subscriber) keepHeld(ctx context.Context, bans []BanEntry) {
+	rctx, cancel := context.WithTimeout(ctx, banCallTimeout)
+	defer cancel()
+	if err := s.restore(rctx, bans); err != nil {
+		s.fail(err)
+	}
 }
 
 // restore writes back bans Redis lost: each unless a later one is there,
