@@ -206,7 +206,7 @@ func TestEveryConfigError(t *testing.T) {
 		t.Fatalf("errors:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 	var first *ConfigError
-	if !errors.As(err, &first) || first != errs[0] {
+	if !errors.As(err, &first) || first != errs.List[0] {
 		t.Errorf("errors.As finds %v, want the first error", first)
 	}
 }
@@ -221,10 +221,10 @@ func TestConfigErrorsBounded(t *testing.T) {
 	}
 	_, err := ParseConfig("d.yaml", []byte(b.String()))
 	var errs ConfigErrors
-	if !errors.As(err, &errs) || len(errs) != MaxErrors {
-		t.Fatalf("%v, want %d errors", err, MaxErrors)
+	if !errors.As(err, &errs) || len(errs.List) != MaxErrors || errs.More != 50-MaxErrors {
+		t.Fatalf("%v, want %d errors listed and %d more", err, MaxErrors, 50-MaxErrors)
 	}
-	if errs[0].Line != 5 || errs[MaxErrors-1].Line != 5+4*(MaxErrors-1) {
-		t.Errorf("lines %d to %d, want the first ones", errs[0].Line, errs[MaxErrors-1].Line)
+	if errs.List[0].Line != 5 || errs.List[MaxErrors-1].Line != 5+4*(MaxErrors-1) {
+		t.Errorf("lines %d to %d, want the first ones", errs.List[0].Line, errs.List[MaxErrors-1].Line)
 	}
 }

@@ -47,11 +47,11 @@ func TestErrorsBounded(t *testing.T) {
 	}
 	_, err := ParseFiles([]File{{Name: "d.yaml", Data: []byte(b.String())}})
 	var errs ConfigErrors
-	if !errors.As(err, &errs) || len(errs) != MaxErrors {
-		t.Fatalf("%v, want %d errors", err, MaxErrors)
+	if !errors.As(err, &errs) || len(errs.List) != MaxErrors || errs.More != 50-MaxErrors {
+		t.Fatalf("%v, want %d errors listed and %d more", err, MaxErrors, 50-MaxErrors)
 	}
-	if errs[0].Line != 4 || errs[MaxErrors-1].Line != 2+2*MaxErrors {
-		t.Errorf("lines %d to %d, want the first ones", errs[0].Line, errs[MaxErrors-1].Line)
+	if errs.List[0].Line != 4 || errs.List[MaxErrors-1].Line != 2+2*MaxErrors {
+		t.Errorf("lines %d to %d, want the first ones", errs.List[0].Line, errs.List[MaxErrors-1].Line)
 	}
 }
 

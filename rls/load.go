@@ -104,13 +104,14 @@ func readFile(path string) ([]byte, error) {
 	return configfile.Read(path, MaxFileSize, "ratelimit config")
 }
 
-// MaxErrors is the most errors ParseFiles reports.
+// MaxErrors is the most errors ParseFiles lists; the others are counted.
 const MaxErrors = configfile.MaxErrors
 
 // ConfigErrors is every error found in the config files, by file and in
-// file order (at most MaxErrors); ParseFiles returns it when there is more
-// than one. Error returns them one "FILE:LINE:COL: message" a line, and
-// Unwrap each *ConfigError, for errors.As.
+// file order: the first MaxErrors listed, and how many more; ParseFiles
+// returns it when there is more than one. Error returns them one
+// "FILE:LINE:COL: message" a line, then "and N more", and Unwrap each listed
+// *ConfigError, for errors.As.
 type ConfigErrors = configfile.Errors
 
 // ParseFiles parses config files, one domain each, and checks them as

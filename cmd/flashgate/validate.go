@@ -18,8 +18,9 @@ func newValidateCmd(e env) *cobra.Command {
 are errors) and prints its rules as a table. Without --config (or
 FLASHGATE_CONFIG) it shows the built-in example.
 
-An invalid file is reported as FILE:LINE:COL: message, every error (up to
-20 a file) on a line of its own in file order, with exit status 1.`,
+An invalid file is reported as FILE:LINE:COL: message, every error on a
+line of its own in file order (the first 20, then "and N more"), with exit
+status 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if rlsDir != "" {
@@ -58,22 +59,16 @@ func loadConfig(file string) (*extauthz.Config, error) {
 }
 
 // listErrors writes every error of a file that has several to w, one
-// FILE:LINE:COL: message a line, and returns a summary in their place; any
-// other error is returned as it is.
+// FILE:LINE:COL: message a line (then "and N more" past
+// extauthz.MaxErrors), and returns a summary in their place; any other
+// error is returned as it is.
 func listErrors(w io.Writer, err error) error {
 	var errs extauthz.ConfigErrors // rls.ConfigErrors is the same type
 	if !errors.As(err, &errs) {
 		return err
 	}
-	lines := errs.Unwrap()
-	for _, l := range lines {
-		if _, werr := fmt.Fprintln(w, l); werr != nil {
-			return fmt.Errorf("write: %w", werr)
-		}
+	if _, werr := fmt.Fprintln(w, errs.Error()); werr != nil {
+		return fmt.Errorf("write: %w", werr)
 	}
-	more := ""
-	if len(lines) >= extauthz.MaxErrors {
-		more = " (the first ones; fix them and run again)"
-	}
-	return fmt.Errorf("%d errors%s", len(lines), more)
+	return fmt.Errorf("%d errors", errs.Len())
 }
