@@ -12,28 +12,78 @@ import (
 	"time"
 )
 
-// TestEveryError: a file with several mistakes reports all of them, in
-// file order, the same on every run (unknown keys were found by a map
-// walk, in random order).
+// TestEveryError: a file with several mistakes reports every one at its
+// position, in file order, the same on every run (unknown keys were found
+// by a map walk, in random order): every field of a descriptor and of its
+// rate_limit, and a bad descriptor without hiding its siblings or its
+// nested ones; past MaxErrors the list ends with how many more there are.
 func TestEveryError(t *testing.T) {
-	const dir = "testdata/bad_many"
-	f := dir + "/d.yaml:"
-	want := []string{
-		f + `4:5: unknown field "zzz"; known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, failure_mode, local_share, ban`,
-		f + `5:5: unknown field "aaa"; known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, failure_mode, local_share, ban`,
-		f + `6:54: unknown field "yyy"; known fields: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, requests, window, algorithm, buckets`,
-		f + `6:62: unknown field "bbb"; known fields: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, requests, window, algorithm, buckets`,
-		f + `8:18: invalid rate limit unit "fortnight": want second, minute, hour, day or week`,
+	descFields := "known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, failure_mode, local_share, ban"
+	rlFields := "known fields: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, requests, window, algorithm, buckets"
+	fortnight := `: invalid rate limit unit "fortnight": want second, minute, hour, day or week`
+	var overTwenty []string
+	for i := range MaxErrors {
+		overTwenty = append(overTwenty, fmt.Sprintf(":%d:18%s", 4+2*i, fortnight))
 	}
-	for range 20 {
-		_, err := LoadDir(dir)
-		var errs ConfigErrors
-		if !errors.As(err, &errs) {
-			t.Fatalf("LoadDir: %v (%T), want ConfigErrors", err, err)
-		}
-		if got := errs.Error(); got != strings.Join(want, "\n") {
-			t.Fatalf("errors:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
-		}
+	tests := map[string]struct {
+		want []string
+		more int
+	}{
+		"unknown_fields": {want: []string{
+			`:4:5: unknown field "zzz"; ` + descFields,
+			`:5:5: unknown field "aaa"; ` + descFields,
+			`:6:54: unknown field "yyy"; ` + rlFields,
+			`:6:62: unknown field "bbb"; ` + rlFields,
+			":8:18" + fortnight,
+		}},
+		"every_field": {want: []string{
+			`:3:5: share_threshold applies to a wildcard value (with a *); "" has none`,
+			`:4:5: failure_mode "open" must be local, allow or deny`,
+			":5:5: local_share must be between 1 and 1000000, not 0 (omit it to share the limit evenly among the live sidecars)",
+			":7:18" + fortnight,
+			":7:35: unit_multiplier must be at least 1",
+			`:7:55: algorithm "fast" must be auto, exact or buckets`,
+			":7:84: replaces entry has an empty name",
+			":8:5: descriptor has an empty key",
+			":9:18: requests must be at least 1, not 0",
+			`:9:31: window "1 sec": in a ratelimit config, a whole number of seconds from 1s to 168h0m0s (current_limit reports it in a unit)`,
+			`:12:5: duplicate descriptor composite key "every.b"`,
+			":15:36: requests_per_unit must be at most 1000000 per window, not 9999999",
+		}},
+		"over_twenty": {want: overTwenty, more: 5},
+	}
+	files, err := filepath.Glob("testdata/many/*.yaml")
+	if err != nil || len(files) != len(tests) {
+		t.Errorf("%d fixtures (%v), %d table entries", len(files), err, len(tests))
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := "testdata/many/" + name + ".yaml"
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			for _, w := range tc.want {
+				lines = append(lines, path+w)
+			}
+			if tc.more > 0 {
+				lines = append(lines, fmt.Sprintf("and %d more", tc.more))
+			}
+			for range 20 {
+				_, err := ParseFiles([]File{{Name: path, Data: data}})
+				var errs ConfigErrors
+				if !errors.As(err, &errs) {
+					t.Fatalf("ParseFiles: %v (%T), want ConfigErrors", err, err)
+				}
+				if got := errs.Error(); got != strings.Join(lines, "\n") {
+					t.Fatalf("errors:\n%s\nwant:\n%s", got, strings.Join(lines, "\n"))
+				}
+				if errs.Len() != len(tc.want)+tc.more {
+					t.Fatalf("Len %d, want %d", errs.Len(), len(tc.want)+tc.more)
+				}
+			}
+		})
 	}
 }
 
