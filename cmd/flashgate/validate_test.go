@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -69,26 +70,39 @@ func TestValidate(t *testing.T) {
 }
 
 // TestValidateEveryError: validate lists every error of a file, one a line
-// in file order on stderr, the same on every run, then exits 1.
+// in file order on stderr, the same on every run, the first 20 then how
+// many more, and exits 1 counting them all.
 func TestValidateEveryError(t *testing.T) {
-	const f = "testdata/bad_three.yaml"
 	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors"
-	want := f + `:4:5: unknown key "zzz" in a descriptor; ` + known + "\n" +
-		f + `:5:5: unknown key "aaa" in a descriptor; ` + known + "\n" +
-		f + ":8:28: requests must be at least 1, not 0\n"
-	for range 5 {
-		var stdout, stderr strings.Builder
-		err := runEnv(context.Background(), []string{"validate", "--config", f},
-			env{stdout: &stdout, stderr: &stderr, lookupEnv: func(string) (string, bool) { return "", false }})
-		if err == nil {
-			t.Fatalf("no error; stdout:\n%s", stdout.String())
-		}
-		if stderr.String() != want {
-			t.Fatalf("stderr:\n%s\nwant:\n%s", stderr.String(), want)
-		}
-		if line := errorLine(err); line != "flashgate: 3 errors" {
-			t.Errorf("last line %q", line)
-		}
+	const three, over = "testdata/bad_three.yaml", "testdata/bad_over_twenty.yaml"
+	var overLines strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&overLines, "%s:%d:28: requests must be at least 1, not 0\n", over, 5+3*i)
+	}
+	overLines.WriteString("and 5 more\n")
+	tests := map[string]struct{ file, stderr, last string }{
+		"three": {three, three + `:4:5: unknown key "zzz" in a descriptor; ` + known + "\n" +
+			three + `:5:5: unknown key "aaa" in a descriptor; ` + known + "\n" +
+			three + ":8:28: requests must be at least 1, not 0\n", "flashgate: 3 errors"},
+		"over twenty": {over, overLines.String(), "flashgate: 25 errors"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for range 5 {
+				var stdout, stderr strings.Builder
+				err := runEnv(context.Background(), []string{"validate", "--config", tc.file},
+					env{stdout: &stdout, stderr: &stderr, lookupEnv: func(string) (string, bool) { return "", false }})
+				if err == nil {
+					t.Fatalf("no error; stdout:\n%s", stdout.String())
+				}
+				if stderr.String() != tc.stderr {
+					t.Fatalf("stderr:\n%s\nwant:\n%s", stderr.String(), tc.stderr)
+				}
+				if line := errorLine(err); line != tc.last {
+					t.Errorf("last line %q, want %q", line, tc.last)
+				}
+			}
+		})
 	}
 }
 
