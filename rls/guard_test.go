@@ -51,6 +51,16 @@ func TestEveryError(t *testing.T) {
 			":15:36: requests_per_unit must be at most 1000000 per window, not 9999999",
 		}},
 		"over_twenty": {want: overTwenty, more: 5},
+		// each value of the wrong type, and the checks of the others
+		"wrong_types": {want: []string{
+			":4:18: cannot unmarshal uint64 into Go struct field yamlFile.Descriptors of type bool",
+			":5:51: cannot unmarshal -1 into Go value of type uint32 ( overflow )",
+			":6:10: cannot unmarshal []interface {} into Go struct field yamlFile.Descriptors of type string",
+			":9:18: cannot unmarshal string into Go struct field yamlFile.Descriptors of type int64",
+			":10:24: cannot unmarshal []interface {} into Go struct field yamlFile.Descriptors of type string",
+			":10:53: cannot unmarshal 99999999999 into Go value of type uint32 ( overflow )",
+			":12:18" + fortnight,
+		}},
 	}
 	files, err := filepath.Glob("testdata/many/*.yaml")
 	if err != nil || len(files) != len(tests) {

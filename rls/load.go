@@ -319,25 +319,106 @@ func parseFile(f File) (*Domain, []*ConfigError) {
 		opts = append(opts, yaml.Strict())
 	}
 	var y yamlFile
-	if err := yaml.UnmarshalWithOptions(f.Data, &y, opts...); err != nil {
-		var ye yaml.Error
-		if errors.As(err, &ye) && ye.GetToken() != nil && ye.GetToken().Position != nil {
-			pos := ye.GetToken().Position
-			p.note(&ConfigError{File: f.Name, Line: pos.Line, Column: pos.Column, Msg: ye.GetMessage()})
-		} else {
-			p.note(&ConfigError{File: f.Name, Msg: fmt.Sprintf("invalid YAML: %v", err)})
-		}
+	dropped, ok := p.decode(f.Data, &y, opts)
+	if !ok {
 		return nil, sorted(errs)
 	}
+	checked := len(errs)
 	if y.Domain == "" && !topRefused { // else likely the refused key
 		p.note(p.errAt("$", "config file cannot have an empty domain"))
 	}
 	d := &Domain{Name: y.Domain, File: f.Name, keyRule: enforce.ReservedRulePrefix + y.Domain, root: *newNode()}
 	p.note(p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}))
+	// A value decoded as null in place of one of the wrong type is likely
+	// why a check of its mapping failed: such errors are left out.
+	kept := errs[:checked]
+	for _, e := range errs[checked:] {
+		if !dropped[[2]int{e.Line, e.Column}] {
+			kept = append(kept, e)
+		}
+	}
+	errs = kept
 	if len(errs) > 0 {
 		return nil, sorted(errs)
 	}
 	return d, nil
+}
+
+// decode decodes data into y and reports whether it did. A value of the
+// wrong type (or out of range) is recorded, replaced by null in the syntax
+// tree, and the tree decoded again, so that each is reported; any other
+// error, or one past MaxErrors of them, is recorded and stops it (the
+// count of the errors not listed is then a lower bound). dropped
+// holds, for each value replaced, the positions of its key and of its
+// mapping's first key, where the checks of the fields left absent report.
+func (p fileParser) decode(data []byte, y *yamlFile, opts []yaml.DecodeOption) (dropped map[[2]int]bool, ok bool) {
+	err := yaml.UnmarshalWithOptions(data, y, opts...)
+	for tries := 0; ; tries++ {
+		if err == nil {
+			return dropped, true
+		}
+		var ye yaml.Error
+		if !errors.As(err, &ye) || ye.GetToken() == nil || ye.GetToken().Position == nil {
+			p.note(&ConfigError{File: p.name, Msg: fmt.Sprintf("invalid YAML: %v", err)})
+			return nil, false
+		}
+		pos := ye.GetToken().Position
+		p.note(&ConfigError{File: p.name, Line: pos.Line, Column: pos.Column, Msg: ye.GetMessage()})
+		var te *yaml.TypeError
+		var oe *yaml.OverflowError
+		var ne *yaml.UnexpectedNodeTypeError
+		if !errors.As(err, &te) && !errors.As(err, &oe) && !errors.As(err, &ne) || p.file == nil || len(p.file.Docs) == 0 || tries == MaxErrors {
+			return nil, false
+		}
+		body := p.file.Docs[0].Body
+		at := [2]int{pos.Line, pos.Column}
+		key, first := nullValue(body, at)
+		if key == nil {
+			return nil, false
+		}
+		if dropped == nil {
+			dropped = map[[2]int]bool{}
+		}
+		k1, k2 := tokenPos(key)
+		f1, f2 := tokenPos(first)
+		dropped[[2]int{k1, k2}], dropped[[2]int{f1, f2}] = true, true
+		*y = yamlFile{}
+		err = yaml.NodeToValue(body, y, opts...)
+	}
+}
+
+// nullValue replaces the value of n's mapping entry that starts at pos
+// (line, column), however deep, by null, and returns the entry's key and
+// its mapping's first key; nil if no entry's value starts there.
+func nullValue(n ast.Node, pos [2]int) (key, first ast.Node) {
+	visit := func(m *ast.MappingValueNode, firstKey ast.Node) (ast.Node, ast.Node) {
+		if l, c := tokenPos(m.Value); l == pos[0] && c == pos[1] {
+			m.Value = ast.Null(m.Value.GetToken())
+			return m.Key, firstKey
+		}
+		return nullValue(m.Value, pos)
+	}
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		for _, m := range v.Values {
+			if key, first := visit(m, v.Values[0].Key); key != nil {
+				return key, first
+			}
+		}
+	case *ast.MappingValueNode:
+		return visit(v, v.Key)
+	case *ast.SequenceNode:
+		for _, item := range v.Values {
+			if key, first := nullValue(item, pos); key != nil {
+				return key, first
+			}
+		}
+	case *ast.AnchorNode:
+		return nullValue(v.Value, pos)
+	case *ast.TagNode:
+		return nullValue(v.Value, pos)
+	}
+	return nil, nil
 }
 
 // checkKeys records, in file order, every key of n that is not a field of
