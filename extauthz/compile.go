@@ -283,13 +283,17 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 		}
 		return nil
 	}
+	// A missing or bad key or value is reported and the rest of the
+	// descriptor still checked; its rule is then left out (matched is
+	// false).
+	var m Match
+	matched := false
 	kf := get("key")
 	if kf == nil {
-		return p.missing(n, "a descriptor needs a key")
+		p.note(p.missing(n, "a descriptor needs a key"))
+	} else {
+		m, matched = p.match(kf, path)
 	}
-	// A bad key or value is reported and the rest of the descriptor still
-	// checked; its rule is then left out (matched is false).
-	m, matched := p.match(kf, path)
 	if vf := get("value"); vf != nil {
 		v, err := p.str(vf.value, "value")
 		if p.note(err) || p.note(p.pattern(vf.value, v, &m)) {
@@ -303,6 +307,9 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 	rl, nested := get("rate_limit"), get("descriptors")
 	nf := get("name")
 	if rl == nil && nested == nil {
+		if kf == nil {
+			return errReported // a descriptor of no key, said above
+		}
 		return p.missing(n, "descriptor %q has neither rate_limit nor nested descriptors", m.Key)
 	}
 	if nf != nil && rl == nil {
@@ -400,7 +407,8 @@ func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 	return inh
 }
 
-// rule compiles the rate_limit rl of descriptor n (key kf, name nf or nil)
+// rule compiles the rate_limit rl of descriptor n (key kf, name nf, either
+// nil when absent)
 // into a Rule at path, and adds it to the config if matched (the
 // descriptor's key and value are valid). Every error it finds is added to
 // the file's errors.
@@ -412,7 +420,10 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inheri
 		Limit: limit, AutoBuckets: auto, Match: path, Shadow: inh.shadow, FailureMode: inh.failure,
 		LocalShare: inh.localShare, OnMissing: inh.onMissing, Ban: inh.ban, Line: line, Column: col,
 	}
-	var at ast.Node = kf.value
+	var at ast.Node = n
+	if kf != nil {
+		at = kf.value
+	}
 	switch {
 	case nf != nil:
 		name, err := p.str(nf.value, "name")

@@ -222,6 +222,13 @@ func TestEveryConfigError(t *testing.T) {
 			`:10:28: unit "fortnight" must be second, minute, hour or day`,
 			":10:58: requests_per_unit must be at least 1, not 0",
 		},
+		"no_key": {
+			":3:5: a descriptor needs a key",
+			`:4:11: rule name "bad name" must be 1 to 64 characters of A-Z a-z 0-9 . _ -`,
+			":5:28: requests must be at least 1, not 0",
+			`:6:5: unknown key "kye" in a descriptor; ` + known,
+			":8:5: a descriptor needs a key",
+		},
 		"no_domain": {
 			":1:1: domain is missing: name the rules' domain, such as domain: flashsale",
 			":3:28: requests must be at least 1, not 0",
