@@ -71,7 +71,8 @@ func TestValidate(t *testing.T) {
 
 // TestValidateEveryError: validate lists every error of a file, one a line
 // in file order on stderr, the same on every run, the first 20 then how
-// many more, and exits 1 counting them all.
+// many more, and exits 1 counting them all; with both formats, the errors
+// of both.
 func TestValidateEveryError(t *testing.T) {
 	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors"
 	const three, over = "testdata/bad_three.yaml", "testdata/bad_over_twenty.yaml"
@@ -80,17 +81,24 @@ func TestValidateEveryError(t *testing.T) {
 		fmt.Fprintf(&overLines, "%s:%d:28: requests must be at least 1, not 0\n", over, 5+3*i)
 	}
 	overLines.WriteString("and 5 more\n")
-	tests := map[string]struct{ file, stderr, last string }{
-		"three": {three, three + `:4:5: unknown key "zzz" in a descriptor; ` + known + "\n" +
-			three + `:5:5: unknown key "aaa" in a descriptor; ` + known + "\n" +
-			three + ":8:28: requests must be at least 1, not 0\n", "flashgate: 3 errors"},
-		"over twenty": {over, overLines.String(), "flashgate: 25 errors"},
+	threeLines := three + `:4:5: unknown key "zzz" in a descriptor; ` + known + "\n" +
+		three + `:5:5: unknown key "aaa" in a descriptor; ` + known + "\n" +
+		three + ":8:28: requests must be at least 1, not 0\n"
+	const twice = "../../rls/testdata/bad_duplicate_domain"
+	tests := map[string]struct {
+		args         []string
+		stderr, last string
+	}{
+		"three":       {[]string{"--config", three}, threeLines, "flashgate: 3 errors"},
+		"over twenty": {[]string{"--config", over}, overLines.String(), "flashgate: 25 errors"},
+		"both formats": {[]string{"--rls-config", twice, "--config", three},
+			twice + `/b.yaml:1:1: duplicate domain "twice" (also in ` + twice + "/a.yaml)\n" + threeLines, "flashgate: 4 errors"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			for range 5 {
 				var stdout, stderr strings.Builder
-				err := runEnv(context.Background(), []string{"validate", "--config", tc.file},
+				err := runEnv(context.Background(), append([]string{"validate"}, tc.args...),
 					env{stdout: &stdout, stderr: &stderr, lookupEnv: func(string) (string, bool) { return "", false }})
 				if err == nil {
 					t.Fatalf("no error; stdout:\n%s", stdout.String())
