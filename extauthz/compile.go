@@ -102,7 +102,7 @@ func (p *cfgParser) top(body ast.Node) error {
 		}
 	}
 	if !domainSet {
-		return p.missing(body, "domain is missing: name the rules' domain, such as domain: flashsale")
+		p.note(p.missing(body, "domain is missing: name the rules' domain, such as domain: flashsale"))
 	}
 	if descs == nil {
 		return p.missing(body, "descriptors is missing: the file declares no rules")
@@ -285,44 +285,21 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 		}
 		return nil
 	}
+	// A missing or bad key or value is reported and the rest of the
+	// descriptor still checked; its rule is then left out (matched is
+	// false).
+	var m Match
+	matched := false
 	kf := get("key")
 	if kf == nil {
-		return p.missing(n, "a descriptor needs a key")
-	}
-	key, err := p.str(kf.value, "key")
-	if err != nil {
-		return err
-	}
-	if key == "" {
-		return p.errf(kf.value, "key is empty")
-	}
-	m := Match{Key: key}
-	if i, ok := p.srcIdx[key]; ok {
-		m.src, m.Source = i, p.cfg.sources[i]
-		p.used[key] = true
-	} else if src, ok := defaultSources[key]; ok {
-		if len(p.cfg.sources) == MaxSources {
-			return p.errf(kf.value, "more than %d sources", MaxSources)
-		}
-		p.srcIdx[key] = len(p.cfg.sources)
-		p.cfg.sources = append(p.cfg.sources, src)
-		p.cfg.sourceKeys = append(p.cfg.sourceKeys, key)
-		m.src, m.Source = p.srcIdx[key], src
+		p.note(p.missing(n, "a descriptor needs a key"))
 	} else {
-		return p.errf(kf.value, "descriptor key %q has no source: declare it under sources (for example %s: {request_headers: {header_name: x-%s}})", key, key, key)
-	}
-	for _, earlier := range path {
-		if earlier.Key == key {
-			return p.errf(kf.value, "descriptor key %q is already used by an enclosing descriptor", key)
-		}
+		m, matched = p.match(kf, path)
 	}
 	if vf := get("value"); vf != nil {
 		v, err := p.str(vf.value, "value")
-		if err != nil {
-			return err
-		}
-		if err := p.pattern(vf.value, v, &m); err != nil {
-			return err
+		if p.note(err) || p.note(p.pattern(vf.value, v, &m)) {
+			matched = false
 		}
 	}
 	path = append(path[:len(path):len(path)], m)
@@ -332,13 +309,16 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 	rl, nested := get("rate_limit"), get("descriptors")
 	nf := get("name")
 	if rl == nil && nested == nil {
-		return p.missing(n, "descriptor %q has neither rate_limit nor nested descriptors", key)
+		if kf == nil {
+			return errReported // a descriptor of no key, said above
+		}
+		return p.missing(n, "descriptor %q has neither rate_limit nor nested descriptors", m.Key)
 	}
 	if nf != nil && rl == nil {
 		p.note(p.errf(nf.keyN, "name is set on a descriptor without rate_limit"))
 	}
 	if rl != nil {
-		p.note(p.rule(n, kf, nf, rl, path, inh))
+		p.note(p.rule(n, kf, nf, rl, path, inh, matched))
 	}
 	if nested != nil {
 		if err := p.descriptors(nested.value, path, inh, depth+1); err != nil {
@@ -346,6 +326,39 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 		}
 	}
 	return nil
+}
+
+// match reads descriptor key kf, below the keys of path, and its source;
+// ok is false when an error about it was added to the file's errors.
+func (p *cfgParser) match(kf *field, path []Match) (m Match, ok bool) {
+	key, err := p.str(kf.value, "key")
+	if p.note(err) {
+		return m, false
+	}
+	if key == "" {
+		p.note(p.errf(kf.value, "key is empty"))
+		return m, false
+	}
+	m.Key, ok = key, true
+	if i, declared := p.srcIdx[key]; declared {
+		m.src, m.Source = i, p.cfg.sources[i]
+		p.used[key] = true
+	} else if src, builtin := defaultSources[key]; !builtin {
+		ok = !p.note(p.errf(kf.value, "descriptor key %q has no source: declare it under sources (for example %s: {request_headers: {header_name: x-%s}})", key, key, key))
+	} else if len(p.cfg.sources) == MaxSources {
+		ok = !p.note(p.errf(kf.value, "more than %d sources", MaxSources))
+	} else {
+		p.srcIdx[key] = len(p.cfg.sources)
+		p.cfg.sources = append(p.cfg.sources, src)
+		p.cfg.sourceKeys = append(p.cfg.sourceKeys, key)
+		m.src, m.Source = p.srcIdx[key], src
+	}
+	for _, earlier := range path {
+		if earlier.Key == key {
+			ok = !p.note(p.errf(kf.value, "descriptor key %q is already used by an enclosing descriptor", key))
+		}
+	}
+	return m, ok
 }
 
 // settings reads a descriptor's shadow_mode, failure_mode, local_share,
@@ -396,20 +409,25 @@ func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 	return inh
 }
 
-// rule compiles the rate_limit rl of descriptor n (key kf, name nf or nil)
-// into a Rule at path.
-func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inherited) error {
-	limit, auto, err := p.rateLimit(rl.value)
-	if err != nil {
-		return err
-	}
+// rule compiles the rate_limit rl of descriptor n (key kf, name nf, either
+// nil when absent)
+// into a Rule at path, and adds it to the config if matched (the
+// descriptor's key and value are valid). Every error it finds is added to
+// the file's errors.
+func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inherited, matched bool) error {
+	limit, auto, limitErr := p.rateLimit(rl.value)
+	p.note(limitErr)
 	line, col := nodePos(n)
 	r := &Rule{
 		Limit: limit, AutoBuckets: auto, Match: path, Shadow: inh.shadow, FailureMode: inh.failure,
 		LocalShare: inh.localShare, OnMissing: inh.onMissing, Ban: inh.ban, Line: line, Column: col,
 	}
-	var at ast.Node = kf.value
-	if nf != nil {
+	var at ast.Node = n
+	if kf != nil {
+		at = kf.value
+	}
+	switch {
+	case nf != nil:
 		name, err := p.str(nf.value, "name")
 		if err != nil {
 			return err
@@ -418,7 +436,9 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inheri
 			return p.errf(nf.value, "rule name %q must be 1 to %d characters of A-Z a-z 0-9 . _ -", name, MaxRuleName)
 		}
 		r.Name, at = name, nf.value
-	} else {
+	case !matched:
+		return errReported // no name to check
+	default:
 		r.Name = derivedName(path)
 		if len(r.Name) > MaxRuleName {
 			return p.errf(n, "the derived rule name %q is longer than %d characters: set name", r.Name, MaxRuleName)
@@ -431,11 +451,14 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inheri
 	if prev, dup := p.names[r.Name]; dup {
 		return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)
 	}
+	p.names[r.Name] = r
+	if limitErr != nil || !matched {
+		return errReported
+	}
 	// Where local_share is written: on this descriptor or inherited.
 	if err := p.at(inh.localShareN, enforce.CheckShareFits(r.LocalShare, limit.Requests, r.Name)); err != nil {
 		return err
 	}
-	p.names[r.Name] = r
 	r.finish()
 	r.idx = len(p.cfg.Rules)
 	p.cfg.Rules = append(p.cfg.Rules, r)
@@ -543,9 +566,14 @@ func (p *cfgParser) rateLimit(n ast.Node) (_ window.Limit, auto bool, err error)
 			bucketsN = f.value
 		}
 	}
-	l, err := p.rateLimitSize(n, reqN, winN, unitN, rpuN)
-	if err != nil {
-		return l, false, err
+	l, sizeErr := p.rateLimitSize(n, reqN, winN, unitN, rpuN)
+	if sizeErr != nil {
+		// algorithm and buckets are still checked, on a limit that
+		// passes: none of their checks depends on the size.
+		p.note(sizeErr)
+		_, _, err := p.algorithm(n, window.Limit{Requests: 1, Window: time.Second}, algN, bucketsN)
+		p.note(err)
+		return l, false, errReported
 	}
 	return p.algorithm(n, l, algN, bucketsN)
 }
@@ -555,19 +583,19 @@ func (p *cfgParser) rateLimit(n ast.Node) (_ window.Limit, auto bool, err error)
 func (p *cfgParser) algorithm(n ast.Node, l window.Limit, algN, bucketsN ast.Node) (_ window.Limit, auto bool, err error) {
 	var alg *string
 	var buckets *int64
+	var bad bool
 	if algN != nil {
 		s, err := p.str(algN, "algorithm")
-		if err != nil {
-			return l, false, err
-		}
+		bad = p.note(err)
 		alg = &s
 	}
 	if bucketsN != nil {
 		v, err := p.integer(bucketsN, "buckets")
-		if err != nil {
-			return l, false, err
-		}
+		bad = p.note(err) || bad
 		buckets = ptr(int64(v))
+	}
+	if bad {
+		return l, false, errReported
 	}
 	l, auto, err = enforce.CheckAlgorithm(l, alg, buckets)
 	if err != nil {
@@ -577,12 +605,12 @@ func (p *cfgParser) algorithm(n ast.Node, l window.Limit, algN, bucketsN ast.Nod
 }
 
 // rateLimitSize reads rate_limit n's requests and window (or unit and
-// requests_per_unit), given their nodes (nil where absent).
+// requests_per_unit), given their nodes (nil where absent). When it finds
+// more than one error it adds them to the file's errors and returns
+// errReported.
 func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.Limit, error) {
-	var (
-		l   window.Limit
-		err error
-	)
+	var l window.Limit
+	field, reqAt := "requests", reqN
 	switch {
 	case (reqN != nil || winN != nil) && (unitN != nil || rpuN != nil):
 		return l, p.errf(n, "rate_limit mixes {requests, window} with {unit, requests_per_unit}: use one form")
@@ -593,12 +621,6 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 		if winN == nil {
 			return l, p.missing(n, "rate_limit needs window")
 		}
-		if l.Requests, err = p.integer(reqN, "requests"); err != nil {
-			return l, err
-		}
-		if l.Window, err = p.duration(winN, "window"); err != nil {
-			return l, err
-		}
 	case unitN != nil || rpuN != nil:
 		if unitN == nil {
 			return l, p.missing(n, "rate_limit needs unit")
@@ -606,32 +628,44 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 		if rpuN == nil {
 			return l, p.missing(n, "rate_limit needs requests_per_unit")
 		}
-		if l.Requests, err = p.integer(rpuN, "requests_per_unit"); err != nil {
-			return l, err
-		}
-		u, err := p.str(unitN, "unit")
-		if err != nil {
-			return l, err
-		}
-		d, ok := units[u]
-		if !ok {
-			return l, p.errf(unitN, "unit %q must be second, minute, hour or day", u)
-		}
-		l.Window, winN = d, unitN
+		field, reqAt = "requests_per_unit", rpuN
 	default:
 		return l, p.missing(n, "rate_limit needs requests and window, such as {requests: 5, window: 1s}")
 	}
-	field, reqAt := "requests", reqN
-	if reqN == nil {
-		field, reqAt = "requests_per_unit", rpuN
+	// requests and window are each checked, whatever the other's error.
+	var reqErr, winErr error
+	if l.Requests, reqErr = p.integer(reqAt, field); reqErr == nil {
+		reqErr = p.at(reqAt, enforce.CheckRequests(field, int64(l.Requests)))
 	}
-	if err := p.at(reqAt, enforce.CheckRequests(field, int64(l.Requests))); err != nil {
-		return l, err
+	if winN != nil {
+		l.Window, winErr = p.duration(winN, "window")
+	} else {
+		winN = unitN
+		u, err := p.str(unitN, "unit")
+		d, ok := units[u]
+		switch {
+		case err != nil:
+			winErr = err
+		case !ok:
+			winErr = p.errf(unitN, "unit %q must be second, minute, hour or day", u)
+		default:
+			l.Window = d
+		}
 	}
-	if err := l.Validate(); err != nil {
-		return l, p.errf(winN, "%s", err.Error())
+	if winErr == nil {
+		if err := (window.Limit{Requests: 1, Window: l.Window}).Validate(); err != nil {
+			winErr = p.errf(winN, "%s", err.Error())
+		}
 	}
-	return l, nil
+	switch {
+	case reqErr != nil && winErr != nil:
+		p.note(reqErr)
+		p.note(winErr)
+		return l, errReported
+	case reqErr != nil:
+		return l, reqErr
+	}
+	return l, winErr
 }
 
 // ban reads ban block n; enforce.CheckBan checks it. "ban: {}" asks for

@@ -189,31 +189,89 @@ func TestLocalShare(t *testing.T) {
 	}
 }
 
-// TestEveryConfigError: a file with several mistakes reports every one, in
-// file order (two unknown keys of one descriptor included), each bad
-// descriptor left out without hiding its siblings.
+// TestEveryConfigError: a file with several mistakes reports every one at
+// its position, in file order (two unknown keys of one descriptor, every
+// field of one descriptor, and a bad key or value with the rest of its
+// descriptor included), each bad descriptor left out without hiding its
+// siblings; past MaxErrors the list ends with how many more there are.
 func TestEveryConfigError(t *testing.T) {
-	const path = "testdata/many/five_mistakes.yaml"
 	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors"
-	want := []string{
-		path + `:3:40: header_name "x uid" is not a valid HTTP header name`,
-		path + `:6:5: unknown key "zzz" in a descriptor; ` + known,
-		path + `:7:5: unknown key "aaa" in a descriptor; ` + known,
-		path + ":8:28: requests must be at least 1, not 0",
-		path + `:10:19: failure_mode "open" must be local, allow or deny`,
-		path + `:11:39: window "1 sec" is not a duration such as 1s or 500ms`,
+	var overTwenty []string
+	for i := range MaxErrors {
+		overTwenty = append(overTwenty, fmt.Sprintf(":%d:28: requests must be at least 1, not 0", 5+3*i))
 	}
-	_, err := LoadFile(path)
-	var errs ConfigErrors
-	if !errors.As(err, &errs) {
-		t.Fatalf("LoadFile: %v (%T), want ConfigErrors", err, err)
+	tests := map[string][]string{
+		"five_mistakes": {
+			`:3:40: header_name "x uid" is not a valid HTTP header name`,
+			`:6:5: unknown key "zzz" in a descriptor; ` + known,
+			`:7:5: unknown key "aaa" in a descriptor; ` + known,
+			":8:28: requests must be at least 1, not 0",
+			`:10:19: failure_mode "open" must be local, allow or deny`,
+			`:11:39: window "1 sec" is not a duration such as 1s or 500ms`,
+		},
+		"every_field": {
+			`:6:11: rule name "bad name!" must be 1 to 64 characters of A-Z a-z 0-9 . _ -`,
+			`:7:19: failure_mode "open" must be local, allow or deny`,
+			`:8:17: on_missing "maybe" must be skip or deny`,
+			":9:18: local_share must be between 1 and 1000000, not 0 (omit it to share the limit evenly among the live sidecars)",
+			":10:18: shadow_mode must be true or false, not a number",
+			":11:28: requests must be at least 1, not 0",
+			`:11:39: window "1 sec" is not a duration such as 1s or 500ms`,
+			`:11:57: algorithm "fast" must be auto, exact or buckets`,
+		},
+		"key_and_value": {
+			`:3:10: descriptor key "nosrc" has no source: declare it under sources (for example nosrc: {request_headers: {header_name: x-nosrc}})`,
+			`:4:12: value "a*b" has a * that is not at the end; only a trailing * (prefix match) is supported`,
+			":5:52: buckets must be between 1 and 1000, not 0 (algorithm: exact keeps an exact log)",
+			":7:12: value is empty: omit value to limit per request value",
+			`:9:14: descriptor key "path" is already used by an enclosing descriptor`,
+			`:10:28: unit "fortnight" must be second, minute, hour or day`,
+			":10:58: requests_per_unit must be at least 1, not 0",
+		},
+		"no_key": {
+			":3:5: a descriptor needs a key",
+			`:4:11: rule name "bad name" must be 1 to 64 characters of A-Z a-z 0-9 . _ -`,
+			":5:28: requests must be at least 1, not 0",
+			`:6:5: unknown key "kye" in a descriptor; ` + known,
+			":8:5: a descriptor needs a key",
+		},
+		"no_domain": {
+			":1:1: domain is missing: name the rules' domain, such as domain: flashsale",
+			":3:28: requests must be at least 1, not 0",
+		},
+		"over_twenty": overTwenty,
 	}
-	if got := err.Error(); got != strings.Join(want, "\n") {
-		t.Fatalf("errors:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	more := map[string]int{"over_twenty": 5}
+	files, err := filepath.Glob("testdata/many/*.yaml")
+	if err != nil || len(files) != len(tests) {
+		t.Errorf("%d fixtures (%v), %d table entries", len(files), err, len(tests))
 	}
-	var first *ConfigError
-	if !errors.As(err, &first) || first != errs[0] {
-		t.Errorf("errors.As finds %v, want the first error", first)
+	for name, want := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := "testdata/many/" + name + ".yaml"
+			var lines []string
+			for _, w := range want {
+				lines = append(lines, path+w)
+			}
+			if n := more[name]; n > 0 {
+				lines = append(lines, fmt.Sprintf("and %d more", n))
+			}
+			_, err := LoadFile(path)
+			var errs ConfigErrors
+			if !errors.As(err, &errs) {
+				t.Fatalf("LoadFile: %v (%T), want ConfigErrors", err, err)
+			}
+			if got := err.Error(); got != strings.Join(lines, "\n") {
+				t.Fatalf("errors:\n%s\nwant:\n%s", got, strings.Join(lines, "\n"))
+			}
+			if errs.Len() != len(want)+more[name] {
+				t.Errorf("Len %d, want %d", errs.Len(), len(want)+more[name])
+			}
+			var first *ConfigError
+			if !errors.As(err, &first) || first != errs.List[0] {
+				t.Errorf("errors.As finds %v, want the first error", first)
+			}
+		})
 	}
 }
 
@@ -227,10 +285,10 @@ func TestConfigErrorsBounded(t *testing.T) {
 	}
 	_, err := ParseConfig("d.yaml", []byte(b.String()))
 	var errs ConfigErrors
-	if !errors.As(err, &errs) || len(errs) != MaxErrors {
-		t.Fatalf("%v, want %d errors", err, MaxErrors)
+	if !errors.As(err, &errs) || len(errs.List) != MaxErrors || errs.More != 50-MaxErrors {
+		t.Fatalf("%v, want %d errors listed and %d more", err, MaxErrors, 50-MaxErrors)
 	}
-	if errs[0].Line != 5 || errs[MaxErrors-1].Line != 5+4*(MaxErrors-1) {
-		t.Errorf("lines %d to %d, want the first ones", errs[0].Line, errs[MaxErrors-1].Line)
+	if errs.List[0].Line != 5 || errs.List[MaxErrors-1].Line != 5+4*(MaxErrors-1) {
+		t.Errorf("lines %d to %d, want the first ones", errs.List[0].Line, errs.List[MaxErrors-1].Line)
 	}
 }

@@ -43,13 +43,15 @@ func readFile(path string) ([]byte, error) {
 	return configfile.Read(path, MaxFileSize, "descriptors file")
 }
 
-// MaxErrors is the most errors ParseConfig reports for one file.
+// MaxErrors is the most errors ParseConfig lists for one file; the others
+// are counted.
 const MaxErrors = configfile.MaxErrors
 
-// ConfigErrors is every error found in one descriptors file, in file order
-// (at most MaxErrors); ParseConfig returns it when there is more than one.
-// Error returns them one "FILE:LINE:COL: message" a line, and Unwrap each
-// *ConfigError, for errors.As.
+// ConfigErrors is every error found in one descriptors file, in file order:
+// the first MaxErrors listed, and how many more; ParseConfig returns it when
+// there is more than one. Error returns them one "FILE:LINE:COL: message" a
+// line, then "and N more", and Unwrap each listed *ConfigError, for
+// errors.As.
 type ConfigErrors = configfile.Errors
 
 // ParseConfig parses, defaults and validates a descriptors file; name is

@@ -1,9 +1,14 @@
 package extauthz
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,15 +122,7 @@ func TestReloadWatch(t *testing.T) {
 }
 
 func TestReloadSIGHUP(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(path, []byte(goodA), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := LoadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, cfg := loadGoodA(t)
 	e := newEnv(t, cfg, nil)
 	r := e.srv.Reloader(path)
 	for _, step := range []struct {
@@ -154,4 +151,55 @@ func TestReloadSIGHUP(t *testing.T) {
 	if err := e.srv.Reloader("").Reload(); err != enforce.ErrNoPath {
 		t.Errorf("Reload of the built-in example: %v", err)
 	}
+}
+
+// TestReloadLogsEveryError: a reload of a file with more errors than
+// MaxErrors keeps the old rules and logs validate's list: the first
+// MaxErrors errors at their positions, then how many more.
+func TestReloadLogsEveryError(t *testing.T) {
+	path, cfg := loadGoodA(t)
+	var logs bytes.Buffer
+	e := newEnv(t, cfg, func(o *enforce.Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+	bad, err := os.ReadFile("testdata/many/over_twenty.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Reloader(path).Reload(); err == nil {
+		t.Fatal("Reload of a bad file succeeded")
+	}
+	if got := e.srv.Config().Rules[0].Name; got != "per_ip" {
+		t.Errorf("rule %s, want the old per_ip", got)
+	}
+	var rec struct{ Level, Error string }
+	for d := json.NewDecoder(&logs); rec.Level != "ERROR"; {
+		if err := d.Decode(&rec); err != nil {
+			t.Fatalf("no error logged: %v", err)
+		}
+	}
+	lines := strings.Split(rec.Error, "\n")
+	if len(lines) != MaxErrors+1 || lines[MaxErrors] != "and 5 more" {
+		t.Fatalf("logged error has %d lines, want %d ending in \"and 5 more\":\n%s", len(lines), MaxErrors+1, rec.Error)
+	}
+	for i, l := range lines[:MaxErrors] {
+		if want := fmt.Sprintf("%s:%d:28: requests must be at least 1, not 0", path, 5+3*i); !strings.HasSuffix(l, want) {
+			t.Errorf("line %d: %q, want %q", i, l, want)
+		}
+	}
+}
+
+// loadGoodA writes goodA to a file of its own and loads it.
+func loadGoodA(t *testing.T) (string, *Config) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(goodA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, cfg
 }

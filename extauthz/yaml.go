@@ -38,8 +38,16 @@ type errorList struct {
 	consequence map[*ConfigError]bool
 }
 
-// add records err, a *ConfigError (anything else is kept at 1:1).
+// errReported stands for errors already added to the file's errors: a
+// check that finds several returns it, and add leaves it out.
+var errReported = errors.New("the errors are reported")
+
+// add records err, a *ConfigError (anything else is kept at 1:1), unless
+// it is errReported.
 func (l *errorList) add(err error) {
+	if errors.Is(err, errReported) {
+		return
+	}
 	var ce *ConfigError
 	if !errors.As(err, &ce) {
 		ce = &ConfigError{Line: 1, Column: 1, Msg: err.Error()}

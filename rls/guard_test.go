@@ -12,28 +12,88 @@ import (
 	"time"
 )
 
-// TestEveryError: a file with several mistakes reports all of them, in
-// file order, the same on every run (unknown keys were found by a map
-// walk, in random order).
+// TestEveryError: a file with several mistakes reports every one at its
+// position, in file order, the same on every run (unknown keys were found
+// by a map walk, in random order): every field of a descriptor and of its
+// rate_limit, and a bad descriptor without hiding its siblings or its
+// nested ones; past MaxErrors the list ends with how many more there are.
 func TestEveryError(t *testing.T) {
-	const dir = "testdata/bad_many"
-	f := dir + "/d.yaml:"
-	want := []string{
-		f + `4:5: unknown field "zzz"; known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, failure_mode, local_share, ban`,
-		f + `5:5: unknown field "aaa"; known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, failure_mode, local_share, ban`,
-		f + `6:54: unknown field "yyy"; known fields: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, requests, window, algorithm, buckets`,
-		f + `6:62: unknown field "bbb"; known fields: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, requests, window, algorithm, buckets`,
-		f + `8:18: invalid rate limit unit "fortnight": want second, minute, hour, day or week`,
+	descFields := "known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, failure_mode, local_share, ban"
+	rlFields := "known fields: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, requests, window, algorithm, buckets"
+	fortnight := `: invalid rate limit unit "fortnight": want second, minute, hour, day or week`
+	var overTwenty []string
+	for i := range MaxErrors {
+		overTwenty = append(overTwenty, fmt.Sprintf(":%d:18%s", 4+2*i, fortnight))
 	}
-	for range 20 {
-		_, err := LoadDir(dir)
-		var errs ConfigErrors
-		if !errors.As(err, &errs) {
-			t.Fatalf("LoadDir: %v (%T), want ConfigErrors", err, err)
-		}
-		if got := errs.Error(); got != strings.Join(want, "\n") {
-			t.Fatalf("errors:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
-		}
+	tests := map[string]struct {
+		want []string
+		more int
+	}{
+		"unknown_fields": {want: []string{
+			`:4:5: unknown field "zzz"; ` + descFields,
+			`:5:5: unknown field "aaa"; ` + descFields,
+			`:6:54: unknown field "yyy"; ` + rlFields,
+			`:6:62: unknown field "bbb"; ` + rlFields,
+			":8:18" + fortnight,
+		}},
+		"every_field": {want: []string{
+			`:3:5: share_threshold applies to a wildcard value (with a *); "" has none`,
+			`:4:5: failure_mode "open" must be local, allow or deny`,
+			":5:5: local_share must be between 1 and 1000000, not 0 (omit it to share the limit evenly among the live sidecars)",
+			":7:18" + fortnight,
+			":7:35: unit_multiplier must be at least 1",
+			`:7:55: algorithm "fast" must be auto, exact or buckets`,
+			":7:84: replaces entry has an empty name",
+			":8:5: descriptor has an empty key",
+			":9:18: requests must be at least 1, not 0",
+			`:9:31: window "1 sec": in a ratelimit config, a whole number of seconds from 1s to 168h0m0s (current_limit reports it in a unit)`,
+			`:12:5: duplicate descriptor composite key "every.b"`,
+			":15:36: requests_per_unit must be at most 1000000 per window, not 9999999",
+		}},
+		"over_twenty": {want: overTwenty, more: 5},
+		// each value of the wrong type, and the checks of the others
+		"wrong_types": {want: []string{
+			":4:18: cannot unmarshal uint64 into Go struct field yamlFile.Descriptors of type bool",
+			":5:51: cannot unmarshal -1 into Go value of type uint32 ( overflow )",
+			":6:10: cannot unmarshal []interface {} into Go struct field yamlFile.Descriptors of type string",
+			":9:18: cannot unmarshal string into Go struct field yamlFile.Descriptors of type int64",
+			":10:24: cannot unmarshal []interface {} into Go struct field yamlFile.Descriptors of type string",
+			":10:53: cannot unmarshal 99999999999 into Go value of type uint32 ( overflow )",
+			":12:18" + fortnight,
+		}},
+	}
+	files, err := filepath.Glob("testdata/many/*.yaml")
+	if err != nil || len(files) != len(tests) {
+		t.Errorf("%d fixtures (%v), %d table entries", len(files), err, len(tests))
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := "testdata/many/" + name + ".yaml"
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			for _, w := range tc.want {
+				lines = append(lines, path+w)
+			}
+			if tc.more > 0 {
+				lines = append(lines, fmt.Sprintf("and %d more", tc.more))
+			}
+			for range 20 {
+				_, err := ParseFiles([]File{{Name: path, Data: data}})
+				var errs ConfigErrors
+				if !errors.As(err, &errs) {
+					t.Fatalf("ParseFiles: %v (%T), want ConfigErrors", err, err)
+				}
+				if got := errs.Error(); got != strings.Join(lines, "\n") {
+					t.Fatalf("errors:\n%s\nwant:\n%s", got, strings.Join(lines, "\n"))
+				}
+				if errs.Len() != len(tc.want)+tc.more {
+					t.Fatalf("Len %d, want %d", errs.Len(), len(tc.want)+tc.more)
+				}
+			}
+		})
 	}
 }
 
@@ -47,11 +107,11 @@ func TestErrorsBounded(t *testing.T) {
 	}
 	_, err := ParseFiles([]File{{Name: "d.yaml", Data: []byte(b.String())}})
 	var errs ConfigErrors
-	if !errors.As(err, &errs) || len(errs) != MaxErrors {
-		t.Fatalf("%v, want %d errors", err, MaxErrors)
+	if !errors.As(err, &errs) || len(errs.List) != MaxErrors || errs.More != 50-MaxErrors {
+		t.Fatalf("%v, want %d errors listed and %d more", err, MaxErrors, 50-MaxErrors)
 	}
-	if errs[0].Line != 4 || errs[MaxErrors-1].Line != 2+2*MaxErrors {
-		t.Errorf("lines %d to %d, want the first ones", errs[0].Line, errs[MaxErrors-1].Line)
+	if errs.List[0].Line != 4 || errs.List[MaxErrors-1].Line != 2+2*MaxErrors {
+		t.Errorf("lines %d to %d, want the first ones", errs.List[0].Line, errs.List[MaxErrors-1].Line)
 	}
 }
 

@@ -104,13 +104,14 @@ func readFile(path string) ([]byte, error) {
 	return configfile.Read(path, MaxFileSize, "ratelimit config")
 }
 
-// MaxErrors is the most errors ParseFiles reports.
+// MaxErrors is the most errors ParseFiles lists; the others are counted.
 const MaxErrors = configfile.MaxErrors
 
 // ConfigErrors is every error found in the config files, by file and in
-// file order (at most MaxErrors); ParseFiles returns it when there is more
-// than one. Error returns them one "FILE:LINE:COL: message" a line, and
-// Unwrap each *ConfigError, for errors.As.
+// file order: the first MaxErrors listed, and how many more; ParseFiles
+// returns it when there is more than one. Error returns them one
+// "FILE:LINE:COL: message" a line, then "and N more", and Unwrap each listed
+// *ConfigError, for errors.As.
 type ConfigErrors = configfile.Errors
 
 // ParseFiles parses config files, one domain each, and checks them as
@@ -214,10 +215,18 @@ type fileParser struct {
 	errs *[]*ConfigError
 }
 
-// note records err, if any, and reports whether there was one.
+// errReported stands for errors already recorded: a check that finds
+// several records them and returns it, and note leaves it out.
+var errReported = errors.New("the errors are reported")
+
+// note records err, if any (errReported is already recorded), and reports
+// whether there was one.
 func (p fileParser) note(err error) bool {
 	if err == nil {
 		return false
+	}
+	if errors.Is(err, errReported) {
+		return true
 	}
 	var ce *ConfigError
 	if !errors.As(err, &ce) {
@@ -310,25 +319,106 @@ func parseFile(f File) (*Domain, []*ConfigError) {
 		opts = append(opts, yaml.Strict())
 	}
 	var y yamlFile
-	if err := yaml.UnmarshalWithOptions(f.Data, &y, opts...); err != nil {
-		var ye yaml.Error
-		if errors.As(err, &ye) && ye.GetToken() != nil && ye.GetToken().Position != nil {
-			pos := ye.GetToken().Position
-			p.note(&ConfigError{File: f.Name, Line: pos.Line, Column: pos.Column, Msg: ye.GetMessage()})
-		} else {
-			p.note(&ConfigError{File: f.Name, Msg: fmt.Sprintf("invalid YAML: %v", err)})
-		}
+	dropped, ok := p.decode(f.Data, &y, opts)
+	if !ok {
 		return nil, sorted(errs)
 	}
+	checked := len(errs)
 	if y.Domain == "" && !topRefused { // else likely the refused key
 		p.note(p.errAt("$", "config file cannot have an empty domain"))
 	}
 	d := &Domain{Name: y.Domain, File: f.Name, keyRule: enforce.ReservedRulePrefix + y.Domain, root: *newNode()}
 	p.note(p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}))
+	// A value decoded as null in place of one of the wrong type is likely
+	// why a check of its mapping failed: such errors are left out.
+	kept := errs[:checked]
+	for _, e := range errs[checked:] {
+		if !dropped[[2]int{e.Line, e.Column}] {
+			kept = append(kept, e)
+		}
+	}
+	errs = kept
 	if len(errs) > 0 {
 		return nil, sorted(errs)
 	}
 	return d, nil
+}
+
+// decode decodes data into y and reports whether it did. A value of the
+// wrong type (or out of range) is recorded, replaced by null in the syntax
+// tree, and the tree decoded again, so that each is reported; any other
+// error, or one past MaxErrors of them, is recorded and stops it (the
+// count of the errors not listed is then a lower bound). dropped
+// holds, for each value replaced, the positions of its key and of its
+// mapping's first key, where the checks of the fields left absent report.
+func (p fileParser) decode(data []byte, y *yamlFile, opts []yaml.DecodeOption) (dropped map[[2]int]bool, ok bool) {
+	err := yaml.UnmarshalWithOptions(data, y, opts...)
+	for tries := 0; ; tries++ {
+		if err == nil {
+			return dropped, true
+		}
+		var ye yaml.Error
+		if !errors.As(err, &ye) || ye.GetToken() == nil || ye.GetToken().Position == nil {
+			p.note(&ConfigError{File: p.name, Msg: fmt.Sprintf("invalid YAML: %v", err)})
+			return nil, false
+		}
+		pos := ye.GetToken().Position
+		p.note(&ConfigError{File: p.name, Line: pos.Line, Column: pos.Column, Msg: ye.GetMessage()})
+		var te *yaml.TypeError
+		var oe *yaml.OverflowError
+		var ne *yaml.UnexpectedNodeTypeError
+		if !errors.As(err, &te) && !errors.As(err, &oe) && !errors.As(err, &ne) || p.file == nil || len(p.file.Docs) == 0 || tries == MaxErrors {
+			return nil, false
+		}
+		body := p.file.Docs[0].Body
+		at := [2]int{pos.Line, pos.Column}
+		key, first := nullValue(body, at)
+		if key == nil {
+			return nil, false
+		}
+		if dropped == nil {
+			dropped = map[[2]int]bool{}
+		}
+		k1, k2 := tokenPos(key)
+		f1, f2 := tokenPos(first)
+		dropped[[2]int{k1, k2}], dropped[[2]int{f1, f2}] = true, true
+		*y = yamlFile{}
+		err = yaml.NodeToValue(body, y, opts...)
+	}
+}
+
+// nullValue replaces the value of n's mapping entry that starts at pos
+// (line, column), however deep, by null, and returns the entry's key and
+// its mapping's first key; nil if no entry's value starts there.
+func nullValue(n ast.Node, pos [2]int) (key, first ast.Node) {
+	visit := func(m *ast.MappingValueNode, firstKey ast.Node) (ast.Node, ast.Node) {
+		if l, c := tokenPos(m.Value); l == pos[0] && c == pos[1] {
+			m.Value = ast.Null(m.Value.GetToken())
+			return m.Key, firstKey
+		}
+		return nullValue(m.Value, pos)
+	}
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		for _, m := range v.Values {
+			if key, first := visit(m, v.Values[0].Key); key != nil {
+				return key, first
+			}
+		}
+	case *ast.MappingValueNode:
+		return visit(v, v.Key)
+	case *ast.SequenceNode:
+		for _, item := range v.Values {
+			if key, first := nullValue(item, pos); key != nil {
+				return key, first
+			}
+		}
+	case *ast.AnchorNode:
+		return nullValue(v.Value, pos)
+	case *ast.TagNode:
+		return nullValue(v.Value, pos)
+	}
+	return nil, nil
 }
 
 // checkKeys records, in file order, every key of n that is not a field of
@@ -458,11 +548,12 @@ func (p fileParser) descriptors(d *Domain, n *node, at, parent string, ds []yaml
 }
 
 // descriptor loads descriptor y, at YAML path here, and its nested ones
-// into n; an error in a nested descriptor is recorded, and its siblings
-// are still loaded.
+// into n. Every error is recorded, and the rest of the descriptor, its
+// nested ones and its siblings are still checked.
 func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlDescriptor, depth int, inh inherited) error {
+	ok := true
 	if y.Key == "" {
-		return p.errAt(here, "descriptor has an empty key")
+		ok = !p.note(p.errAt(here, "descriptor has an empty key"))
 	}
 	seg := y.Key
 	if y.Value != "" {
@@ -475,6 +566,7 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 	child := newNode()
 	var dup bool
 	switch {
+	case !ok:
 	case y.Value == "":
 		_, dup = n.keyOnly[y.Key]
 		n.keyOnly[y.Key] = child
@@ -489,60 +581,74 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 		n.exact[y.Key+"\x00"+y.Value] = child
 	}
 	if dup {
-		return p.errAt(here, "duplicate descriptor composite key %q", d.Name+"."+path)
+		p.note(p.errAt(here, "duplicate descriptor composite key %q", d.Name+"."+path))
 	}
 	if y.ShareThreshold && !strings.Contains(y.Value, "*") {
-		return p.errAt(here, "share_threshold applies to a wildcard value (with a *); %q has none", y.Value)
+		p.note(p.errAt(here, "share_threshold applies to a wildcard value (with a *); %q has none", y.Value))
 	}
 	inh, err := p.additions(here, y, inh)
-	if err != nil {
-		return err
-	}
+	p.note(err)
 	if y.RateLimit != nil {
-		r, err := p.rule(here+".rate_limit", y.RateLimit)
-		if err != nil {
-			return err
-		}
-		r.Path, r.Shadow, r.DetailedMetric, r.ValueToMetric = path, y.ShadowMode, y.DetailedMetric, y.ValueToMetric
-		r.QuotaMode = y.QuotaMode
-		r.FailureMode, r.LocalShare, r.Ban = inh.failure, inh.localShare, inh.ban
-		if !r.Unlimited {
-			// Where local_share is written: on this descriptor or inherited.
-			if err := enforce.CheckShareFits(r.LocalShare, int(r.RequestsPerUnit), r.Label()); err != nil {
-				return p.errAt(inh.localShareAt, "%s", err)
-			}
-		}
-		if !r.Unlimited {
-			r.policy = r.policyOf()
-		}
-		child.rule = r
-		d.rules = append(d.rules, r)
+		p.note(p.placeRule(d, child, here, path, y, inh))
 	}
 	return p.descriptors(d, child, here+".descriptors", path, y.Descriptors, depth+1, inh)
 }
 
+// placeRule checks descriptor y's rate_limit, at YAML path here, and makes
+// it the rule of child.
+func (p fileParser) placeRule(d *Domain, child *node, here, path string, y *yamlDescriptor, inh inherited) error {
+	r, err := p.rule(here+".rate_limit", y.RateLimit)
+	if err != nil {
+		return err
+	}
+	r.Path, r.Shadow, r.DetailedMetric, r.ValueToMetric = path, y.ShadowMode, y.DetailedMetric, y.ValueToMetric
+	r.QuotaMode = y.QuotaMode
+	r.FailureMode, r.LocalShare, r.Ban = inh.failure, inh.localShare, inh.ban
+	if !r.Unlimited {
+		// Where local_share is written: on this descriptor or inherited.
+		if err := enforce.CheckShareFits(r.LocalShare, int(r.RequestsPerUnit), r.Label()); err != nil {
+			return p.errAt(inh.localShareAt, "%s", err)
+		}
+	}
+	if !r.Unlimited {
+		r.policy = r.policyOf()
+	}
+	child.rule = r
+	d.rules = append(d.rules, r)
+	return nil
+}
+
 // additions reads flashgate's settings of descriptor y at path here
 // (failure_mode, local_share, ban) over the ones it inherits.
+// A bad one is recorded, the inherited value kept, and the others still
+// read; the error returned is then errReported.
 func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (inherited, error) {
+	var bad bool
 	if y.FailureMode != nil {
 		m, err := enforce.CheckFailureMode(*y.FailureMode)
 		if err != nil {
-			return inh, p.errAt(here+".failure_mode", "%s", err)
+			bad = p.note(p.errAt(here+".failure_mode", "%s", err))
+		} else {
+			inh.failure = m
 		}
-		inh.failure = m
 	}
 	if y.LocalShare != nil {
 		if err := enforce.CheckLocalShare(*y.LocalShare); err != nil {
-			return inh, p.errAt(here+".local_share", "%s", err)
+			bad = p.note(p.errAt(here+".local_share", "%s", err))
+		} else {
+			inh.localShare, inh.localShareAt = int(*y.LocalShare), here+".local_share"
 		}
-		inh.localShare, inh.localShareAt = int(*y.LocalShare), here+".local_share"
 	}
 	if y.Ban != nil {
 		b, err := p.ban(here+".ban", y.Ban)
 		if err != nil {
-			return inh, err
+			bad = p.note(err)
+		} else {
+			inh.ban = b
 		}
-		inh.ban = b
+	}
+	if bad {
+		return inh, errReported
 	}
 	return inh, nil
 }
@@ -587,11 +693,25 @@ func (p fileParser) fieldErr(at string, err error) error {
 	return p.errAt(at, "%s", err)
 }
 
-// rule checks one rate_limit block.
+// rule checks one rate_limit block. When it finds more than one error it
+// records them and returns errReported.
 func (p fileParser) rule(at string, y *yamlRateLimit) (*Rule, error) {
 	r, err := p.ruleSize(at, y)
-	if err != nil || r.Unlimited && y.Algorithm == nil && y.Buckets == nil {
-		return r, err
+	if err != nil {
+		// algorithm and buckets are still checked, on a size that
+		// passes: none of their checks depends on the size.
+		if y.Algorithm != nil || y.Buckets != nil {
+			_, algErr := p.algorithm(at, y, &Rule{RequestsPerUnit: 1, Window: time.Second})
+			if algErr != nil {
+				p.note(err)
+				p.note(algErr)
+				return nil, errReported
+			}
+		}
+		return nil, err
+	}
+	if r.Unlimited && y.Algorithm == nil && y.Buckets == nil {
+		return r, nil
 	}
 	return p.algorithm(at, y, r)
 }
@@ -612,60 +732,82 @@ func (p fileParser) algorithm(at string, y *yamlRateLimit, r *Rule) (*Rule, erro
 }
 
 // ruleSize checks one rate_limit block's size: requests and window, or
-// unlimited.
+// unlimited; and its replaces. Each error is recorded; with more than one,
+// the error returned is errReported.
 func (p fileParser) ruleSize(at string, y *yamlRateLimit) (*Rule, error) {
 	r := &Rule{Name: y.Name, Unlimited: y.Unlimited, UnitMultiplier: 1}
 	if y.Requests != nil || y.Window != nil {
 		return p.windowRule(at, y, r)
 	}
+	var errs []error
+	bad := func(err error) { errs = append(errs, err) }
 	for i, rep := range y.Replaces {
 		switch rep.Name {
 		case "":
-			return nil, p.errAt(fmt.Sprintf("%s.replaces[%d]", at, i), "replaces entry has an empty name")
+			bad(p.errAt(fmt.Sprintf("%s.replaces[%d]", at, i), "replaces entry has an empty name"))
 		case y.Name:
-			return nil, p.errAt(fmt.Sprintf("%s.replaces[%d]", at, i), "a rate limit cannot replace itself (%q)", y.Name)
+			bad(p.errAt(fmt.Sprintf("%s.replaces[%d]", at, i), "a rate limit cannot replace itself (%q)", y.Name))
+		default:
+			r.Replaces = append(r.Replaces, rep.Name)
 		}
-		r.Replaces = append(r.Replaces, rep.Name)
 	}
 	unit, unitOK := parseUnit(y.Unit)
-	if y.Unlimited {
+	switch {
+	case y.Unlimited:
 		if unitOK {
-			return nil, p.errAt(at+".unit", "an unlimited rate limit must not have a unit")
+			bad(p.errAt(at+".unit", "an unlimited rate limit must not have a unit"))
 		}
 		if y.RequestsPerUnit != nil {
-			return nil, p.errAt(at+".requests_per_unit", "an unlimited rate limit must not have requests_per_unit")
+			bad(p.errAt(at+".requests_per_unit", "an unlimited rate limit must not have requests_per_unit"))
 		}
-		return r, nil
-	}
-	if !unitOK {
-		return nil, p.errAt(at+".unit", "invalid rate limit unit %q: want second, minute, hour, day or week", y.Unit)
+		return r, p.joined(errs)
+	case !unitOK:
+		bad(p.errAt(at+".unit", "invalid rate limit unit %q: want second, minute, hour, day or week", y.Unit))
 	}
 	if y.UnitMultiplier != nil {
 		if *y.UnitMultiplier == 0 {
-			return nil, p.errAt(at+".unit_multiplier", "unit_multiplier must be at least 1")
+			bad(p.errAt(at+".unit_multiplier", "unit_multiplier must be at least 1"))
+		} else {
+			r.UnitMultiplier = *y.UnitMultiplier
 		}
-		r.UnitMultiplier = *y.UnitMultiplier
 	}
-	w, err := limitWindow(unit, r.UnitMultiplier)
-	if err != nil {
-		return nil, p.errAt(at+".unit", "%s", err.Error())
+	if unitOK {
+		if w, err := limitWindow(unit, r.UnitMultiplier); err != nil {
+			bad(p.errAt(at+".unit", "%s", err.Error()))
+		} else {
+			r.Unit, r.Window = unit, w
+		}
 	}
-	r.Unit, r.Window = unit, w
 	if y.RequestsPerUnit != nil {
 		r.RequestsPerUnit = *y.RequestsPerUnit
 	}
 	// 0 refuses every request, ratelimit's way to block a value.
 	if r.RequestsPerUnit > 0 {
 		if err := enforce.CheckRequests("requests_per_unit", int64(r.RequestsPerUnit)); err != nil {
-			return nil, p.errAt(at+".requests_per_unit", "%s", err)
+			bad(p.errAt(at+".requests_per_unit", "%s", err))
 		}
 	}
-	return r, nil
+	return r, p.joined(errs)
+}
+
+// joined returns nil for no errors, the one error, or errReported having
+// recorded them all.
+func (p fileParser) joined(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	for _, err := range errs {
+		p.note(err)
+	}
+	return errReported
 }
 
 // windowRule checks flashgate's form of a rate_limit, {requests: N,
-// window: D}, with r's name and replaces already read. The window is a
-// whole number of seconds (current_limit reports it in a unit) from 1s to
+// window: D}, with r's name already read. The window is a whole number of
+// seconds (current_limit reports it in a unit) from 1s to
 // window.MaxWindow.
 func (p fileParser) windowRule(at string, y *yamlRateLimit, r *Rule) (*Rule, error) {
 	switch {
@@ -678,13 +820,17 @@ func (p fileParser) windowRule(at string, y *yamlRateLimit, r *Rule) (*Rule, err
 	case y.Window == nil:
 		return nil, p.errAt(at, "rate_limit needs window")
 	}
+	var errs []error
 	if err := enforce.CheckRequests("requests", *y.Requests); err != nil {
-		return nil, p.errAt(at+".requests", "%s", err)
+		errs = append(errs, p.errAt(at+".requests", "%s", err))
 	}
 	w, err := time.ParseDuration(*y.Window)
 	if err != nil || w < time.Second || w > window.MaxWindow || w%time.Second != 0 {
-		return nil, p.errAt(at+".window", "window %q: in a ratelimit config, a whole number of seconds from 1s to %s (current_limit reports it in a unit)",
-			*y.Window, window.MaxWindow)
+		errs = append(errs, p.errAt(at+".window", "window %q: in a ratelimit config, a whole number of seconds from 1s to %s (current_limit reports it in a unit)",
+			*y.Window, window.MaxWindow))
+	}
+	if err := p.joined(errs); err != nil {
+		return nil, err
 	}
 	r.RequestsPerUnit, r.Window = uint32(*y.Requests), w
 	r.Unit, r.UnitMultiplier = unitOf(w)

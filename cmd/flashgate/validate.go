@@ -18,18 +18,20 @@ func newValidateCmd(e env) *cobra.Command {
 are errors) and prints its rules as a table. Without --config (or
 FLASHGATE_CONFIG) it shows the built-in example.
 
-An invalid file is reported as FILE:LINE:COL: message, every error (up to
-20 a file) on a line of its own in file order, with exit status 1.`,
+An invalid file is reported as FILE:LINE:COL: message, every error on a
+line of its own in file order (the first 20, then "and N more"), with exit
+status 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rlsErr error
 			if rlsDir != "" {
-				if err := validateRLS(e.stdout, rlsDir); err != nil || file == "" {
-					return listErrors(e.stderr, err)
+				if rlsErr = validateRLS(e.stdout, rlsDir); file == "" {
+					return listErrors(e.stderr, rlsErr)
 				}
 			}
 			cfg, err := loadConfig(file)
-			if err != nil {
-				return listErrors(e.stderr, err)
+			if err != nil || rlsErr != nil {
+				return listErrors(e.stderr, rlsErr, err)
 			}
 			if err := cfg.WriteTable(e.stdout); err != nil {
 				return fmt.Errorf("write: %w", err)
@@ -57,23 +59,35 @@ func loadConfig(file string) (*extauthz.Config, error) {
 	return extauthz.LoadFile(file)
 }
 
-// listErrors writes every error of a file that has several to w, one
-// FILE:LINE:COL: message a line, and returns a summary in their place; any
-// other error is returned as it is.
-func listErrors(w io.Writer, err error) error {
-	var errs extauthz.ConfigErrors // rls.ConfigErrors is the same type
-	if !errors.As(err, &errs) {
-		return err
+// listErrors writes the errors of each failed load of errs (nil for one
+// that passed) to w, one FILE:LINE:COL: message a line (then "and N more"
+// past extauthz.MaxErrors), and returns a summary in their place; one load
+// that failed with one error that is not a list is returned as it is, and
+// nil when none failed.
+func listErrors(w io.Writer, errs ...error) error {
+	var failed []error
+	for _, err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
 	}
-	lines := errs.Unwrap()
-	for _, l := range lines {
-		if _, werr := fmt.Fprintln(w, l); werr != nil {
+	var list extauthz.ConfigErrors // rls.ConfigErrors is the same type
+	switch {
+	case len(failed) == 0:
+		return nil
+	case len(failed) == 1 && !errors.As(failed[0], &list):
+		return failed[0]
+	}
+	n := 0
+	for _, err := range failed {
+		if errors.As(err, &list) {
+			n += list.Len()
+		} else {
+			n++
+		}
+		if _, werr := fmt.Fprintln(w, err); werr != nil {
 			return fmt.Errorf("write: %w", werr)
 		}
 	}
-	more := ""
-	if len(lines) >= extauthz.MaxErrors {
-		more = " (the first ones; fix them and run again)"
-	}
-	return fmt.Errorf("%d errors%s", len(lines), more)
+	return fmt.Errorf("%d errors", n)
 }

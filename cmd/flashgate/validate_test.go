@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -69,26 +70,47 @@ func TestValidate(t *testing.T) {
 }
 
 // TestValidateEveryError: validate lists every error of a file, one a line
-// in file order on stderr, the same on every run, then exits 1.
+// in file order on stderr, the same on every run, the first 20 then how
+// many more, and exits 1 counting them all; with both formats, the errors
+// of both.
 func TestValidateEveryError(t *testing.T) {
-	const f = "testdata/bad_three.yaml"
 	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors"
-	want := f + `:4:5: unknown key "zzz" in a descriptor; ` + known + "\n" +
-		f + `:5:5: unknown key "aaa" in a descriptor; ` + known + "\n" +
-		f + ":8:28: requests must be at least 1, not 0\n"
-	for range 5 {
-		var stdout, stderr strings.Builder
-		err := runEnv(context.Background(), []string{"validate", "--config", f},
-			env{stdout: &stdout, stderr: &stderr, lookupEnv: func(string) (string, bool) { return "", false }})
-		if err == nil {
-			t.Fatalf("no error; stdout:\n%s", stdout.String())
-		}
-		if stderr.String() != want {
-			t.Fatalf("stderr:\n%s\nwant:\n%s", stderr.String(), want)
-		}
-		if line := errorLine(err); line != "flashgate: 3 errors" {
-			t.Errorf("last line %q", line)
-		}
+	const three, over = "testdata/bad_three.yaml", "testdata/bad_over_twenty.yaml"
+	var overLines strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&overLines, "%s:%d:28: requests must be at least 1, not 0\n", over, 5+3*i)
+	}
+	overLines.WriteString("and 5 more\n")
+	threeLines := three + `:4:5: unknown key "zzz" in a descriptor; ` + known + "\n" +
+		three + `:5:5: unknown key "aaa" in a descriptor; ` + known + "\n" +
+		three + ":8:28: requests must be at least 1, not 0\n"
+	const twice = "../../rls/testdata/bad_duplicate_domain"
+	tests := map[string]struct {
+		args         []string
+		stderr, last string
+	}{
+		"three":       {[]string{"--config", three}, threeLines, "flashgate: 3 errors"},
+		"over twenty": {[]string{"--config", over}, overLines.String(), "flashgate: 25 errors"},
+		"both formats": {[]string{"--rls-config", twice, "--config", three},
+			twice + `/b.yaml:1:1: duplicate domain "twice" (also in ` + twice + "/a.yaml)\n" + threeLines, "flashgate: 4 errors"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for range 5 {
+				var stdout, stderr strings.Builder
+				err := runEnv(context.Background(), append([]string{"validate"}, tc.args...),
+					env{stdout: &stdout, stderr: &stderr, lookupEnv: func(string) (string, bool) { return "", false }})
+				if err == nil {
+					t.Fatalf("no error; stdout:\n%s", stdout.String())
+				}
+				if stderr.String() != tc.stderr {
+					t.Fatalf("stderr:\n%s\nwant:\n%s", stderr.String(), tc.stderr)
+				}
+				if line := errorLine(err); line != tc.last {
+					t.Errorf("last line %q, want %q", line, tc.last)
+				}
+			}
+		})
 	}
 }
 

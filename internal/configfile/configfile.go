@@ -24,33 +24,45 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
 }
 
-// MaxErrors is the most errors a load reports.
+// MaxErrors is the most errors a load lists; the others are counted.
 const MaxErrors = 20
 
 // Errors is every error found in a load's files, by file and in file
-// order (at most MaxErrors); a load returns it when there is more than one.
-type Errors []*Error
+// order: the first MaxErrors listed, and how many more there are. A load
+// returns it when there is more than one.
+type Errors struct {
+	List []*Error
+	// More is how many errors were found beyond List.
+	More int
+}
 
-// Error returns the errors, one "FILE:LINE:COL: message" a line.
+// Error returns the errors, one "FILE:LINE:COL: message" a line, and
+// "and N more" on a last line when some are not listed.
 func (e Errors) Error() string {
-	lines := make([]string, len(e))
-	for i, ce := range e {
+	lines := make([]string, len(e.List), len(e.List)+1)
+	for i, ce := range e.List {
 		lines[i] = ce.Error()
+	}
+	if e.More > 0 {
+		lines = append(lines, fmt.Sprintf("and %d more", e.More))
 	}
 	return strings.Join(lines, "\n")
 }
 
-// Unwrap returns the errors, for errors.As and errors.Is.
+// Len returns how many errors were found, listed or not.
+func (e Errors) Len() int { return len(e.List) + e.More }
+
+// Unwrap returns the listed errors, for errors.As and errors.Is.
 func (e Errors) Unwrap() []error {
-	out := make([]error, len(e))
-	for i, ce := range e {
+	out := make([]error, len(e.List))
+	for i, ce := range e.List {
 		out[i] = ce
 	}
 	return out
 }
 
-// Join returns nil for no errors, the one error, or Errors holding the
-// first MaxErrors of errs.
+// Join returns nil for no errors, the one error, or Errors listing the
+// first MaxErrors of errs and counting the rest.
 func Join(errs []*Error) error {
 	switch {
 	case len(errs) == 0:
@@ -58,9 +70,9 @@ func Join(errs []*Error) error {
 	case len(errs) == 1:
 		return errs[0]
 	case len(errs) > MaxErrors:
-		return Errors(errs[:MaxErrors])
+		return Errors{List: errs[:MaxErrors:MaxErrors], More: len(errs) - MaxErrors}
 	}
-	return Errors(errs)
+	return Errors{List: errs}
 }
 
 // Read reads at most max+1 bytes of the file at path, enough for a loader

@@ -31,13 +31,14 @@ func TestJoin(t *testing.T) {
 		errs[i] = &Error{File: "f", Line: i + 1, Column: 1, Msg: "m"}
 	}
 	tests := map[string]struct {
-		n, want int // errors given, errors returned (0: nil)
+		n, want int    // errors given, errors listed (0: nil)
+		more    string // the last line when some are not listed
 	}{
-		"none":      {0, 0},
-		"one":       {1, 1},
-		"several":   {3, 3},
-		"too many":  {MaxErrors + 5, MaxErrors},
-		"the bound": {MaxErrors, MaxErrors},
+		"none":      {0, 0, ""},
+		"one":       {1, 1, ""},
+		"several":   {3, 3, ""},
+		"too many":  {MaxErrors + 5, MaxErrors, "and 5 more"},
+		"the bound": {MaxErrors, MaxErrors, ""},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -54,14 +55,24 @@ func TestJoin(t *testing.T) {
 					t.Fatalf("Join: %v (%T), want the one *Error", err, err)
 				}
 			default:
-				if !errors.As(err, &many) || len(many) != tc.want {
-					t.Fatalf("Join: %v (%T), want Errors of %d", err, err, tc.want)
+				if !errors.As(err, &many) || len(many.List) != tc.want || many.Len() != tc.n {
+					t.Fatalf("Join: %v (%T), want Errors listing %d of %d", err, err, tc.want, tc.n)
 				}
 				if !errors.As(err, &one) || one != errs[0] {
 					t.Errorf("errors.As found %v, want the first error", one)
 				}
-				if lines := strings.Count(err.Error(), "\n") + 1; lines != tc.want {
-					t.Errorf("%d lines, want %d", lines, tc.want)
+				lines := strings.Split(err.Error(), "\n")
+				wantLines := tc.want
+				if tc.more != "" {
+					wantLines++
+				}
+				if len(lines) != wantLines {
+					t.Fatalf("%d lines, want %d", len(lines), wantLines)
+				}
+				if last := lines[len(lines)-1]; tc.more != "" && last != tc.more {
+					t.Errorf("last line %q, want %q", last, tc.more)
+				} else if tc.more == "" && last != errs[tc.want-1].Error() {
+					t.Errorf("last line %q, want the last error", last)
 				}
 			}
 		})
