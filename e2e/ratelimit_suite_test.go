@@ -42,6 +42,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
@@ -647,5 +648,39 @@ func testRLReload(r *rlRun, add, remove func()) {
 	if want := (&rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}}}); !proto.Equal(want, got) {
 		r.t.Errorf("after the domain reload was removed: %v, want %v", got, want)
+	}
+}
+
+// TestRatelimitResponseHeaders: with LIMIT_RESPONSE_HEADERS_ENABLED=true
+// and ratelimit's header names set, an answer is ratelimit's with exactly
+// its three headers (the limit, the remaining count and the seconds until
+// reset of the descriptor with the fewest remaining), OVER_LIMIT included:
+// nothing of flashgate's. Not one of ratelimit's integration cases.
+func TestRatelimitResponseHeaders(t *testing.T) {
+	dir := copyRuntime(t)
+	p := startRatelimit(t, launchOpts{}, append(rlRedis("single", redistest.Start(t).Addr(), ""),
+		"RUNTIME_ROOT="+filepath.Dir(dir), "RUNTIME_SUBDIRECTORY="+filepath.Base(dir), "LIMIT_RESPONSE_HEADERS_ENABLED=true",
+		"LIMIT_LIMIT_HEADER=X-Limit", "LIMIT_REMAINING_HEADER=X-Remaining", "LIMIT_RESET_HEADER=X-Reset")...)
+	r := &rlRun{t: t, tally: newRLTally(), client: rlsv3.NewRateLimitServiceClient(p.conn), p: p, dir: dir}
+	value := strconv.FormatUint(rand.Uint64(), 10)
+	for i := 0; i < 22; i++ {
+		code, remaining := rlsv3.RateLimitResponse_OK, uint32(20-(i+1))
+		if i >= 20 {
+			code, remaining = rlsv3.RateLimitResponse_OVER_LIMIT, 0
+		}
+		got := r.ask("another", [][2]string{{"key2", value}})
+		reset := durOf(got, 0).GetSeconds()
+		want := &rlsv3.RateLimitResponse{
+			OverallCode: code,
+			Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{rlStatus(code, 20, rlsv3.RateLimitResponse_RateLimit_MINUTE, remaining, durOf(got, 0))},
+			ResponseHeadersToAdd: []*corev3.HeaderValue{
+				{Key: "X-Limit", Value: "20"},
+				{Key: "X-Remaining", Value: strconv.FormatUint(uint64(remaining), 10)},
+				{Key: "X-Reset", Value: strconv.FormatInt(reset, 10)},
+			},
+		}
+		if reset < 1 || reset > 60 || !proto.Equal(want, got) {
+			t.Errorf("request %d: %v\nwant %v (a reset of 1 to 60 s)", i+1, got, want)
+		}
 	}
 }
