@@ -151,6 +151,12 @@ type launchOpts struct {
 	// clientTLS, when not nil, is the TLS of the test's gRPC connection,
 	// for a serve with --grpc-tls-cert.
 	clientTLS *tls.Config
+	// ratelimitEnv, when not nil, runs the binary as a swap for
+	// envoyproxy/ratelimit runs it: called ratelimit, with no arguments (args
+	// must be empty), configured by these NAME=value variables of
+	// ratelimit's alone (no FLASHGATE_ variable reaches it), the ports in
+	// GRPC_PORT, DEBUG_PORT and PORT, on loopback.
+	ratelimitEnv []string
 }
 
 // launchRetry launches serve, and again on new ports (up to 3 times) when
@@ -195,8 +201,17 @@ func launch(t testing.TB, args []string, lo launchOpts) (*proc, error) {
 	}
 	p.args = append(p.args, args...)
 	p.cmd = exec.Command(flashgateBin, p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=0")
+	if lo.ratelimitEnv != nil {
+		if len(args) > 0 {
+			return nil, fmt.Errorf("ratelimit takes no arguments, got %q", args)
+		}
+		if p.cmd, err = ratelimitCmd(addrs, lo.ratelimitEnv); err != nil {
+			return nil, err
+		}
+		p.args = append([]string{"ratelimit"}, lo.ratelimitEnv...)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -244,6 +259,36 @@ func launch(t testing.TB, args []string, lo launchOpts) (*proc, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// ratelimitCmd is the binary called ratelimit (a link to flashgateBin, as
+// the image's /bin/ratelimit), listening on addrs (gRPC, debug, HTTP),
+// with vars and the process's environment but its FLASHGATE_ variables.
+func ratelimitCmd(addrs, vars []string) (*exec.Cmd, error) {
+	bin := filepath.Join(filepath.Dir(flashgateBin), "ratelimit")
+	if err := os.Symlink(flashgateBin, bin); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	cmd := exec.Command(bin)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLASHGATE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "GORACE=halt_on_error=0")
+	for i, name := range []string{"GRPC", "DEBUG", ""} {
+		host, port, err := net.SplitHostPort(addrs[i])
+		if err != nil {
+			return nil, err
+		}
+		pre := name + "_"
+		if name == "" {
+			pre = ""
+		}
+		cmd.Env = append(cmd.Env, pre+"HOST="+host, pre+"PORT="+port)
+	}
+	cmd.Env = append(cmd.Env, vars...)
+	return cmd, nil
 }
 
 func (p *proc) cleanup() {

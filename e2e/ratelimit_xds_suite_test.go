@@ -3,16 +3,17 @@ package e2e
 // ratelimit's xDS state-of-the-world integration cases (its
 // test/integration/xds_sotw_integration_test.go at commit f2fb157:
 // testXdsProviderBasicConfig, testXdsProviderBasicConfigReload), run as the
-// directory suite of ratelimit_suite_test.go is, against a real
-// `flashgate serve --rls-xds-server` whose config an in-process
+// directory suite of ratelimit_suite_test.go is, against the binary run
+// as ratelimit in ratelimit's environment (CONFIG_TYPE=GRPC_XDS_SOTW and
+// its CONFIG_GRPC_XDS_* variables) whose config an in-process
 // go-control-plane xDS server pushes; over plaintext, TLS and mTLS on both
-// sides (flashgate's gRPC server, and its connection to the xDS server).
+// sides (its gRPC server, GRPC_SERVER_USE_TLS, and its connection to the
+// xDS server, CONFIG_GRPC_XDS_SERVER_USE_TLS).
 
 import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -73,7 +74,7 @@ func TestRatelimitSuiteXDS(t *testing.T) {
 		t.Run(transport, func(t *testing.T) {
 			pki := tlstest.NewPKI(t)
 			var serverTLS, clientTLS *tls.Config
-			var tlsArgs []string
+			var tlsEnv []string // ratelimit's TLS variables
 			if transport != "plaintext" {
 				srv, err := tls.LoadX509KeyPair(pki.Path("tls.crt"), pki.Path("tls.key"))
 				if err != nil {
@@ -81,8 +82,8 @@ func TestRatelimitSuiteXDS(t *testing.T) {
 				}
 				serverTLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{srv}}
 				clientTLS = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pki.CA.Pool()}
-				tlsArgs = []string{"--grpc-tls-cert", pki.Path("tls.crt"), "--grpc-tls-key", pki.Path("tls.key"),
-					"--rls-xds-tls", "--rls-xds-tls-ca", pki.Path("ca.crt")}
+				tlsEnv = []string{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + pki.Path("tls.crt"), "GRPC_SERVER_TLS_KEY=" + pki.Path("tls.key"),
+					"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + pki.Path("ca.crt")}
 				if transport == "mtls" {
 					serverTLS.ClientAuth, serverTLS.ClientCAs = tls.RequireAndVerifyClientCert, pki.CA.Pool()
 					cli, err := tls.LoadX509KeyPair(pki.Path("client.crt"), pki.Path("client.key"))
@@ -90,8 +91,8 @@ func TestRatelimitSuiteXDS(t *testing.T) {
 						t.Fatal(err)
 					}
 					clientTLS.Certificates = []tls.Certificate{cli}
-					tlsArgs = append(tlsArgs, "--grpc-tls-client-ca", pki.Path("ca.crt"),
-						"--rls-xds-tls-cert", pki.Path("client.crt"), "--rls-xds-tls-key", pki.Path("client.key"))
+					tlsEnv = append(tlsEnv, "GRPC_CLIENT_TLS_CACERT="+pki.Path("ca.crt"),
+						"CONFIG_GRPC_XDS_CLIENT_TLS_CERT="+pki.Path("client.crt"), "CONFIG_GRPC_XDS_CLIENT_TLS_KEY="+pki.Path("client.key"))
 				}
 			}
 			cp := xdstest.Start(t, "127.0.0.1:0", serverTLS)
@@ -109,16 +110,13 @@ func TestRatelimitSuiteXDS(t *testing.T) {
 			start := func(t *testing.T, v rlVariant) *rlRun {
 				t.Helper()
 				seq++
-				args := append([]string{"--backend", "redis", "--redis-addr", rs.Addr(), "--redis-timeout", "2s",
-					"--key-prefix", fmt.Sprintf("rlxds-%s-%d", transport, seq), "--ratelimit-headers", "none",
-					"--rls-xds-server", cp.Addr, "--rls-xds-node-id", rlXDSNode, "--rls-xds-retry-interval", "200ms"}, tlsArgs...)
-				if v.localCache {
-					args = append(args, "--local-cache-size", fmt.Sprint(64<<10))
-				}
-				p, err := launchRetryWith(t, args, launchOpts{clientTLS: clientTLS})
-				if err != nil {
-					t.Fatalf("start flashgate serve %s: %v", strings.Join(args, " "), err)
-				}
+				// ratelimit's environment; each run its own CACHE_KEY_PREFIX,
+				// as the runs share one Redis.
+				env := append(rlRedis("single", rs.Addr(), ""), "CACHE_KEY_PREFIX="+fmt.Sprintf("rlxds-%s-%d:", transport, seq),
+					"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+cp.Addr, "CONFIG_GRPC_XDS_NODE_ID="+rlXDSNode,
+					"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=200ms")
+				env = append(append(env, tlsEnv...), v.env()...)
+				p := startRatelimit(t, launchOpts{clientTLS: clientTLS}, env...)
 				if transport == "mtls" {
 					refuseWithoutClientCert(t, p.GRPCAddr, pki)
 				}

@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +40,9 @@ const (
 	// ProblemType is the problem type of a denial's body: the draft's
 	// quota-exceeded.
 	ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	// ProblemTitle is the title member of a denial's body.
+	// ProblemTitle is the title member of a 429 denial's body; a denial
+	// answered with another status is titled by that status's reason
+	// phrase (see [ProblemWithStatus]).
 	ProblemTitle = "Too Many Requests"
 )
 
@@ -281,8 +284,12 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// problemHead begins every denial's body up to its status.
-const problemHead = `{"type":"` + ProblemType + `","title":"` + ProblemTitle + `","status":`
+// problemType and problemHead begin every denial's body, up to its title
+// and up to its status.
+const (
+	problemType = `{"type":"` + ProblemType + `","title":`
+	problemHead = problemType + `"` + ProblemTitle + `","status":`
+)
 
 // AppendProblem appends the body of a denial by p that may retry after
 // retryAfter: the RFC 9457 problem
@@ -314,15 +321,18 @@ func (p *Policy) ProblemLen() int {
 }
 
 // ProblemWithStatus returns body, a denial's problem, with its status
-// member set to status (a front-end that answers a denial with another
-// status than 429, e.g. 403 for nginx's auth_request); a body that is not
-// one of [Policy.AppendProblem]'s is returned as it is.
+// member set to status and its title to that status's reason phrase (a
+// front-end that answers a denial with another status than 429, e.g. 403
+// for nginx's auth_request); a body that is not one of
+// [Policy.AppendProblem]'s, or a status without a reason phrase, returns
+// body as it is.
 func ProblemWithStatus(body string, status int) string {
 	rest, ok := strings.CutPrefix(body, problemHead+"429,")
-	if !ok || status < 100 || status > 999 {
+	title := http.StatusText(status)
+	if !ok || title == "" {
 		return body
 	}
-	return problemHead + strconv.Itoa(status) + "," + rest
+	return problemType + strconv.Quote(title) + `,"status":` + strconv.Itoa(status) + "," + rest
 }
 
 // State is one policy's state in an answer, its RateLimit item: the

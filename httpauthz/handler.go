@@ -174,10 +174,10 @@ func (h *Handler) write(w http.ResponseWriter, resp *authv3.CheckResponse, overr
 	h.out.add(hd, denied.GetHeaders())
 	body := denied.GetBody()
 	if override != 0 {
-		status = override
 		if body != "" && isJSON(hd.Get("Content-Type")) {
-			body = withStatusMember(body, status)
+			body = withStatusMember(body, status, override)
 		}
+		status = override
 	}
 	hd.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
@@ -285,35 +285,49 @@ func isJSON(ct string) bool {
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }
 
-// withStatusMember returns the JSON object body with its top-level
-// "status" member, when that is a number, set to status; body itself when
-// it has none or is no JSON object. The rest of the body is kept byte for
-// byte.
-func withStatusMember(body string, status int) string {
+// withStatusMember returns the JSON object body of a denial answered
+// with from with its top-level "status" member, when that is a number, set
+// to status, and its top-level "title" member, when that is from's reason
+// phrase (an RFC 9457 problem titled by its status), set to status's;
+// body itself when it has no numeric status or is no JSON object. The
+// rest of the body is kept byte for byte.
+func withStatusMember(body string, from, status int) string {
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.UseNumber()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return body
 	}
+	// span is a member's value in body, and what replaces it.
+	type span struct {
+		start, end int
+		with       string
+	}
+	var st, title *span
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
 			return body
 		}
-		if key, _ := t.(string); key != "status" {
-			var skip json.RawMessage
-			if dec.Decode(&skip) != nil {
-				return body
-			}
-			continue
-		}
+		key, _ := t.(string)
 		after := int(dec.InputOffset())
 		v, err := dec.Token()
 		if err != nil {
 			return body
 		}
-		if _, ok := v.(json.Number); !ok {
-			return body
+		if d, ok := v.(json.Delim); ok && (d == '{' || d == '[') {
+			for depth := 1; depth > 0; {
+				t, err := dec.Token()
+				if err != nil {
+					return body
+				}
+				switch t {
+				case json.Delim('{'), json.Delim('['):
+					depth++
+				case json.Delim('}'), json.Delim(']'):
+					depth--
+				}
+			}
+			continue
 		}
 		end := int(dec.InputOffset())
 		start := after + strings.IndexFunc(body[after:end], func(c rune) bool {
@@ -322,7 +336,29 @@ func withStatusMember(body string, status int) string {
 		if start < after {
 			return body
 		}
-		return body[:start] + strconv.Itoa(status) + body[end:]
+		switch v := v.(type) {
+		case json.Number:
+			if key == "status" && st == nil {
+				st = &span{start, end, strconv.Itoa(status)}
+			}
+		case string:
+			if key == "title" && title == nil && v == http.StatusText(from) && http.StatusText(status) != "" {
+				title = &span{start, end, strconv.Quote(http.StatusText(status))}
+			}
+		}
+	}
+	if st == nil {
+		return body
+	}
+	spans := []*span{st}
+	if title != nil {
+		spans = append(spans, title)
+		if title.start > st.start {
+			spans[0], spans[1] = title, st
+		}
+	}
+	for _, sp := range spans { // the later one first
+		body = body[:sp.start] + sp.with + body[sp.end:]
 	}
 	return body
 }

@@ -157,10 +157,12 @@ func TestDenyStatus(t *testing.T) {
 		}
 		mirrors(t, r, e.rec.lastResponse(), override)
 		checkGrammar(t, r)
-		// The body is the denial's, its "status" member (the problem body's)
-		// following the status sent.
+		// The body is the denial's, its "status" and "title" members (the
+		// problem body's) following the status sent.
 		body := e.rec.lastResponse().GetDeniedResponse().GetBody()
-		if want := strings.Replace(body, `"status":429`, `"status":`+strconv.Itoa(r.status), 1); r.body != want {
+		want := strings.Replace(body, `"title":"Too Many Requests","status":429`,
+			`"title":"`+http.StatusText(r.status)+`","status":`+strconv.Itoa(r.status), 1)
+		if r.body != want {
 			t.Errorf("X-Flashgate-Deny-Status %q: body %q, want %q", value, r.body, want)
 		}
 	}

@@ -16,14 +16,19 @@ import (
 )
 
 // TestWithStatusMember: a JSON object's top-level numeric "status" member
-// follows the status sent, the rest byte for byte; anything else is left
-// alone.
+// follows the status sent, and a top-level "title" that was the old
+// status's reason phrase becomes the new one's; the rest byte for byte;
+// anything else is left alone.
 func TestWithStatusMember(t *testing.T) {
 	tests := map[string]struct{ in, want string }{
 		"problem": {
 			`{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"violated-policies":["r"],"error":"too_many_requests","rule":"r","retry_after_ms":900}`,
-			`{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":403,"violated-policies":["r"],"error":"too_many_requests","rule":"r","retry_after_ms":900}`,
+			`{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Forbidden","status":403,"violated-policies":["r"],"error":"too_many_requests","rule":"r","retry_after_ms":900}`,
 		},
+		"title after status":    {`{"status":429, "title" : "Too Many Requests","x":1}`, `{"status":403, "title" : "Forbidden","x":1}`},
+		"a title of its own":    {`{"title":"Slow down","status":429}`, `{"title":"Slow down","status":403}`},
+		"title without status":  {`{"title":"Too Many Requests"}`, `{"title":"Too Many Requests"}`},
+		"nested title":          {`{"d":{"title":"Too Many Requests"},"status":429}`, `{"d":{"title":"Too Many Requests"},"status":403}`},
 		"spaced":                {"{ \"a\" : [1,{\"status\":429}] ,\n \"status\" :\t429 }", "{ \"a\" : [1,{\"status\":429}] ,\n \"status\" :\t403 }"},
 		"status last":           {`{"x":{"status":1},"status":429}`, `{"x":{"status":1},"status":403}`},
 		"old body, no status":   {`{"error":"too_many_requests","rule":"r","retry_after_ms":900}`, `{"error":"too_many_requests","rule":"r","retry_after_ms":900}`},
@@ -36,7 +41,7 @@ func TestWithStatusMember(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := withStatusMember(tc.in, 403); got != tc.want {
+			if got := withStatusMember(tc.in, 429, 403); got != tc.want {
 				t.Errorf("got  %s\nwant %s", got, tc.want)
 			}
 		})
@@ -76,7 +81,7 @@ func TestDenialWritten(t *testing.T) {
 		status      int
 		body, xNote string
 	}{
-		"problem, overridden": {denial(429, "application/problem+json", problem), "403", 403, `{"title":"Too Many Requests","status":403,"violated-policies":["r"]}`, ""},
+		"problem, overridden": {denial(429, "application/problem+json", problem), "403", 403, `{"title":"Forbidden","status":403,"violated-policies":["r"]}`, ""},
 		"problem, as is":      {denial(429, "application/problem+json", problem), "", 429, problem, ""},
 		"text body kept":      {denial(429, "text/plain", `"status":429`), "401", 401, `"status":429`, ""},
 		"no status":           {denial(0, "text/plain", "no"), "", 403, "no", ""},

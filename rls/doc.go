@@ -103,7 +103,9 @@
 // member says 429, Envoy's default rate_limited_status). A limit that can
 // never fit (requests_per_unit: 0) refuses with t and retry-after of its
 // window. Envoy adds these headers to the client's response on OK as on
-// OVER_LIMIT.
+// OVER_LIMIT. With Options.OmitExtras an answer has no retry-after,
+// content-type, raw_body or x-ratelimit-shadow: with the families none it
+// is ratelimit's answer, field for field.
 //
 // ratelimit's own response headers (Options.ResponseHeaders) are added
 // after them, named as ratelimit's defaults, RateLimit-Limit,

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -132,5 +133,67 @@ func TestHeadersFailureModes(t *testing.T) {
 			checkRLS(t, s, req, f, over, enforcetest.Want{Policies: both, Binding: apiKey.Name, Denied: true, RetryAfter: 90,
 				States: []enforcetest.State{{Name: apiKey.Name, Remaining: 0, T: 90}}})
 		})
+	}
+}
+
+// TestOmitExtras: with OmitExtras and the families none, every answer is
+// ratelimit's: no header and no raw_body, on OK, OVER_LIMIT, a limit of 0
+// and a shadow admission alike; with ResponseHeaders, ratelimit's three
+// headers alone. Other families still come when asked, without the
+// denial's fields.
+func TestOmitExtras(t *testing.T) {
+	reqs := []*rlsv3.RateLimitRequest{
+		request("basic", desc("remote_address", "10.0.0.1"), desc("message_type", "marketing", "to_number", "1")),
+		request("basic", desc("remote_address", "50.0.0.5")),
+		request("shadow", desc("service", "s", "user", "user-a")),
+	}
+	// answers sends each request 3 times and returns the answers.
+	answers := func(s *Server) []*rlsv3.RateLimitResponse {
+		var out []*rlsv3.RateLimitResponse
+		for _, req := range reqs {
+			for range 3 {
+				resp, err := s.ShouldRateLimit(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, resp)
+			}
+		}
+		return out
+	}
+	overs := 0
+	for i, resp := range answers(clockServer(t, func(o *testOptions) { o.OmitExtras, o.Headers = true, enforce.FamiliesNone })) {
+		if resp.GetOverallCode() == over {
+			overs++
+		}
+		if len(resp.GetResponseHeadersToAdd()) > 0 || resp.GetRawBody() != nil {
+			t.Errorf("answer %d: headers %v, raw_body %q, want neither", i, resp.GetResponseHeadersToAdd(), resp.GetRawBody())
+		}
+	}
+	if overs != 4 {
+		t.Errorf("%d OVER_LIMIT answers, want 4 (one of the first request, three of the limit of 0)", overs)
+	}
+	names := DefaultHeaderNames()
+	for i, resp := range answers(clockServer(t, func(o *testOptions) {
+		o.OmitExtras, o.Headers, o.ResponseHeaders = true, enforce.FamiliesNone, true
+	})) {
+		var keys []string
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			keys = append(keys, h.GetKey())
+		}
+		if want := []string{names.Limit, names.Remaining, names.Reset}; !slices.Equal(keys, want) || resp.GetRawBody() != nil {
+			t.Errorf("answer %d: headers %v, raw_body %q, want %v alone", i, keys, resp.GetRawBody(), want)
+		}
+	}
+	for i, resp := range answers(clockServer(t, func(o *testOptions) { o.OmitExtras, o.Headers = true, enforce.FamiliesBoth })) {
+		h := enforcetest.HeaderValues(t, resp.GetResponseHeadersToAdd())
+		for _, k := range []string{enforce.HeaderRetryAfter, enforce.HeaderContentType, enforce.HeaderShadow} {
+			if h.Get(k) != "" {
+				t.Errorf("answer %d: %s with OmitExtras", i, k)
+			}
+		}
+		if h.Get(enforce.HeaderRateLimitPolicy) == "" || resp.GetRawBody() != nil {
+			t.Errorf("answer %d: headers %v, raw_body %q, want the families, no raw_body", i, h, resp.GetRawBody())
+		}
 	}
 }

@@ -47,6 +47,12 @@ type Options struct {
 	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); a zero field takes
 	// ratelimit's default, in DefaultHeaderNames.
 	HeaderNames HeaderNames
+	// OmitExtras leaves out flashgate's additions that are not rate-limit
+	// header fields: an OVER_LIMIT's retry-after, content-type and problem
+	// raw_body, and a shadow admission's x-ratelimit-shadow. With it, and
+	// the core's header families none, an answer holds ratelimit's fields
+	// only (and ResponseHeaders' headers, when asked).
+	OmitExtras bool
 }
 
 // HeaderNames are the names of the response headers of
@@ -398,6 +404,12 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	}
 	c.count()
 	a := c.answer(over)
+	extras := !c.s.opts.OmitExtras
+	if !extras {
+		// Neither the denial's fields nor the shadow mark: the header
+		// families alone.
+		a.Denied, a.Shadow = false, false
+	}
 	compat := c.s.opts.ResponseHeaders && c.out != failedAllow && c.out != failedDeny
 	a.Headers(c.s.core.Headers(), func(k, v string) {
 		if !compat || !c.s.compat[k] {
@@ -407,7 +419,7 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	if compat {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, limitHeaders(c.s.opts.HeaderNames, resp.Statuses, c.binding())...)
 	}
-	if over {
+	if over && extras {
 		resp.RawBody = []byte(a.Problem())
 	}
 	return resp

@@ -109,7 +109,7 @@ func testBinaryServeSignals(t *testing.T, bin string) {
 	waitFor(t, eventually, "serve to listen and serve", func() bool {
 		a, ok := logField(logs.String(), "flashgate listening", "grpc_addr")
 		addr = a
-		return ok && strings.Contains(logs.String(), "rules loaded; serving")
+		return ok && strings.Contains(logs.String(), "memory backend ready; serving")
 	})
 	if n := allowedOf(t, addr, "u1", 5); n != 3 {
 		t.Fatalf("allowed %d of 5, want 3\n%s", n, logs)

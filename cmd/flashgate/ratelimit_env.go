@@ -80,7 +80,7 @@ var ratelimitVars = []ratelimitVar{
 	{name: "PORT", def: "8080", flag: "rls-http-addr", note: "HOST:PORT", value: hostPort("HOST", "PORT")},
 	{name: "DEBUG_HOST", def: "0.0.0.0", flag: "http-addr", note: "DEBUG_HOST:DEBUG_PORT: /metrics (Prometheus), /healthz, /readyz", value: hostPort("DEBUG_HOST", "DEBUG_PORT")},
 	{name: "DEBUG_PORT", def: "6070", flag: "http-addr", note: "DEBUG_HOST:DEBUG_PORT", value: hostPort("DEBUG_HOST", "DEBUG_PORT")},
-	{name: "GRPC_HOST", def: "0.0.0.0", flag: "grpc-addr", note: "GRPC_HOST:GRPC_PORT: RateLimitService, ext_authz, grpc.health.v1", value: grpcAddr},
+	{name: "GRPC_HOST", def: "0.0.0.0", flag: "grpc-addr", note: "GRPC_HOST:GRPC_PORT: RateLimitService, grpc.health.v1 (ext_authz with FLASHGATE_CONFIG)", value: grpcAddr},
 	{name: "GRPC_PORT", def: "8081", flag: "grpc-addr", note: "GRPC_HOST:GRPC_PORT", value: grpcAddr},
 	{name: "GRPC_UDS", flag: "grpc-addr", note: "unix://GRPC_UDS, in place of GRPC_HOST:GRPC_PORT", value: grpcAddr},
 	{name: "PROTO", def: "tcp", note: "tcp only", value: only("tcp", "flashgate listens on TCP (or GRPC_UDS)")},
@@ -400,6 +400,7 @@ func applyRatelimitEnv(fs *pflag.FlagSet, lookup func(string) (string, bool), en
 	res := &ratelimitEnv{notHonoured: map[string]string{}}
 	done := map[string]bool{} // flags this function set
 	var errs []error
+	seen := map[string]bool{} // messages of errs: two rows may find one fault
 	for _, r := range ratelimitVars {
 		if strings.HasSuffix(r.name, "*") {
 			for _, kv := range environ {
@@ -431,7 +432,10 @@ func applyRatelimitEnv(fs *pflag.FlagSet, lookup func(string) (string, bool), en
 				}
 				continue
 			case err != nil:
-				errs = append(errs, err)
+				if !seen[err.Error()] {
+					seen[err.Error()] = true
+					errs = append(errs, err)
+				}
 				continue
 			}
 		}
@@ -474,8 +478,16 @@ sets; a variable set but not honoured is logged once at start.
 RLS (envoy.service.ratelimit.v3) only on GRPC_HOST:GRPC_PORT
 (default 0.0.0.0:8081); GET /healthcheck and POST /json on HOST:PORT
 (0.0.0.0:8080); /metrics, /healthz and /readyz on DEBUG_HOST:DEBUG_PORT
-(0.0.0.0:6070). Flags and FLASHGATE_<FLAG> win over ratelimit's variables.`
+(0.0.0.0:6070). Flags and FLASHGATE_<FLAG> win over ratelimit's variables;
+the defaults below are those ratelimit's defaults give.
+
+Answers are ratelimit's, field for field (duration_until_reset aside: a
+sliding window's): no rate-limit headers (--ratelimit-headers none) and no
+retry-after, content-type or problem body on OVER_LIMIT (--rls-extras=false),
+unless FLASHGATE_RATELIMIT_HEADERS or FLASHGATE_RLS_EXTRAS ask for them;
+ratelimit's own headers with LIMIT_RESPONSE_HEADERS_ENABLED=true.`
 	cmd.Example = `  REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:6379 RUNTIME_ROOT=/data RUNTIME_SUBDIRECTORY=ratelimit flashgate ratelimit`
+	ratelimitDefaults(cmd.Flags())
 	next := cmd.PreRunE // FLASHGATE_<FLAG> first: those win
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
 		if next != nil {
@@ -500,6 +512,52 @@ RLS (envoy.service.ratelimit.v3) only on GRPC_HOST:GRPC_PORT
 		return nil
 	}
 	return cmd
+}
+
+// ratelimitAnswerDefaults are the defaults of serve's flags that the
+// ratelimit command changes without a variable of ratelimit's: its answers
+// are ratelimit's unless FLASHGATE_<FLAG> (or the flag) asks for more, and
+// like ratelimit, which has no Redis budget of its own, it waits for Redis
+// (up to half a second, the caller's deadline first) before the failure
+// mode answers in its place.
+var ratelimitAnswerDefaults = map[string]string{
+	"ratelimit-headers": "none",
+	"rls-extras":        "false",
+	"redis-timeout":     "500ms",
+	"check-deadline":    "1s",
+}
+
+// ratelimitDefaults makes fs, serve's flags, the ratelimit command's: each
+// flag a variable of ratelimit's sets names it in its usage and shows, as
+// its default, what ratelimit's default sets it to (applyRatelimitEnv sets
+// it so at start); ratelimitAnswerDefaults become the flags' values.
+func ratelimitDefaults(fs *pflag.FlagSet) {
+	for name, v := range ratelimitAnswerDefaults {
+		if f := fs.Lookup(name); f != nil && f.Value.Set(v) == nil {
+			f.DefValue = v
+		}
+	}
+	// What ratelimit's defaults alone set: applied to a scratch set of
+	// serve's flags, in an empty environment. (REDIS_URL's default, a
+	// unix socket, sets nothing: flashgate needs REDIS_SOCKET_TYPE=tcp.)
+	scratch := pflag.NewFlagSet("defaults", pflag.ContinueOnError)
+	var o serveOptions
+	o.addFlags(scratch)
+	_, _ = applyRatelimitEnv(scratch, func(string) (string, bool) { return "", false }, nil)
+	vars := map[string][]string{}
+	for _, r := range ratelimitVars {
+		if r.flag != "" && !slices.Contains(vars[r.flag], r.name) {
+			vars[r.flag] = append(vars[r.flag], r.name)
+		}
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if names := vars[f.Name]; len(names) > 0 {
+			f.Usage += " [ratelimit: $" + strings.Join(names, ", $") + "]"
+		}
+		if d := scratch.Lookup(f.Name); d != nil && d.Changed {
+			f.DefValue = d.Value.String()
+		}
+	})
 }
 
 // changedIfAny reports whether fs has the flag name and it was set.

@@ -263,6 +263,9 @@ func TestRatelimitCommand(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Fatalf("err = %v, want %q", err, tc.err)
 			}
+			if lines := strings.Split(err.Error(), "\n"); len(lines) != len(slices.Compact(slices.Sorted(slices.Values(lines)))) {
+				t.Errorf("err = %v: a line twice", err)
+			}
 			if n := strings.Count(stderr.String(), "ratelimit settings not honoured"); n != min(len(tc.logged), 1) {
 				t.Errorf("logged %d times:\n%s", n, stderr.String())
 			}
@@ -276,3 +279,40 @@ func TestRatelimitCommand(t *testing.T) {
 }
 
 func serveFlagsHave(name string) bool { return serveFlags().Lookup(name) != nil }
+
+// TestRatelimitHelp: the ratelimit command's help shows the defaults it
+// runs with (ratelimit's, through its variables, and its answers'), not
+// serve's, each flag a variable sets naming it.
+func TestRatelimitHelp(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if err := runEnv(t.Context(), []string{"ratelimit", "--help"}, env{stdout: &stdout, stderr: &stderr,
+		lookupEnv: func(string) (string, bool) { return "", false }}); err != nil {
+		t.Fatal(err)
+	}
+	flags := map[string]string{}
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "--") {
+			flags[f[0]] = l
+		}
+	}
+	for flag, want := range map[string][]string{
+		"--grpc-addr":         {`(default "0.0.0.0:8081")`, "[ratelimit: $GRPC_HOST, $GRPC_PORT, $GRPC_UDS]"},
+		"--http-addr":         {`(default "0.0.0.0:6070")`, "$DEBUG_PORT"},
+		"--rls-http-addr":     {`(default "0.0.0.0:8080")`, "$PORT"},
+		"--backend":           {`(default "redis")`, "$BACKEND_TYPE"},
+		"--log-level":         {`(default "warn")`},
+		"--log-format":        {`(default "text")`},
+		"--rls-config":        {`(default "/srv/runtime_data/current")`, "$RUNTIME_ROOT"},
+		"--ratelimit-headers": {`(default "none")`},
+		"--redis-addr":        {"$REDIS_URL"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(flags[flag], w) {
+				t.Errorf("%s: %q, want %s", flag, flags[flag], w)
+			}
+		}
+	}
+	if l := flags["--rls-extras"]; l == "" || strings.Contains(l, "(default") {
+		t.Errorf("--rls-extras: %q, want it listed, default false", l)
+	}
+}

@@ -55,7 +55,8 @@ func newRLS(o *serveConfig, core *enforce.Core) (*rlsService, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--rls-header-names: %w", err)
 	}
-	srv, err := rls.NewServer(cfg, rls.Options{Core: core, Keys: o.keys, ResponseHeaders: o.rlsHeaders, HeaderNames: names})
+	srv, err := rls.NewServer(cfg, rls.Options{Core: core, Keys: o.keys, ResponseHeaders: o.rlsHeaders, HeaderNames: names,
+		OmitExtras: !o.rlsExtras})
 	if err != nil {
 		return nil, err
 	}

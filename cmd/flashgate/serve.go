@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/encoding"
 )
 
 func newServeCmd(e env) *cobra.Command {
@@ -92,22 +93,27 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		return err
 	}
 	defer logs.close()
-	cfg, err := loadConfig(o.config)
-	if err != nil {
-		return err
-	}
 	rlsOnly := o.rlsOnly()
-	if o.config == "" && !rlsOnly {
-		log.Warn("no --config given: enforcing the built-in example rules", "file", extauthz.ExampleName)
+	// An RLS only loads no descriptors file, not even the built-in example:
+	// ext_authz is not served.
+	var cfg *extauthz.Config
+	if rlsOnly {
+		log.Info("no --config: serving the ratelimit service (RLS) only; ext_authz is not served (Check answers UNIMPLEMENTED) and no descriptors file is loaded")
+	} else {
+		if cfg, err = loadConfig(o.config); err != nil {
+			return err
+		}
+		if o.config == "" {
+			log.Warn("no --config given: enforcing the built-in example rules", "file", extauthz.ExampleName)
+		}
 	}
 	if o.deadlineRaised {
 		log.Warn("--check-deadline raised to fit --redis-timeout: keep Envoy's ext_authz timeout above it",
 			"check_deadline", o.checkDeadline.String(), "redis_timeout", o.redisTimeout.String())
 	}
-	fleetName := cfg.Domain
-	if rlsOnly {
-		// The fleet is the sidecars serving the RLS, not the unused example's domain.
-		fleetName = rlsFleet
+	fleetName := rlsFleet // the sidecars serving the RLS
+	if cfg != nil {
+		fleetName = cfg.Domain
 	}
 	b, err := newBackend(o, o.keys, fleetName, log)
 	if err != nil {
@@ -125,9 +131,13 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	srv, err := extauthz.NewServer(cfg, extauthz.Options{Core: core, Keys: o.keys})
-	if err != nil {
-		return err
+	var srv *extauthz.Server
+	var codec encoding.CodecV2 // grpc-go's, unless ext_authz is served
+	if cfg != nil {
+		if srv, err = extauthz.NewServer(cfg, extauthz.Options{Core: core, Keys: o.keys}); err != nil {
+			return err
+		}
+		codec = srv.Codec()
 	}
 	rlsSrv, err := newRLS(o, core)
 	if err != nil {
@@ -164,7 +174,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	h, err := host.New(host.Options{
 		GRPC: grpcLis, HTTP: httpLis, GRPCMaxConns: o.grpcMaxConns, HTTPMaxConns: o.httpMaxConns,
 		HTTPAuthz: authzLis, HTTPAuthzHandler: authzHandler, HTTPAuthzMaxConns: o.httpAuthzMaxConns,
-		Codec: srv.Codec(), Registry: reg, Pprof: o.pprof, TLS: grpcTLS.config(),
+		Codec: codec, Registry: reg, Pprof: o.pprof, TLS: grpcTLS.config(),
 	})
 	if err != nil {
 		grpcLis.Close()
@@ -174,16 +184,14 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		front.close()
 		return err
 	}
-	if rlsOnly {
-		log.Info("no --config: serving the ratelimit service (RLS) only; ext_authz is not served (Check answers UNIMPLEMENTED)")
-	} else {
+	if srv != nil {
 		srv.Register(h)
 	}
 	// Listening, not serving yet: health turns SERVING once the backend is
 	// warm (waitBackend says so).
-	rulesFile := cfg.Name
-	if rlsOnly {
-		rulesFile = ""
+	rulesFile := ""
+	if cfg != nil {
+		rulesFile = cfg.Name
 	}
 	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "grpc_tls", grpcTLS.mode(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
 		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", rulesFile,
@@ -296,7 +304,7 @@ func waitBackend(ctx context.Context, srv servingSetter, b *backend, w *warmup, 
 			switch {
 			case b.redis == nil:
 				srv.SetServing(true)
-				log.Info("rules loaded; serving")
+				log.Info("memory backend ready; serving")
 			case serving:
 				log.Info("redis warm (script loaded, connections open, fleet counted), after --warmup-timeout",
 					"attempts", attempt, "fleet_size", b.fleetSize())

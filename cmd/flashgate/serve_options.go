@@ -48,6 +48,7 @@ type serveOptions struct {
 
 	rlsConfig  string
 	rlsHeaders bool
+	rlsExtras  bool
 	rlsNames   string
 	rlsHTTP    string
 	rlsXDSOptions
@@ -86,7 +87,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.Var(&o.localCacheSize, "local-cache-size", "memory budget of the local over-limit cache and penalty box (e.g. 32MiB)")
 	f.IntVar(&o.memoryMaxKeys, "memory-max-keys", 0, "keys the memory backend (and the local failure mode) track at most (0: the window package's default)")
 	f.BoolVar(&o.shadow, "shadow", false, "decide and count, but admit everything (x-ratelimit-shadow: 1 on would-be denials)")
-	f.StringVar(&o.headers, "ratelimit-headers", enforce.FamiliesBoth.String(), "rate-limit headers on every answer (ext_authz, RLS): both (the IETF RateLimit and RateLimit-Policy, and x-ratelimit-limit, -remaining, -reset), ietf, x or none; a 429 always has retry-after and its problem+json body")
+	f.StringVar(&o.headers, "ratelimit-headers", enforce.FamiliesBoth.String(), "rate-limit headers on every answer (ext_authz, RLS): both (the IETF RateLimit and RateLimit-Policy, and x-ratelimit-limit, -remaining, -reset), ietf, x or none; an ext_authz 429 always has retry-after and its problem+json body (the RLS's: see --rls-extras)")
 	f.IntVar(&o.breakerFailures, "breaker-failures", guard.DefaultBreakerConnFailures, "connection errors in a row (Redis refused or reset: down, not slow) that open the circuit breaker at once; negative: no breaker")
 	f.Float64Var(&o.breakerRate, "breaker-failure-rate", guard.DefaultBreakerFailureRate, "share of failed Redis calls (errors and timeouts) within a second that opens the circuit breaker")
 	f.IntVar(&o.breakerMinCalls, "breaker-min-calls", guard.DefaultBreakerMinCalls, "calls within a second before --breaker-failure-rate can open the breaker")
@@ -96,6 +97,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.fleetTTL, "fleet-ttl", fallback.DefaultFleetTTL, "how long a sidecar's heartbeat counts it in the fleet (beats every third of it)")
 	f.StringVar(&o.rlsConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr, beside ext_authz with --config, alone without it (no built-in example rules); reloaded on change and on SIGHUP")
 	f.BoolVar(&o.rlsHeaders, "rls-response-headers", false, "RLS: add RateLimit-Limit, -Remaining and -Reset to ShouldRateLimit answers (ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)")
+	f.BoolVar(&o.rlsExtras, "rls-extras", true, "RLS: flashgate's additions to ratelimit's answer besides --ratelimit-headers: an OVER_LIMIT's retry-after, content-type and problem+json raw_body, a shadow admission's x-ratelimit-shadow (false: ratelimit's fields only)")
 	f.StringVar(&o.rlsNames, "rls-header-names", "", "RLS: the three response header names, LIMIT,REMAINING,RESET (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset")
 	f.StringVar(&o.rlsHTTP, "rls-http-addr", "", "listen address of ratelimit's HTTP side: GET /healthcheck (200 while serving) and POST /json (ShouldRateLimit as JSON); needs --rls-config (empty: none)")
 	o.rlsXDSOptions.addFlags(f)
@@ -273,6 +275,9 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	}
 	if o.rlsHeaders && o.rlsConfig == "" && o.rlsXDSServer == "" {
 		return nil, fmt.Errorf("--rls-response-headers needs --rls-config or --rls-xds-server")
+	}
+	if changed("rls-extras") && o.rlsConfig == "" && o.rlsXDSServer == "" {
+		return nil, fmt.Errorf("--rls-extras needs --rls-config or --rls-xds-server")
 	}
 	if o.rlsHTTP != "" && o.rlsConfig == "" && o.rlsXDSServer == "" {
 		return nil, fmt.Errorf("--rls-http-addr needs --rls-config or --rls-xds-server")

@@ -234,7 +234,7 @@ func TestServeMemory(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 	logs := s.logs.String()
-	for _, want := range []string{"flashgate listening", "rules loaded; serving", "shutting down", "stopped"} {
+	for _, want := range []string{"flashgate listening", "memory backend ready; serving", "shutting down", "stopped"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q:\n%s", want, logs)
 		}

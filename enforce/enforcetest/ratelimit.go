@@ -485,8 +485,12 @@ func CheckProblem(t testing.TB, h http.Header, body string, status int, rule str
 	if err := json.Unmarshal([]byte(body), &p); err != nil {
 		t.Fatalf("body %q: %v", body, err)
 	}
-	if p.Type != enforce.ProblemType || p.Title != enforce.ProblemTitle || p.Status != status || p.Error != "too_many_requests" {
-		t.Errorf("body %s: want type %s, title %q, status %d, error too_many_requests", body, enforce.ProblemType, enforce.ProblemTitle, status)
+	title := enforce.ProblemTitle
+	if status != http.StatusTooManyRequests {
+		title = http.StatusText(status)
+	}
+	if p.Type != enforce.ProblemType || p.Title != title || p.Status != status || p.Error != "too_many_requests" {
+		t.Errorf("body %s: want type %s, title %q, status %d, error too_many_requests", body, enforce.ProblemType, title, status)
 	}
 	if len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != rule || p.Rule != rule {
 		t.Errorf("body %s: want rule and violated-policies [%q]", body, rule)
