@@ -16,6 +16,7 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
+	"github.com/flashgate/flashgate/rls"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -138,18 +139,20 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	defer rlHTTP.close()
 	grpcTLS, err := newGRPCTLS(o, reg, log)
 	if err != nil {
+		rlHTTP.close()
 		return err
 	}
 	front, err := newHTTPFront(o, srv, cfg, reg, log)
 	if err != nil {
+		rlHTTP.close()
 		return err
 	}
 	grpcLis, err := host.Listen(o.grpcAddr)
 	if err != nil {
 		front.close()
+		rlHTTP.close()
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
 	var httpLis net.Listener
@@ -157,14 +160,24 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		if httpLis, err = host.Listen(o.httpAddr); err != nil {
 			grpcLis.Close()
 			front.close()
+			rlHTTP.close()
 			return fmt.Errorf("--http-addr: %w", err)
 		}
 	}
 	authzLis, authzHandler := front.listener()
-	h, err := host.New(host.Options{
-		GRPC: grpcLis, HTTP: httpLis, GRPCMaxConns: o.grpcMaxConns, HTTPMaxConns: o.httpMaxConns,
+	// h is set before anything is served: /healthcheck follows its health.
+	var h *host.Host
+	var rlsSvc *rls.Server
+	if rlsSrv != nil {
+		rlsSvc = rlsSrv.srv
+	}
+	rlLis, rlHandler := rlHTTP.listener(rlsSvc, func() bool { return h.Serving() })
+	h, err = host.New(host.Options{
+		GRPC: grpcLis, HTTP: httpLis, GRPCMaxConns: o.grpcMaxConns, GRPCMaxPending: o.grpcMaxPending, HTTPMaxConns: o.httpMaxConns,
 		HTTPAuthz: authzLis, HTTPAuthzHandler: authzHandler, HTTPAuthzMaxConns: o.httpAuthzMaxConns,
+		RLSHTTP: rlLis, RLSHTTPHandler: rlHandler, RLSHTTPMaxConns: o.rlsHTTPMaxConns,
 		Codec: srv.Codec(), Registry: reg, Pprof: o.pprof, TLS: grpcTLS.config(),
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	})
 	if err != nil {
 		grpcLis.Close()
@@ -172,6 +185,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 			httpLis.Close()
 		}
 		front.close()
+		rlHTTP.close()
 		return err
 	}
 	if rlsOnly {
@@ -187,15 +201,12 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	}
 	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "grpc_tls", grpcTLS.mode(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
 		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", rulesFile,
-		"rls_http_addr", rlHTTP.addr())
+		"rls_http_addr", h.RLSHTTPAddr())
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
 	ready := rlsSrv.start(ctx, &wg, h, h, log)
-	if rlsSrv != nil {
-		rlHTTP.start(&wg, rlsSrv.srv, h.Serving, log)
-	}
 	grpcTLS.start(ctx, &wg)
 	wg.Go(func() { waitBackend(ctx, ready, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
@@ -224,7 +235,6 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err := h.Shutdown(dctx); err != nil {
 		log.Warn("drain deadline passed: remaining checks were cut", "error", err)
 	}
-	rlHTTP.stop(dctx)
 	wg.Wait()
 	if runErr == nil {
 		log.Info("stopped")
