@@ -279,3 +279,41 @@ func TestHTTPAuthzDrainAnswersAnArrivingRequest(t *testing.T) {
 		t.Errorf("Shutdown: %v", err)
 	}
 }
+
+// TestHTTPAuthzDrainH2C: a check in flight on an HTTP/2 connection (h2c)
+// finishes during the drain, and Shutdown returns once it has, without
+// running into its deadline.
+func TestHTTPAuthzDrainH2C(t *testing.T) {
+	f := frontHandler{started: make(chan struct{}, 1), release: make(chan struct{})}
+	h, base, _ := startFront(t, f, 8)
+	c := h2cClient()
+	if code, body := get(t, c, base+"/x"); code != http.StatusOK || body != "ok HTTP/2.0" {
+		t.Fatalf("h2c: %d %q", code, body)
+	}
+	slow := make(chan string, 1)
+	go func() {
+		resp, err := c.Get(base + "/slow")
+		if err != nil {
+			slow <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		slow <- string(b)
+	}()
+	<-f.started
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		stopped <- h.Shutdown(ctx)
+	}()
+	waitRefused(t, strings.TrimPrefix(base, "http://"))
+	close(f.release)
+	if got := <-slow; got != "ok HTTP/2.0" {
+		t.Errorf("the h2c check in flight: %q, want it answered", got)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
