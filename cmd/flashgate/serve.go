@@ -55,8 +55,8 @@ warm-up goes on in the background. Warnings and errors of one kind are
 logged once per 10s at most (the rest counted in
 flashgate_log_suppressed_total). The descriptors file is reloaded when it
 changes and on SIGHUP; a bad file keeps the old rules. On SIGTERM or SIGINT
-health turns NOT_SERVING, both check listeners stop accepting, in-flight
-checks finish (up to --drain-timeout), and serve exits 0.`,
+health turns NOT_SERVING, every listener of checks stops accepting,
+in-flight checks finish (up to --drain-timeout), and serve exits 0.`,
 		Example: `  flashgate serve --config /etc/flashgate/descriptors.yaml --backend redis --redis-addr 127.0.0.1:6379`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
