@@ -64,17 +64,20 @@ type capConn struct {
 	net.Conn
 	l    *capListener
 	once sync.Once
+	// active is written with l.mu held, and read without it by Read.
+	active atomic.Bool
+	// readIdle: bytes were read since the connection turned idle.
+	readIdle atomic.Bool
+	// read: bytes were read (and h2 is set, with l.mu held).
+	read atomic.Bool
 	// The fields below are guarded by l.mu.
-	active    bool
 	idleSince time.Time
 	// pending: the handshake is not done (maxPending only).
 	pending bool
-	// readIdle: bytes were read since the connection turned idle.
-	readIdle bool
 	// kept: a close was put off while draining.
 	kept bool
-	// read: bytes were read; h2: they began with HTTP/2's preface.
-	read, h2 bool
+	// h2: the first bytes read were HTTP/2's preface.
+	h2 bool
 }
 
 // Accept waits for a connection that fits under the cap.
@@ -106,7 +109,7 @@ func (l *capListener) admit(c net.Conn) *capConn {
 		l.pending++
 	case len(l.conns) >= l.max:
 		if l.evict {
-			victim = l.oldestLocked(func(c *capConn) bool { return !c.active })
+			victim = l.oldestLocked(func(c *capConn) bool { return !c.active.Load() })
 		}
 		if victim == nil {
 			l.mu.Unlock()
@@ -183,9 +186,11 @@ func (l *capListener) trackState(c net.Conn, st http.ConnState) {
 	defer l.mu.Unlock()
 	switch st {
 	case http.StateActive, http.StateHijacked:
-		cc.active = true
+		cc.active.Store(true)
 	case http.StateIdle:
-		cc.active, cc.idleSince, cc.readIdle = false, l.now(), false
+		cc.active.Store(false)
+		cc.readIdle.Store(false)
+		cc.idleSince = l.now()
 	}
 }
 
@@ -205,7 +210,7 @@ func (l *capListener) closeQuiet() {
 	l.mu.Lock()
 	var quiet []*capConn
 	for c := range l.conns {
-		if !c.active && !c.kept && !c.readIdle && !unread(c.Conn) {
+		if !c.active.Load() && !c.kept && !c.readIdle.Load() && !unread(c.Conn) {
 			quiet = append(quiet, c)
 		}
 	}
@@ -248,14 +253,15 @@ func (l *capListener) closeAll() {
 func (c *capConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 && c.l.evict {
-		c.l.mu.Lock()
-		if !c.read {
-			c.read, c.h2 = true, bytes.HasPrefix(b[:n], []byte("PRI * HTTP/2"))
+		if !c.active.Load() {
+			c.readIdle.Store(true)
 		}
-		if !c.active {
-			c.readIdle = true
+		if !c.read.Load() {
+			c.l.mu.Lock()
+			c.read.Store(true)
+			c.h2 = bytes.HasPrefix(b[:n], []byte("PRI * HTTP/2"))
+			c.l.mu.Unlock()
 		}
-		c.l.mu.Unlock()
 	}
 	return n, err
 }
@@ -289,10 +295,10 @@ func (c *capConn) Close() error {
 func (c *capConn) keep() bool {
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
-	if _, ok := c.l.conns[c]; !ok || c.kept || c.active {
+	if _, ok := c.l.conns[c]; !ok || c.kept || c.active.Load() {
 		return false
 	}
-	if c.readIdle || unread(c.Conn) {
+	if c.readIdle.Load() || unread(c.Conn) {
 		c.kept = true
 		return true
 	}
