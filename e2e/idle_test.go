@@ -4,12 +4,9 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -92,6 +89,18 @@ func within3(f func() error) error {
 	return err
 }
 
+// probeNewConns fails t unless, within three tries each, a check on a new
+// gRPC connection and /readyz on a new connection answer.
+func probeNewConns(t *testing.T, p *proc, round int) {
+	t.Helper()
+	if err := within3(func() error { return freshCheck(p.GRPCAddr, coupon(freshUID("probe"), "10.0.0.9")) }); err != nil {
+		t.Errorf("round %d: a check on a new gRPC connection failed three times: %v", round, err)
+	}
+	if err := within3(func() error { return freshReadyz(p.HTTPAddr) }); err != nil {
+		t.Errorf("round %d: /readyz on a new connection failed three times: %v", round, err)
+	}
+}
+
 // TestIdleConnsOnMetricsPort: thousands of idle keep-alive connections on
 // --http-addr, more than the process may open files (its limit lowered to
 // 512), and more opened all along: new gRPC connections still get their
@@ -100,89 +109,20 @@ func within3(f func() error) error {
 func TestIdleConnsOnMetricsPort(t *testing.T) {
 	const (
 		fileLimit = 512
-		flood     = 2000
+		n         = 2000
 		maxConns  = 128 // --http-max-conns's default
 	)
 	p := startFlashgate(t, "--config", "testdata/faults.yaml")
 	limitFiles(t, p.Pid(), fileLimit)
 
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	hold := func(c net.Conn) {
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-	}
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-
-	// The flood: flood connections, each idle after one request, all held.
-	var opened, failed atomic.Int64
-	var wg sync.WaitGroup
-	next := make(chan struct{})
-	for range 16 {
-		wg.Go(func() {
-			for range next {
-				c, err := idleConn(p.HTTPAddr)
-				if errors.Is(err, syscall.EMFILE) {
-					t.Errorf("this test process ran out of files: raise its limit (ulimit -n) above %d", flood+100)
-					return
-				}
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				opened.Add(1)
-				hold(c)
-			}
-		})
-	}
-	for range flood {
-		next <- struct{}{}
-	}
-	close(next)
-	wg.Wait()
-	t.Logf("flood: %d connections opened and held, %d failed to open", opened.Load(), failed.Load())
-
+	h := newConnHolder(t)
+	opened := flood(t, h, n, p.HTTPAddr, idleConn)
+	t.Logf("flood: %d connections opened and held", opened)
 	// More idle connections all along while gRPC and /readyz are probed.
-	stop := make(chan struct{})
-	var more atomic.Int64
-	wg.Go(func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			if c, err := idleConn(p.HTTPAddr); err == nil {
-				more.Add(1)
-				hold(c)
-			}
-		}
-	})
-	for i := range 10 {
-		if err := within3(func() error { return freshCheck(p.GRPCAddr, coupon(freshUID("idle"), "10.0.0.9")) }); err != nil {
-			t.Errorf("round %d: a check on a new gRPC connection failed three times: %v", i, err)
-		}
-		if err := within3(func() error { return freshReadyz(p.HTTPAddr) }); err != nil {
-			t.Errorf("round %d: /readyz on a new connection failed three times: %v", i, err)
-		}
-		if t.Failed() {
-			break
-		}
+	keepOpening(t, h, p.HTTPAddr, 10*time.Millisecond, idleConn)
+	for i := 0; i < 10 && !t.Failed(); i++ {
+		probeNewConns(t, p, i)
 	}
-	close(stop)
-	wg.Wait()
-	t.Logf("%d more idle connections opened while probing", more.Load())
 
 	m := p.Metrics()
 	open, shed := m.Value("flashgate_conns_open", "listener", "http"), m.Value("flashgate_conns_shed_total", "listener", "http")
@@ -191,8 +131,8 @@ func TestIdleConnsOnMetricsPort(t *testing.T) {
 		t.Errorf("flashgate_conns_open{listener=http} = %v, above --http-max-conns %d", open, maxConns)
 	}
 	// Most of the flood was shed at the cap (some may have idled out).
-	if want := float64(opened.Load() / 2); shed < want {
-		t.Errorf("flashgate_conns_shed_total{listener=http} = %v, want ≥ %v (%d held by the client, cap %d)", shed, want, opened.Load(), maxConns)
+	if want := float64(opened / 2); shed < want {
+		t.Errorf("flashgate_conns_shed_total{listener=http} = %v, want ≥ %v (%d held by the client, cap %d)", shed, want, opened, maxConns)
 	}
 	if rss, err := p.RSS(); err == nil {
 		t.Logf("flashgate RSS with the flood held: %d MiB", rss>>20)

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -124,6 +125,24 @@ func TestHTTPAuthzListener(t *testing.T) {
 	}
 }
 
+// waitRefused waits until new connections to addr are refused: the
+// drain began.
+func waitRefused(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the front-end's listener still accepts during the drain")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestHTTPAuthzDrain: Shutdown stops accepting on the front-end's
 // listener, lets the check in flight finish, then returns; past its
 // deadline it cuts the check and says so.
@@ -152,19 +171,7 @@ func TestHTTPAuthzDrain(t *testing.T) {
 		defer cancel()
 		stopped <- h.Shutdown(ctx)
 	}()
-	// New connections are refused once the drain began.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), time.Second)
-		if err != nil {
-			break
-		}
-		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("the front-end's listener still accepts during the drain")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitRefused(t, strings.TrimPrefix(base, "http://"))
 	select {
 	case err := <-stopped:
 		t.Fatalf("Shutdown returned (%v) with a check in flight", err)
@@ -217,5 +224,96 @@ func TestNewNeedsTheFrontEndsHandler(t *testing.T) {
 	defer a.Close()
 	if _, err := host.New(host.Options{GRPC: g, HTTPAuthz: a}); err == nil {
 		t.Fatal("New with an HTTP front-end listener and no handler succeeded")
+	}
+}
+
+// TestHTTPAuthzDrainAnswersAnArrivingRequest: a request that had begun to
+// arrive on an idle keep-alive connection when the drain began is read
+// and answered, with Connection: close, though it is finished after the
+// listener closed; Shutdown then returns without its deadline.
+func TestHTTPAuthzDrainAnswersAnArrivingRequest(t *testing.T) {
+	h, base, _ := startFront(t, frontHandler{}, 8)
+	addr := strings.TrimPrefix(base, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	const req = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	// Half of the next request, then the drain.
+	if _, err := io.WriteString(c, req[:10]); err != nil {
+		t.Fatal(err)
+	}
+	// Read by the server or still in the socket: either way it is kept.
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		stopped <- h.Shutdown(ctx)
+	}()
+	waitRefused(t, addr)
+	if _, err := io.WriteString(c, req[10:]); err != nil {
+		t.Fatalf("the rest of the request: %v", err)
+	}
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the request begun before the drain: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "ok HTTP/1.1" || !resp.Close {
+		t.Errorf("the request begun before the drain: %d %q close %v, want answered with Connection: close", resp.StatusCode, b, resp.Close)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// TestHTTPAuthzDrainH2C: a check in flight on an HTTP/2 connection (h2c)
+// finishes during the drain, and Shutdown returns once it has, without
+// running into its deadline.
+func TestHTTPAuthzDrainH2C(t *testing.T) {
+	f := frontHandler{started: make(chan struct{}, 1), release: make(chan struct{})}
+	h, base, _ := startFront(t, f, 8)
+	c := h2cClient()
+	if code, body := get(t, c, base+"/x"); code != http.StatusOK || body != "ok HTTP/2.0" {
+		t.Fatalf("h2c: %d %q", code, body)
+	}
+	slow := make(chan string, 1)
+	go func() {
+		resp, err := c.Get(base + "/slow")
+		if err != nil {
+			slow <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		slow <- string(b)
+	}()
+	<-f.started
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		stopped <- h.Shutdown(ctx)
+	}()
+	waitRefused(t, strings.TrimPrefix(base, "http://"))
+	close(f.release)
+	if got := <-slow; got != "ok HTTP/2.0" {
+		t.Errorf("the h2c check in flight: %q, want it answered", got)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Shutdown: %v", err)
 	}
 }

@@ -18,13 +18,14 @@ type capHarness struct {
 	accepted chan net.Conn
 }
 
-func newCapHarness(t *testing.T, max int, evict bool) *capHarness {
+func newCapHarness(t *testing.T, max, maxPending int, evict bool) *capHarness {
 	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &capHarness{t: t, l: newCapListener(raw, max, evict), accepted: make(chan net.Conn, 16)}
+	h.l.maxPending = maxPending
 	go func() {
 		for {
 			c, err := h.l.Accept()
@@ -80,7 +81,7 @@ func closedByPeer(t *testing.T, c net.Conn) bool {
 }
 
 func TestCapListenerEvictsTheOldestIdle(t *testing.T) {
-	h := newCapHarness(t, 2, true)
+	h := newCapHarness(t, 2, 0, true)
 	c1, s1 := h.dial()
 	c2, s2 := h.dial()
 	if s1 == nil || s2 == nil {
@@ -118,7 +119,7 @@ func TestCapListenerEvictsTheOldestIdle(t *testing.T) {
 }
 
 func TestCapListenerRefusesAtTheCap(t *testing.T) {
-	h := newCapHarness(t, 1, false)
+	h := newCapHarness(t, 1, 0, false)
 	_, s1 := h.dial()
 	if s1 == nil {
 		t.Fatal("the first connection was closed")
@@ -134,5 +135,42 @@ func TestCapListenerRefusesAtTheCap(t *testing.T) {
 	}
 	if n, shed := h.l.open(), h.l.shed.Load(); n != 1 || shed != 1 {
 		t.Errorf("%d open, %d shed; want 1 and 1", n, shed)
+	}
+}
+
+// TestCapListenerShedsTheOldestPending: with maxPending, connections in
+// their handshake do not count against max; at maxPending a new one
+// sheds the one pending the longest; a handshake done (the deadline
+// cleared) makes a connection established, and one done with max
+// established closes it.
+func TestCapListenerShedsTheOldestPending(t *testing.T) {
+	h := newCapHarness(t, 1, 2, false)
+	c1, s1 := h.dial()
+	_, s2 := h.dial()
+	if s1 == nil || s2 == nil {
+		t.Fatal("a pending connection under maxPending was closed")
+	}
+	_, s3 := h.dial()
+	if s3 == nil {
+		t.Fatal("the newest pending connection was closed")
+	}
+	if !closedByPeer(t, c1) {
+		t.Error("the connection pending the longest was not shed for the newest")
+	}
+	// s2 finishes its handshake: established, within max 1.
+	if err := s2.SetDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, n := h.l.pendingConns(), h.l.open(); p != 1 || n != 2 {
+		t.Errorf("%d pending, %d open; want 1 and 2", p, n)
+	}
+	// s3 finishes too, with max established: closed.
+	_ = s3.SetDeadline(time.Time{})
+	if p, n, shed := h.l.pendingConns(), h.l.open(), h.l.shed.Load(); p != 0 || n != 1 || shed != 2 {
+		t.Errorf("%d pending, %d open, %d shed; want 0, 1 and 2", p, n, shed)
+	}
+	s2.Close()
+	if p, n := h.l.pendingConns(), h.l.open(); p != 0 || n != 0 {
+		t.Errorf("after closing: %d pending, %d open", p, n)
 	}
 }

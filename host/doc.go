@@ -3,8 +3,9 @@
 // (Options.TLS, e.g. a tlsreload.Reloader's ServerConfig), gRPC health and
 // reflection for every service on it, the HTTP server of /metrics,
 // /healthz and /readyz (and /debug/pprof/), the HTTP server of an HTTP
-// front-end (HTTP/1.1 and h2c), the listeners' connection caps, and the
-// graceful stop.
+// front-end (HTTP/1.1 and h2c) and of ratelimit's HTTP side (/json), the
+// listeners' connection caps (the gRPC one's handshakes apart), their
+// metrics and error log, and the graceful stop.
 //
 //	grpcLis, err := host.Listen(addr)              // "host:port" or "unix:///path"
 //	h, err := host.New(host.Options{GRPC: grpcLis, HTTP: httpLis, Registry: reg, Codec: srv.Codec(),

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -43,7 +44,8 @@ const MaxConcurrentStreams = 1024
 const MaxHeaderListSize = 64 << 10
 
 // HandshakeTimeout bounds how long a new connection may take to complete
-// its HTTP/2 handshake before it is closed.
+// its handshake (TLS, the HTTP/2 preface and settings) before it is
+// closed.
 const HandshakeTimeout = 10 * time.Second
 
 // ServerOptions returns the options of the host's gRPC server, with codec
@@ -105,14 +107,29 @@ type Options struct {
 	// HTTP/1.1 and h2c (see AuthzMaxHeaderBytes); nil serves none.
 	HTTPAuthz        net.Listener
 	HTTPAuthzHandler http.Handler
-	// GRPCMaxConns, HTTPMaxConns and HTTPAuthzMaxConns cap the connections
-	// each listener keeps open (0: no cap). At the cap the gRPC listener
-	// closes the newcomer; the HTTP ones close the connection idle the
-	// longest (probes, scrapers and proxies reconnect), or the newcomer when
-	// none is idle. A capped listener exports flashgate_conns_open and
-	// flashgate_conns_shed_total with label listener="grpc", "http" or
-	// "http_authz".
-	GRPCMaxConns, HTTPMaxConns, HTTPAuthzMaxConns int
+	// RLSHTTP is the listener of envoyproxy/ratelimit's HTTP side serving
+	// RLSHTTPHandler (/json, /healthcheck) over HTTP/1.1; nil serves none.
+	RLSHTTP        net.Listener
+	RLSHTTPHandler http.Handler
+	// GRPCMaxConns, HTTPMaxConns, HTTPAuthzMaxConns and RLSHTTPMaxConns cap
+	// the connections each listener keeps open (0: no cap). At the cap the
+	// gRPC listener closes the newcomer; the HTTP ones close the connection
+	// idle the longest (probes, scrapers and proxies reconnect), or the
+	// newcomer when none is idle. A capped listener exports
+	// flashgate_conns_open and flashgate_conns_shed_total with label
+	// listener="grpc", "http", "http_authz" or "rls_http".
+	GRPCMaxConns, HTTPMaxConns, HTTPAuthzMaxConns, RLSHTTPMaxConns int
+	// GRPCMaxPending, with GRPCMaxConns, caps the gRPC connections that
+	// have not finished their handshake (TLS, HTTP/2 preface and settings)
+	// apart from the established ones: a new connection closes the one
+	// pending the longest, and GRPCMaxConns counts established connections
+	// only, so sockets that never finish a handshake cannot keep a client
+	// out. It exports flashgate_conns_pending{listener="grpc"}. 0: pending
+	// connections count against GRPCMaxConns.
+	GRPCMaxPending int
+	// ErrorLog takes the HTTP servers' own error lines (accept errors,
+	// TLS and protocol errors); nil: the log package's standard logger.
+	ErrorLog *log.Logger
 	// TLS, when set, makes the gRPC listener serve TLS only (ext_authz,
 	// RLS, health and reflection alike); its GetConfigForClient may
 	// rotate the certificate and require client certificates (mTLS).
@@ -138,12 +155,13 @@ type Options struct {
 type Host struct {
 	gs       *grpc.Server
 	health   *health.Server
+	watches  *watches
 	handler  http.Handler
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	hs       *http.Server
-	authzLis net.Listener // nil without Options.HTTPAuthz
-	authz    *http.Server
+	authz    *front // nil without Options.HTTPAuthz
+	rlsHTTP  *front // nil without Options.RLSHTTP
 	serving  atomic.Bool
 	closed   atomic.Bool
 	stopOnce sync.Once
@@ -173,41 +191,58 @@ func New(opts Options) (*Host, error) {
 	h := &Host{
 		gs:     grpc.NewServer(gopts...),
 		health: health.NewServer(),
-		errc:   make(chan error, 3),
+		errc:   make(chan error, 4),
 	}
-	healthpb.RegisterHealthServer(h.gs, h.health)
+	h.watches = &watches{Server: h.health, streams: map[*watchStream]struct{}{}}
+	healthpb.RegisterHealthServer(h.gs, h.watches)
 	reflection.Register(h.gs)
 	h.handler = newHandler(opts.Registry, h.Serving, opts.Pprof)
 	var err error
-	if h.grpcLis, err = capped("grpc", opts.GRPC, opts.GRPCMaxConns, false, opts.Registry); err != nil {
+	if h.grpcLis, err = capped("grpc", opts.GRPC, opts.GRPCMaxConns, opts.GRPCMaxPending, false, opts.Registry); err != nil {
 		return nil, err
 	}
 	if opts.HTTP != nil {
-		if h.httpLis, err = capped("http", opts.HTTP, opts.HTTPMaxConns, true, opts.Registry); err != nil {
+		if h.httpLis, err = capped("http", opts.HTTP, opts.HTTPMaxConns, 0, true, opts.Registry); err != nil {
 			return nil, err
 		}
 		h.hs = newHTTPServer(h.handler, h.httpLis, opts.Pprof)
+		h.hs.ErrorLog = opts.ErrorLog
 	}
 	if opts.HTTPAuthz != nil {
 		if opts.HTTPAuthzHandler == nil {
 			return nil, errors.New("host: an HTTP front-end listener without its handler")
 		}
-		if h.authzLis, err = capped("http_authz", opts.HTTPAuthz, opts.HTTPAuthzMaxConns, true, opts.Registry); err != nil {
+		lis, err := capped("http_authz", opts.HTTPAuthz, opts.HTTPAuthzMaxConns, 0, true, opts.Registry)
+		if err != nil {
 			return nil, err
 		}
-		h.authz = newAuthzServer(opts.HTTPAuthzHandler, h.authzLis)
+		h.authz = &front{what: "http front-end", lis: lis, srv: newAuthzServer(opts.HTTPAuthzHandler, lis)}
+		h.authz.srv.ErrorLog = opts.ErrorLog
+	}
+	if opts.RLSHTTP != nil {
+		if opts.RLSHTTPHandler == nil {
+			return nil, errors.New("host: a ratelimit HTTP listener without its handler")
+		}
+		lis, err := capped("rls_http", opts.RLSHTTP, opts.RLSHTTPMaxConns, 0, true, opts.Registry)
+		if err != nil {
+			return nil, err
+		}
+		h.rlsHTTP = &front{what: "ratelimit http", lis: lis, srv: newHTTPServer(opts.RLSHTTPHandler, lis, false)}
+		h.rlsHTTP.srv.ErrorLog = opts.ErrorLog
 	}
 	h.SetServing(false)
 	return h, nil
 }
 
 // capped returns l capped at max connections (l itself when max is 0),
+// with at most maxPending of them before their handshake when positive,
 // its collectors registered on reg.
-func capped(name string, l net.Listener, max int, evict bool, reg prometheus.Registerer) (net.Listener, error) {
+func capped(name string, l net.Listener, max, maxPending int, evict bool, reg prometheus.Registerer) (net.Listener, error) {
 	if max <= 0 {
 		return l, nil
 	}
 	cl := newCapListener(l, max, evict)
+	cl.maxPending = maxPending
 	for _, c := range listenerCollectors(name, cl) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("host: register the %s listener's metrics: %w", name, err)
@@ -240,12 +275,11 @@ func (h *Host) HTTPAddr() string {
 
 // HTTPAuthzAddr returns the HTTP front-end listener's address, "" without
 // one.
-func (h *Host) HTTPAuthzAddr() string {
-	if h.authzLis == nil {
-		return ""
-	}
-	return h.authzLis.Addr().String()
-}
+func (h *Host) HTTPAuthzAddr() string { return h.authz.addr() }
+
+// RLSHTTPAddr returns the ratelimit HTTP listener's address, "" without
+// one.
+func (h *Host) RLSHTTPAddr() string { return h.rlsHTTP.addr() }
 
 // SetServing sets gRPC health (for "" and every registered service) and
 // /readyz. After Shutdown it has no effect.
@@ -294,12 +328,14 @@ func (h *Host) Serve(ctx context.Context) error {
 			}
 		})
 	}
-	if h.authz != nil {
-		h.wg.Go(func() {
-			if err := h.authz.Serve(h.authzLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				h.errc <- fmt.Errorf("http front-end server on %s: %w", h.authzLis.Addr(), err)
-			}
-		})
+	for _, f := range []*front{h.authz, h.rlsHTTP} {
+		if f != nil {
+			h.wg.Go(func() {
+				if err := f.srv.Serve(f.lis); err != nil && !errors.Is(err, http.ErrServerClosed) && !f.stopped(err) {
+					h.errc <- fmt.Errorf("%s server on %s: %w", f.what, f.lis.Addr(), err)
+				}
+			})
+		}
 	}
 	select {
 	case <-ctx.Done():
@@ -312,11 +348,14 @@ func (h *Host) Serve(ctx context.Context) error {
 // httpStopTimeout bounds how long Shutdown waits for HTTP requests.
 const httpStopTimeout = time.Second
 
-// Shutdown turns health NOT_SERVING for good, then stops the gRPC server
-// and the HTTP front-end's gracefully, at once (in-flight checks finish,
-// idle connections close); if ctx ends first it stops them hard and
-// returns ctx's error. Then it closes the HTTP server (in-flight requests
-// get a second) and waits for Serve's servers to return.
+// Shutdown turns health NOT_SERVING for good (and ends the health Watch
+// streams once they have said so), then stops the gRPC server, the HTTP
+// front-end's and the ratelimit HTTP one gracefully, at once: each stops
+// accepting, its in-flight calls and requests finish (a request that had
+// begun to arrive on an idle keep-alive connection included), then its
+// connections close; if ctx ends first it stops them hard and returns
+// ctx's error. Then it closes the HTTP server (in-flight requests get a
+// second) and waits for Serve's servers to return.
 func (h *Host) Shutdown(ctx context.Context) error {
 	h.SetServing(false)
 	h.mu.Lock()
@@ -324,16 +363,18 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	h.mu.Unlock()
 	var err error
 	h.stopOnce.Do(func() {
-		h.health.Shutdown()
-		var authzErr error
+		h.watches.shutdown()
+		errs := make([]error, 2)
 		var drain sync.WaitGroup
-		if h.authz != nil {
-			drain.Go(func() { authzErr = drainHTTP(ctx, h.authz) })
+		for i, f := range []*front{h.authz, h.rlsHTTP} {
+			if f != nil {
+				drain.Go(func() { errs[i] = f.drain(ctx) })
+			}
 		}
 		err = GracefulStop(ctx, h.gs)
 		drain.Wait()
 		if err == nil {
-			err = authzErr
+			err = errors.Join(errs...)
 		}
 		if h.hs != nil {
 			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpStopTimeout)
@@ -352,18 +393,86 @@ func (h *Host) Stop() {
 	if h.hs != nil {
 		_ = h.hs.Close()
 	}
-	if h.authz != nil {
-		_ = h.authz.Close()
+	for _, f := range []*front{h.authz, h.rlsHTTP} {
+		if f != nil {
+			_ = f.srv.Close()
+		}
 	}
 }
 
-// drainHTTP shuts s down gracefully (in-flight requests finish, idle
-// connections close); if ctx ends first it closes s hard and returns ctx's
-// error.
-func drainHTTP(ctx context.Context, s *http.Server) error {
-	if err := s.Shutdown(ctx); err != nil {
-		_ = s.Close()
-		return fmt.Errorf("http front-end graceful stop: %w", err)
+// front is an HTTP server of checks on a listener of its own (the HTTP
+// front-end, ratelimit's HTTP side).
+type front struct {
+	what string
+	lis  net.Listener
+	srv  *http.Server
+}
+
+// addr returns f's address, "" for nil.
+func (f *front) addr() string {
+	if f == nil {
+		return ""
+	}
+	return f.lis.Addr().String()
+}
+
+// stopped reports whether err is Serve's for a listener drain closed.
+func (f *front) stopped(err error) bool {
+	cl, ok := f.lis.(*capListener)
+	return ok && cl.draining.Load() && errors.Is(err, net.ErrClosed)
+}
+
+// drain shuts f down gracefully; if ctx ends first it closes it hard and
+// returns ctx's error. On a capped listener, in order:
+//  1. it stops accepting;
+//  2. HTTP/1.1 answers say Connection: close and their connections close
+//     after them; idle connections close, and new ones on which nothing
+//     has arrived, except those on which a request has begun to arrive
+//     (read in part, or waiting in the socket): that request is answered;
+//  3. once no HTTP/1 connection is left, http.Server.Shutdown ends the
+//     HTTP/2 ones (GOAWAY, in-flight streams finish), and drain waits for
+//     every connection to close.
+//
+// http.Server.Shutdown alone would drop a request that had not been read
+// whole when it began, even on a connection it leaves open.
+func (f *front) drain(ctx context.Context) error {
+	cl, ok := f.lis.(*capListener)
+	if !ok {
+		if err := f.srv.Shutdown(ctx); err != nil {
+			_ = f.srv.Close()
+			return fmt.Errorf("%s graceful stop: %w", f.what, err)
+		}
+		return nil
+	}
+	cl.drain()
+	_ = cl.Close()
+	f.srv.SetKeepAlivesEnabled(false)
+	cl.closeQuiet()
+	err := waitUntil(ctx, func() bool { return cl.http1Open() == 0 })
+	if err == nil {
+		err = f.srv.Shutdown(ctx)
+	}
+	if err == nil {
+		err = waitUntil(ctx, func() bool { return cl.open() == 0 })
+	}
+	if err != nil {
+		_ = f.srv.Close()
+		cl.closeAll()
+		return fmt.Errorf("%s graceful stop: %w", f.what, err)
+	}
+	return nil
+}
+
+// waitUntil polls cond until it holds (nil) or ctx ends (ctx's error).
+func waitUntil(ctx context.Context, cond func() bool) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
 	return nil
 }
@@ -458,16 +567,23 @@ func newHTTPServer(h http.Handler, lis net.Listener, withPprof bool) *http.Serve
 // ones it closed at its cap, labelled listener=name.
 func listenerCollectors(name string, l *capListener) []prometheus.Collector {
 	labels := prometheus.Labels{"listener": name}
-	return []prometheus.Collector{
+	cs := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flashgate_conns_open", ConstLabels: labels,
-			Help: "Connections open on a listener (grpc: --grpc-addr, http: --http-addr, http_authz: --http-authz-addr).",
+			Help: "Connections open on a listener (grpc: --grpc-addr, http: --http-addr, http_authz: --http-authz-addr, rls_http: --rls-http-addr), pending handshakes included.",
 		}, func() float64 { return float64(l.open()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_conns_shed_total", ConstLabels: labels,
-			Help: "Connections closed because the listener was at --grpc-max-conns, --http-max-conns or --http-authz-max-conns (http, http_authz: the one idle the longest, or the new one when none was idle; grpc: the new one).",
+			Help: "Connections closed because the listener was at its cap, --grpc-max-conns, --grpc-max-pending, --http-max-conns, --http-authz-max-conns or --rls-http-max-conns (http, http_authz, rls_http: the one idle the longest, or the new one when none was idle; grpc: the one pending its handshake the longest, or one whose handshake ended with the cap full).",
 		}, func() float64 { return float64(l.shed.Load()) }),
 	}
+	if l.maxPending > 0 {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_conns_pending", ConstLabels: labels,
+			Help: "Connections on the gRPC listener that have not finished their handshake (TLS, HTTP/2 preface and settings); at most --grpc-max-pending.",
+		}, func() float64 { return float64(l.pendingConns()) }))
+	}
+	return cs
 }
 
 // Settings of the HTTP front-end's server (Options.HTTPAuthz):
@@ -496,14 +612,17 @@ func newAuthzServer(h http.Handler, lis net.Listener) *http.Server {
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	s := &http.Server{
-		Handler:           h,
-		Protocols:         &p,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: MaxConcurrentStreams},
-		ReadHeaderTimeout: httpReadHeaderTimeout,
-		ReadTimeout:       httpReadTimeout,
-		WriteTimeout:      httpReadTimeout,
-		IdleTimeout:       AuthzIdleTimeout,
-		MaxHeaderBytes:    AuthzMaxHeaderBytes,
+		Handler:   h,
+		Protocols: &p,
+		// OPTIONS * is a request like any other: the handler answers it
+		// (a check without a usable URI), not the server's built-in 200.
+		DisableGeneralOptionsHandler: true,
+		HTTP2:                        &http.HTTP2Config{MaxConcurrentStreams: MaxConcurrentStreams},
+		ReadHeaderTimeout:            httpReadHeaderTimeout,
+		ReadTimeout:                  httpReadTimeout,
+		WriteTimeout:                 httpReadTimeout,
+		IdleTimeout:                  AuthzIdleTimeout,
+		MaxHeaderBytes:               AuthzMaxHeaderBytes,
 	}
 	if cl, ok := lis.(*capListener); ok {
 		s.ConnState = cl.trackState

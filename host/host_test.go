@@ -166,3 +166,29 @@ func TestNewNeedsAGRPCListener(t *testing.T) {
 		t.Fatal("New without a gRPC listener succeeded")
 	}
 }
+
+// TestShutdownEndsAnIdleWatch: a health Watch stream its client leaves
+// open gets NOT_SERVING on Shutdown and then ends (status OK), so that
+// the graceful stop does not wait for it until its deadline.
+func TestShutdownEndsAnIdleWatch(t *testing.T) {
+	h, conn := startBufconn(t, prometheus.NewRegistry())
+	h.SetServing(true)
+	stream, err := healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first status %v %v, want SERVING", r.GetStatus(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown with an idle Watch open: %v", err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("after Shutdown: %v %v, want NOT_SERVING", r.GetStatus(), err)
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Errorf("after NOT_SERVING: %v, want the stream ended (EOF)", err)
+	}
+}

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -87,18 +89,26 @@ func New(opts Options) (*Handler, error) {
 // ServeHTTP implements http.Handler: it checks the request r describes
 // and answers the decision.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body := readBody(r)
 	m, _ := h.msgs.Get().(*checkMsg)
 	if m == nil {
 		m = &checkMsg{}
 	}
 	err := m.fill(r, h.prefix, &h.names)
+	var resp *authv3.CheckResponse
 	if err == nil {
-		err = h.check(w, r, &m.req)
+		resp, err = h.check(r, &m.req)
 	}
 	if m.reusable() {
 		h.msgs.Put(m)
 	}
-	if err != nil {
+	body.settle(w)
+	switch {
+	case errors.Is(err, errCheckFailed):
+		plain(w, http.StatusServiceUnavailable, errCheckFailedMsg)
+	case err == nil:
+		h.write(w, resp, denyStatus(r.Header))
+	default:
 		var rej *rejection
 		if !errors.As(err, &rej) {
 			rej = &rejection{ReasonBadURI, err.Error()}
@@ -108,9 +118,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// check asks the Checker about req and writes its answer, or a 503 when
-// it fails; it returns a *rejection only for a request that is no check.
-func (h *Handler) check(w http.ResponseWriter, r *http.Request, req *authv3.CheckRequest) error {
+// errCheckFailed is check's error for a Checker that failed (logged and
+// counted): answered 503.
+var errCheckFailed = errors.New("check failed")
+
+// check asks the Checker about req: its answer, or errCheckFailed when it
+// fails.
+func (h *Handler) check(r *http.Request, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	resp, err := h.checker.Check(r.Context(), req)
 	if err == nil && resp == nil {
 		err = errors.New("the checker returned no response")
@@ -120,14 +134,65 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, req *authv3.Chec
 		if r.Context().Err() == nil {
 			h.log.Warn("http_authz: check failed; answered 503", "error", err)
 		}
-		plain(w, http.StatusServiceUnavailable, errCheckFailedMsg)
-		return nil
+		return nil, errCheckFailed
 	}
-	h.write(w, resp, denyStatus(r.Header))
-	return nil
+	return resp, nil
 }
 
-// plain answers status with msg as its plain-text body.
+// maxBody is how much of a request's body is read (and dropped) while the
+// check is decided; past it the connection closes after the answer.
+const maxBody = 64 << 10
+
+// bodyRead is a request body being read and dropped beside the check: a
+// check needs no body, and the answer must not wait for one that is slow
+// to come.
+type bodyRead struct {
+	done chan struct{}
+	err  error // of the read, once done is closed
+}
+
+// readBody starts reading r's body in the background when r is an
+// HTTP/1.x request with one (HTTP/2 answers a stream without its body
+// anyway); nil otherwise.
+func readBody(r *http.Request) *bodyRead {
+	if r.ProtoMajor != 1 || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	b := &bodyRead{done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		n, err := io.Copy(io.Discard, io.LimitReader(r.Body, maxBody+1))
+		if err == nil && n > maxBody {
+			err = errBodyTooLarge
+		}
+		b.err = err
+	}()
+	return b
+}
+
+var errBodyTooLarge = errors.New("request body over its bound")
+
+// settle runs before the answer is written; b may be nil (no body). When
+// the body has not been read whole, the answer is to say Connection:
+// close and the body's read is cut short: the server then writes the
+// answer at once and closes the connection, instead of waiting for the
+// rest of the body first.
+func (b *bodyRead) settle(w http.ResponseWriter) {
+	if b == nil {
+		return
+	}
+	select {
+	case <-b.done:
+		if b.err == nil {
+			return
+		}
+	default:
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		<-b.done
+	}
+	w.Header().Set("Connection", "close")
+}
+
 func plain(w http.ResponseWriter, status int, msg string) {
 	hd := w.Header()
 	hd.Set("Content-Type", "text/plain; charset=utf-8")

@@ -1,15 +1,10 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"sync"
-	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -68,10 +63,11 @@ func ratelimitHTTPHandler(svc rlsv3.RateLimitServiceServer, serving func() bool)
 	return mux
 }
 
-// ratelimitHTTP is serve's --rls-http-addr server; a nil one serves nothing.
+// ratelimitHTTP is serve's --rls-http-addr listener, served on the host
+// (its cap, timeouts, metrics, error log and drain); a nil one serves
+// nothing.
 type ratelimitHTTP struct {
 	lis net.Listener
-	srv *http.Server
 }
 
 // newRatelimitHTTP listens on addr ("" : nil, nil).
@@ -86,48 +82,18 @@ func newRatelimitHTTP(addr string) (*ratelimitHTTP, error) {
 	return &ratelimitHTTP{lis: lis}, nil
 }
 
-// addr is where it listens ("" for nil).
-func (r *ratelimitHTTP) addr() string {
-	if r == nil {
-		return ""
+// listener returns the listener and svc's handler, whose /healthcheck
+// follows serving; nil, nil for a nil r or a nil svc.
+func (r *ratelimitHTTP) listener(svc rlsv3.RateLimitServiceServer, serving func() bool) (net.Listener, http.Handler) {
+	if r == nil || svc == nil {
+		return nil, nil
 	}
-	return r.lis.Addr().String()
+	return r.lis, ratelimitHTTPHandler(svc, serving)
 }
 
-// close releases the listener of one that never started.
+// close releases the listener of one that will not be served.
 func (r *ratelimitHTTP) close() {
 	if r != nil {
 		r.lis.Close()
-	}
-}
-
-// start serves svc's HTTP side in wg until stop. A failure other than the
-// stop is logged.
-func (r *ratelimitHTTP) start(wg *sync.WaitGroup, svc rlsv3.RateLimitServiceServer, serving func() bool, log *slog.Logger) {
-	if r == nil {
-		return
-	}
-	r.srv = &http.Server{
-		Handler:           ratelimitHTTPHandler(svc, serving),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       30 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-	}
-	wg.Go(func() {
-		if err := r.srv.Serve(r.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("ratelimit HTTP server failed", "addr", r.addr(), "error", err)
-		}
-	})
-}
-
-// stop shuts the server down, requests in flight given until ctx ends.
-func (r *ratelimitHTTP) stop(ctx context.Context) {
-	if r == nil || r.srv == nil {
-		return
-	}
-	if err := r.srv.Shutdown(ctx); err != nil {
-		_ = r.srv.Close()
 	}
 }

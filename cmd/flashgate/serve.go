@@ -16,6 +16,7 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
+	"github.com/flashgate/flashgate/rls"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -55,8 +56,8 @@ warm-up goes on in the background. Warnings and errors of one kind are
 logged once per 10s at most (the rest counted in
 flashgate_log_suppressed_total). The descriptors file is reloaded when it
 changes and on SIGHUP; a bad file keeps the old rules. On SIGTERM or SIGINT
-health turns NOT_SERVING, both check listeners stop accepting, in-flight
-checks finish (up to --drain-timeout), and serve exits 0.`,
+health turns NOT_SERVING, every listener of checks stops accepting,
+in-flight checks finish (up to --drain-timeout), and serve exits 0.`,
 		Example: `  flashgate serve --config /etc/flashgate/descriptors.yaml --backend redis --redis-addr 127.0.0.1:6379`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -148,18 +149,20 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	defer rlHTTP.close()
 	grpcTLS, err := newGRPCTLS(o, reg, log)
 	if err != nil {
+		rlHTTP.close()
 		return err
 	}
 	front, err := newHTTPFront(o, srv, cfg, reg, log)
 	if err != nil {
+		rlHTTP.close()
 		return err
 	}
 	grpcLis, err := host.Listen(o.grpcAddr)
 	if err != nil {
 		front.close()
+		rlHTTP.close()
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
 	var httpLis net.Listener
@@ -167,14 +170,24 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 		if httpLis, err = host.Listen(o.httpAddr); err != nil {
 			grpcLis.Close()
 			front.close()
+			rlHTTP.close()
 			return fmt.Errorf("--http-addr: %w", err)
 		}
 	}
 	authzLis, authzHandler := front.listener()
-	h, err := host.New(host.Options{
-		GRPC: grpcLis, HTTP: httpLis, GRPCMaxConns: o.grpcMaxConns, HTTPMaxConns: o.httpMaxConns,
+	// h is set before anything is served: /healthcheck follows its health.
+	var h *host.Host
+	var rlsSvc *rls.Server
+	if rlsSrv != nil {
+		rlsSvc = rlsSrv.srv
+	}
+	rlLis, rlHandler := rlHTTP.listener(rlsSvc, func() bool { return h.Serving() })
+	h, err = host.New(host.Options{
+		GRPC: grpcLis, HTTP: httpLis, GRPCMaxConns: o.grpcMaxConns, GRPCMaxPending: o.grpcMaxPending, HTTPMaxConns: o.httpMaxConns,
 		HTTPAuthz: authzLis, HTTPAuthzHandler: authzHandler, HTTPAuthzMaxConns: o.httpAuthzMaxConns,
+		RLSHTTP: rlLis, RLSHTTPHandler: rlHandler, RLSHTTPMaxConns: o.rlsHTTPMaxConns,
 		Codec: codec, Registry: reg, Pprof: o.pprof, TLS: grpcTLS.config(),
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	})
 	if err != nil {
 		grpcLis.Close()
@@ -182,6 +195,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 			httpLis.Close()
 		}
 		front.close()
+		rlHTTP.close()
 		return err
 	}
 	if srv != nil {
@@ -195,15 +209,12 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	}
 	log.Info("flashgate listening", "grpc_addr", h.GRPCAddr(), "grpc_tls", grpcTLS.mode(), "http_addr", h.HTTPAddr(), "http_authz_addr", h.HTTPAuthzAddr(),
 		"backend", b.describe, "failure_mode", o.failureMode.String(), "shadow", o.shadow, "rules_file", rulesFile,
-		"rls_http_addr", rlHTTP.addr())
+		"rls_http_addr", h.RLSHTTPAddr())
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
 	ready := rlsSrv.start(ctx, &wg, h, h, log)
-	if rlsSrv != nil {
-		rlHTTP.start(&wg, rlsSrv.srv, h.Serving, log)
-	}
 	grpcTLS.start(ctx, &wg)
 	wg.Go(func() { waitBackend(ctx, ready, b, wu, o.failureMode.String(), log) })
 	wg.Go(func() { b.run(ctx, log) })
@@ -232,7 +243,6 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	if err := h.Shutdown(dctx); err != nil {
 		log.Warn("drain deadline passed: remaining checks were cut", "error", err)
 	}
-	rlHTTP.stop(dctx)
 	wg.Wait()
 	if runErr == nil {
 		log.Info("stopped")

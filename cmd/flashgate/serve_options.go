@@ -51,6 +51,8 @@ type serveOptions struct {
 	rlsExtras  bool
 	rlsNames   string
 	rlsHTTP    string
+	// rlsHTTPMaxConns is --rls-http-max-conns.
+	rlsHTTPMaxConns int
 	rlsXDSOptions
 
 	httpAuthzAddr       string
@@ -60,6 +62,8 @@ type serveOptions struct {
 	warmupTimeout time.Duration
 	httpMaxConns  int
 	grpcMaxConns  int
+	// grpcMaxPending is --grpc-max-pending.
+	grpcMaxPending int
 
 	grpcTLSCert     string
 	grpcTLSKey      string
@@ -100,13 +104,15 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.rlsExtras, "rls-extras", true, "RLS: flashgate's additions to ratelimit's answer besides --ratelimit-headers: an OVER_LIMIT's retry-after, content-type and problem+json raw_body, a shadow admission's x-ratelimit-shadow (false: ratelimit's fields only)")
 	f.StringVar(&o.rlsNames, "rls-header-names", "", "RLS: the three response header names, LIMIT,REMAINING,RESET (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset")
 	f.StringVar(&o.rlsHTTP, "rls-http-addr", "", "listen address of ratelimit's HTTP side: GET /healthcheck (200 while serving) and POST /json (ShouldRateLimit as JSON); needs --rls-config (empty: none)")
+	f.IntVar(&o.rlsHTTPMaxConns, "rls-http-max-conns", defaultRLSHTTPMaxConns, "connections --rls-http-addr keeps open at most; at the cap a new one closes the one idle the longest")
 	o.rlsXDSOptions.addFlags(f)
 	f.StringVar(&o.httpAuthzAddr, "http-authz-addr", "", "listen address of the HTTP front-end, where every request is a check (Envoy ext_authz http_service, nginx auth_request, Caddy forward_auth, Traefik ForwardAuth): 200 allowed, the denial's status (429) otherwise (empty: none)")
 	f.StringVar(&o.httpAuthzPathPrefix, "http-authz-path-prefix", "", "the HTTP front-end: Envoy http_service's path_prefix, removed from the path of a check that carries no X-Original-URI or X-Forwarded-Uri")
 	f.IntVar(&o.httpAuthzMaxConns, "http-authz-max-conns", defaultHTTPAuthzMaxConns, "connections --http-authz-addr keeps open at most; at the cap a new one closes the one idle the longest")
 	f.DurationVar(&o.warmupTimeout, "warmup-timeout", defaultWarmupTimeout, "redis: how long health may stay NOT_SERVING while Redis cannot be warmed up (down, or refusing writes); then serve anyway, by the failure mode, and keep warming in the background (0: wait for Redis however long)")
 	f.IntVar(&o.httpMaxConns, "http-max-conns", defaultHTTPMaxConns, "connections --http-addr keeps open at most; at the cap a new one closes the one idle the longest")
-	f.IntVar(&o.grpcMaxConns, "grpc-max-conns", defaultGRPCMaxConns, "connections --grpc-addr keeps open at most; at the cap a new one is closed at once")
+	f.IntVar(&o.grpcMaxConns, "grpc-max-conns", defaultGRPCMaxConns, "connections --grpc-addr keeps open at most; at the cap a new one is closed at once; connections still in their handshake count against --grpc-max-pending instead")
+	f.IntVar(&o.grpcMaxPending, "grpc-max-pending", defaultGRPCMaxPending, "connections --grpc-addr keeps open at most before their handshake (TLS, HTTP/2 preface) is done, apart from --grpc-max-conns; at the cap a new one closes the one pending the longest")
 	f.StringVar(&o.grpcTLSCert, "grpc-tls-cert", "", "PEM certificate chain of --grpc-addr: serve TLS only, with --grpc-tls-key (both reloaded when they change, Secret symlink swaps too)")
 	f.StringVar(&o.grpcTLSKey, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
 	f.StringVar(&o.grpcTLSClientCA, "grpc-tls-client-ca", "", "PEM CA bundle: mTLS on --grpc-addr, every client must present a certificate signed by one of these CAs (reloaded when it changes)")
@@ -116,15 +122,20 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.logFormat, "log-format", "json", "json or text")
 }
 
-// Defaults of --warmup-timeout, --http-max-conns, --grpc-max-conns and
-// --http-authz-max-conns. The HTTP listener serves probes and scrapers, a
-// few connections; the gRPC listener a few per Envoy worker thread; the
-// HTTP front-end a proxy's pool of keep-alive connections.
+// Defaults of --warmup-timeout, --http-max-conns, --grpc-max-conns,
+// --grpc-max-pending, --http-authz-max-conns and --rls-http-max-conns. The
+// HTTP listener serves probes and scrapers, a few connections; the gRPC
+// listener a few per Envoy worker thread, of which a reconnecting fleet
+// has a handshake in progress for milliseconds each; the HTTP front-end a
+// proxy's pool of keep-alive connections; ratelimit's HTTP side probes
+// and /json clients. All together stay below a 4096 open-file limit.
 const (
 	defaultWarmupTimeout     = 30 * time.Second
 	defaultHTTPMaxConns      = 128
 	defaultGRPCMaxConns      = 1024
+	defaultGRPCMaxPending    = 256
 	defaultHTTPAuthzMaxConns = 1024
+	defaultRLSHTTPMaxConns   = 1024
 )
 
 // defaultCheckDeadline is --check-deadline's default: below the shipped
@@ -255,6 +266,12 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	if o.grpcMaxConns < 1 {
 		return nil, fmt.Errorf("--grpc-max-conns %d: must be at least 1", o.grpcMaxConns)
 	}
+	if o.grpcMaxPending < 1 {
+		return nil, fmt.Errorf("--grpc-max-pending %d: must be at least 1", o.grpcMaxPending)
+	}
+	if o.rlsHTTPMaxConns < 1 {
+		return nil, fmt.Errorf("--rls-http-max-conns %d: must be at least 1", o.rlsHTTPMaxConns)
+	}
 	if o.httpAuthzMaxConns < 1 {
 		return nil, fmt.Errorf("--http-authz-max-conns %d: must be at least 1", o.httpAuthzMaxConns)
 	}
@@ -281,6 +298,9 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	}
 	if o.rlsHTTP != "" && o.rlsConfig == "" && o.rlsXDSServer == "" {
 		return nil, fmt.Errorf("--rls-http-addr needs --rls-config or --rls-xds-server")
+	}
+	if o.rlsHTTP == "" && changed("rls-http-max-conns") {
+		return nil, fmt.Errorf("--rls-http-max-conns needs --rls-http-addr")
 	}
 	if o.httpAuthzAddr != "" && o.rlsOnly() {
 		return nil, fmt.Errorf("--http-authz-addr needs --config when the RLS is served (--rls-config, --rls-xds-server): without it serve is an RLS only, with no ext_authz rules")
