@@ -40,6 +40,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	klabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -362,6 +363,14 @@ func flashgateContainer(t *testing.T, spec *corev1.PodSpec) *corev1.Container {
 	return nil
 }
 
+// envoyGatewaySelector is examples/redis.yaml's envoySelector: the labels
+// Envoy Gateway gives the Envoy proxies it runs.
+var envoyGatewaySelector = map[string]string{
+	"app.kubernetes.io/name":       "envoy",
+	"app.kubernetes.io/component":  "proxy",
+	"app.kubernetes.io/managed-by": "envoy-gateway",
+}
+
 // valueSet is one rendering of the chart and what it must produce.
 type valueSet struct {
 	file      string // examples/FILE; "" for the defaults
@@ -381,7 +390,7 @@ func TestChart(t *testing.T) {
 	defaultEnvoy := map[string]string{"flashgate/client": "true"}
 	sets := map[string]valueSet{
 		"defaults":   {envoy: defaultEnvoy},
-		"redis":      {file: "redis.yaml", redis: "chart", envoy: map[string]string{"app.kubernetes.io/name": "envoy-gateway"}},
+		"redis":      {file: "redis.yaml", redis: "chart", envoy: envoyGatewaySelector},
 		"rls":        {file: "rls.yaml", redis: "redis-master.redis.svc:6379", rls: true, tls: "mtls", envoy: defaultEnvoy},
 		"hpa":        {file: "hpa.yaml", redis: "redis-0.redis:6379,redis-1.redis:6379,redis-2.redis:6379", hpa: true, envoy: defaultEnvoy},
 		"http-authz": {file: "http-authz.yaml", redis: "chart", httpAuthz: true, envoy: map[string]string{"app.kubernetes.io/name": "ingress-nginx"}},
@@ -1207,5 +1216,119 @@ spec:
 	if np == nil || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || np.Spec.Ingress[0].From[0].PodSelector == nil ||
 		!selects(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels, d.Spec.Template.Labels) {
 		t.Errorf("the Redis NetworkPolicy does not admit the parent chart's pods")
+	}
+}
+
+// peerPod is a pod that may open a connection to flashgate's pods.
+type peerPod struct {
+	namespace string
+	labels    map[string]string
+}
+
+// admits reports whether np, a policy of namespace ns, admits a connection
+// from pod to the container port named port of the pods it selects, by
+// NetworkPolicy's rules: a peer with a podSelector alone means pods of the
+// policy's namespace; with a namespaceSelector too, pods of the namespaces
+// it selects (labelled kubernetes.io/metadata.name, as the API server
+// labels every namespace); a rule without from admits every source, one
+// without ports every port.
+func admits(t *testing.T, np *networkingv1.NetworkPolicy, ns string, fg *corev1.Container, pod peerPod, port string) bool {
+	t.Helper()
+	matches := func(sel *metav1.LabelSelector, labels map[string]string) bool {
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil {
+			t.Fatalf("NetworkPolicy %s: %v", np.Name, err)
+		}
+		return s.Matches(klabels.Set(labels))
+	}
+	nsLabels := map[string]string{"kubernetes.io/metadata.name": pod.namespace}
+	want := containerPort(fg, intstr.FromString(port))
+	if want == 0 {
+		t.Fatalf("flashgate has no port %s", port)
+	}
+	for _, rule := range np.Spec.Ingress {
+		portOK := len(rule.Ports) == 0
+		for _, p := range rule.Ports {
+			if p.Port == nil || containerPort(fg, *p.Port) == want {
+				portOK = true
+			}
+		}
+		fromOK := len(rule.From) == 0
+		for _, peer := range rule.From {
+			switch {
+			case peer.IPBlock != nil:
+				continue
+			case peer.NamespaceSelector == nil && pod.namespace != ns:
+				continue
+			case peer.NamespaceSelector != nil && !matches(peer.NamespaceSelector, nsLabels):
+				continue
+			case peer.PodSelector != nil && !matches(peer.PodSelector, pod.labels):
+				continue
+			}
+			fromOK = true
+		}
+		if portOK && fromOK {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNetworkPolicyAdmitsEnvoyGatewayProxies: with examples/redis.yaml
+// (flashgate behind Envoy Gateway), the policy lets Envoy Gateway's proxies,
+// labelled as Envoy Gateway labels them, reach the gRPC port, and nothing
+// else; a selector that matched no proxy would turn rate limiting off
+// silently (the rate limit filter fails open by default).
+func TestNetworkPolicyAdmitsEnvoyGatewayProxies(t *testing.T) {
+	r, err := render(readValues(t, "redis.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := release + "-flashgate"
+	np, d := r.networkPolicies[name], r.deployments[name]
+	if np == nil || d == nil {
+		t.Fatalf("NetworkPolicy %v, Deployment %v", np != nil, d != nil)
+	}
+	fg := flashgateContainer(t, &d.Spec.Template.Spec)
+	// The labels of a proxy pod of Envoy Gateway's Deployment, every one
+	// as Envoy Gateway sets it (the pod-template-hash as the ReplicaSet adds it).
+	proxy := map[string]string{
+		"app.kubernetes.io/name":                         "envoy",
+		"app.kubernetes.io/component":                    "proxy",
+		"app.kubernetes.io/managed-by":                   "envoy-gateway",
+		"gateway.envoyproxy.io/owning-gateway-name":      "eg",
+		"gateway.envoyproxy.io/owning-gateway-namespace": "default",
+		"pod-template-hash":                              "5d8f7c9b6d",
+	}
+	without := func(key string) map[string]string {
+		m := maps.Clone(proxy)
+		delete(m, key)
+		return m
+	}
+	tests := map[string]struct {
+		pod  peerPod
+		want bool
+	}{
+		"Envoy Gateway's proxy":              {peerPod{"envoy-gateway-system", proxy}, true},
+		"a proxy in another namespace":       {peerPod{namespace, proxy}, false},
+		"the controller's old selector":      {peerPod{"envoy-gateway-system", map[string]string{"app.kubernetes.io/name": "envoy-gateway"}}, false},
+		"no name label":                      {peerPod{"envoy-gateway-system", without("app.kubernetes.io/name")}, false},
+		"no component label":                 {peerPod{"envoy-gateway-system", without("app.kubernetes.io/component")}, false},
+		"an Envoy Envoy Gateway did not run": {peerPod{"envoy-gateway-system", without("app.kubernetes.io/managed-by")}, false},
+		"an unlabelled pod":                  {peerPod{"envoy-gateway-system", nil}, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := admits(t, np, namespace, fg, tc.pod, "grpc"); got != tc.want {
+				t.Errorf("gRPC port: admitted %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// The metrics port is for the monitoring namespace, not the proxies.
+	if admits(t, np, namespace, fg, peerPod{"envoy-gateway-system", proxy}, "http-metrics") {
+		t.Errorf("the proxies reach the metrics port")
+	}
+	if !admits(t, np, namespace, fg, peerPod{"monitoring", nil}, "http-metrics") {
+		t.Errorf("Prometheus in monitoring does not reach the metrics port")
 	}
 }
