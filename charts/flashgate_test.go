@@ -570,6 +570,12 @@ func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.
 
 	checkHardening(t, spec, fg)
 
+	// Every example enforces: one in shadow mode would admit everything
+	// while it looks like a working setup.
+	if v, ok := a["shadow"]; ok && v != "false" {
+		t.Errorf("--shadow=%s: the example enforces nothing", v)
+	}
+
 	// GOMEMLIMIT follows the memory limit.
 	var memlimit bool
 	for _, e := range fg.Env {
