@@ -440,6 +440,46 @@ func TestChart(t *testing.T) {
 			t.Errorf("extraArgs.%s: render error %v, want the chart to refuse it", name, err)
 		}
 	}
+
+	// extraArgs names a flag of serve's: the chart's list is serve's flags,
+	// and each of them renders but those the chart sets itself.
+	listed := chartServeFlags(t)
+	for name := range flags {
+		if name != "help" && !listed[name] {
+			t.Errorf("flashgate serve has flag --%s, %s does not list it: add it", name, serveFlagsFile)
+		}
+	}
+	for name := range listed {
+		if _, ok := flags[name]; !ok || name == "help" {
+			t.Errorf("%s lists --%s, which flashgate serve does not have: remove it", serveFlagsFile, name)
+		}
+		_, err := render(map[string]any{"extraArgs": map[string]any{name: "1"}})
+		if err != nil && !strings.Contains(err.Error(), "set by the chart") {
+			t.Errorf("extraArgs.%s: %v", name, err)
+		}
+	}
+}
+
+// serveFlagsFile lists serve's flags for the chart's extraArgs check.
+const serveFlagsFile = chartDir + "/files/serve-flags.txt"
+
+// chartServeFlags reads serveFlagsFile: one flag name a line, # comments.
+func chartServeFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(serveFlagsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			if out[line] {
+				t.Errorf("%s lists %s twice", serveFlagsFile, line)
+			}
+			out[line] = true
+		}
+	}
+	return out
 }
 
 // checkContainer checks the flashgate container and its pod: flags,
@@ -907,6 +947,8 @@ func TestChartRefusesValueSets(t *testing.T) {
 			"*.yaml and *.yml files only"},
 		"extraArgs overrides a chart flag": {map[string]any{"extraArgs": map[string]any{"grpc-addr": "127.0.0.1:9191"}}, "set by the chart"},
 		"extraArgs with dashes":            {map[string]any{"extraArgs": map[string]any{"--shadow": true}}, "without dashes"},
+		"extraArgs misspelt":               {map[string]any{"extraArgs": map[string]any{"shadw": true}}, "flashgate serve has no flag --shadw"},
+		"extraArgs help":                   {map[string]any{"extraArgs": map[string]any{"help": true}}, "flashgate serve has no flag --help"},
 		"misspelt value":                   {map[string]any{"replicas": 2}, "replicas"},
 		"misspelt nested value":            {map[string]any{"redis": map[string]any{"adress": "r:6379"}}, "adress"},
 		"unknown failure mode":             {map[string]any{"failureMode": "open"}, "failureMode"},

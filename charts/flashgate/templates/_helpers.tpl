@@ -73,9 +73,18 @@ shapes) and NOTES.txt include it, so a bad value set fails to render.
 {{- fail "rls.enabled needs rls.files (file name → envoyproxy/ratelimit config) or rls.existingConfigMap" -}}
 {{- end -}}
 {{- $chartFlags := list "grpc-addr" "http-addr" "http-authz-addr" "http-authz-path-prefix" "grpc-tls-cert" "grpc-tls-key" "grpc-tls-client-ca" "backend" "redis-addr" "redis-mode" "redis-master-name" "redis-tls" "redis-username" "redis-password" "check-deadline" "config" "rls-config" "rls-response-headers" "failure-mode" "log-level" "log-format" "drain-timeout" -}}
+{{- $serveFlags := list -}}
+{{- range splitList "\n" (.Files.Get "files/serve-flags.txt") -}}
+{{- if and . (not (hasPrefix "#" .)) -}}
+{{- $serveFlags = append $serveFlags (trim .) -}}
+{{- end -}}
+{{- end -}}
 {{- range $k, $_ := .Values.extraArgs -}}
 {{- if hasPrefix "-" $k -}}
 {{- fail (printf "extraArgs: %q: name the flag without dashes" $k) -}}
+{{- end -}}
+{{- if not (has $k $serveFlags) -}}
+{{- fail (printf "extraArgs: flashgate serve has no flag --%s (the pod would not start; flashgate serve --help lists them)" $k) -}}
 {{- end -}}
 {{- if has $k $chartFlags -}}
 {{- fail (printf "extraArgs: --%s is set by the chart from its own value (see docs/helm.md)" $k) -}}
