@@ -616,17 +616,7 @@ func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.
 		t.Errorf("--shadow=%s: the example enforces nothing", v)
 	}
 
-	// GOMEMLIMIT follows the memory limit.
-	var memlimit bool
-	for _, e := range fg.Env {
-		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
-			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" {
-			memlimit = true
-		}
-	}
-	if !memlimit {
-		t.Errorf("GOMEMLIMIT does not follow limits.memory")
-	}
+	checkGOMEMLIMIT(t, fg)
 
 	// Drain: the grace period covers the preStop sleep and the drain.
 	if fg.Lifecycle == nil || fg.Lifecycle.PreStop == nil || fg.Lifecycle.PreStop.Sleep == nil {
@@ -1378,5 +1368,72 @@ func TestNetworkPolicyAdmitsEnvoyGatewayProxies(t *testing.T) {
 	}
 	if !admits(t, np, namespace, fg, peerPod{"monitoring", nil}, "http-metrics") {
 		t.Errorf("Prometheus in monitoring does not reach the metrics port")
+	}
+}
+
+// checkGOMEMLIMIT checks that GOMEMLIMIT is 90% of the container's memory
+// limit, in bytes: the rest is the margin for what the Go runtime does not
+// count (checkServeStarts runs serve with it, so Go parses it too).
+func checkGOMEMLIMIT(t *testing.T, fg *corev1.Container) {
+	t.Helper()
+	limit := fg.Resources.Limits.Memory().Value()
+	want := strconv.FormatInt(limit*9/10, 10)
+	var got []string
+	for _, e := range fg.Env {
+		if e.Name == "GOMEMLIMIT" {
+			if e.ValueFrom != nil {
+				t.Errorf("GOMEMLIMIT from %v: the Downward API gives the whole limit, no headroom", e.ValueFrom)
+			}
+			got = append(got, e.Value)
+		}
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("GOMEMLIMIT = %q, want [%s] (90%% of limits.memory %s)", got, want, fg.Resources.Limits.Memory())
+	}
+}
+
+// TestGOMEMLIMIT: GOMEMLIMIT is 90% of the memory limit however the limit
+// is written, absent without one, and a limit the chart cannot compute
+// fails the rendering.
+func TestGOMEMLIMIT(t *testing.T) {
+	tests := map[string]struct {
+		limit any    // resources.limits.memory; nil: none
+		want  string // GOMEMLIMIT; "" absent
+		err   string
+	}{
+		"Mi":         {limit: "256Mi", want: "241591910"},
+		"Gi":         {limit: "2Gi", want: "1932735283"},
+		"M":          {limit: "500M", want: "450000000"},
+		"k":          {limit: "300000k", want: "270000000"},
+		"bytes":      {limit: "268435456", want: "241591910"},
+		"a number":   {limit: 268435456, want: "241591910"},
+		"no limit":   {limit: nil, want: ""},
+		"a fraction": {limit: "1.5Gi", err: `resources.limits.memory "1.5Gi"`},
+		"MB":         {limit: "256MB", err: `resources.limits.memory "256MB"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			limits := map[string]any{"memory": tc.limit} // nil removes the default, as in Helm
+			r, err := render(map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "64Mi"}, "limits": limits}})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("render: %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fg := flashgateContainer(t, &r.deployments[release+"-flashgate"].Spec.Template.Spec)
+			var got string
+			for _, e := range fg.Env {
+				if e.Name == "GOMEMLIMIT" {
+					got = e.Value
+				}
+			}
+			if got != tc.want {
+				t.Errorf("GOMEMLIMIT = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -165,9 +165,10 @@ args:
   - {{ printf "--%s=%v" $k $val | quote }}
   {{- end }}
 env:
+  {{- with include "flashgate.gomemlimit" $root }}
   - name: GOMEMLIMIT
-    valueFrom:
-      resourceFieldRef: {containerName: flashgate, resource: limits.memory}
+    value: {{ . | quote }}
+  {{- end }}
   {{- if $v.redis.existingSecret }}
   - name: FLASHGATE_REDIS_PASSWORD
     valueFrom:
@@ -249,4 +250,29 @@ app.kubernetes.io/part-of: flashgate
 {{/* The labels of the Envoy pods that may call flashgate. */}}
 {{- define "flashgate.envoySelector" -}}
 {{- toYaml (default (dict "flashgate/client" "true") .Values.networkPolicy.envoySelector) -}}
+{{- end -}}
+
+{{/*
+flashgate.gomemlimit: GOMEMLIMIT in bytes, 90% of resources.limits.memory
+(empty without a limit). GOMEMLIMIT bounds only the Go runtime's memory,
+and only softly: the container's limit also pays for what the runtime does
+not count (thread stacks, socket buffers and page cache the cgroup charges)
+and for the heap's overshoot while a collection runs. At 100% the kernel
+kills the pod before the collector works harder; the 10% is that margin.
+The Downward API gives the limit only whole, hence the arithmetic here.
+*/}}
+{{- define "flashgate.gomemlimit" -}}
+{{- $q := dig "limits" "memory" "" .Values.resources -}}
+{{- if not (kindIs "string" $q) -}}
+{{- $q = printf "%d" (int64 $q) -}}
+{{- end -}}
+{{- if $q -}}
+{{- $digits := regexFind "^[0-9]+" $q -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- $suffix := trimPrefix $digits $q -}}
+{{- if or (not $digits) (not (hasKey $units $suffix)) -}}
+{{- fail (printf "resources.limits.memory %q: write it as a whole number with one of the suffixes Ki, Mi, Gi, Ti, k, M, G, T or none (the chart sets GOMEMLIMIT to 90%% of it)" $q) -}}
+{{- end -}}
+{{- printf "%d" (div (mul (int64 $digits) (get $units $suffix) 9) 10) -}}
+{{- end -}}
 {{- end -}}
