@@ -5,8 +5,12 @@ PKGS     ?= ./...
 # deadline with "context deadline exceeded" and no failing input on a loaded machine (go.dev/issue/75804,
 # fixed in Go 1.27); a count has no deadline to race. 30000 runs take 10-30 s per target on 2 cores.
 FUZZTIME ?= 30000x
+# What `flashgate version` prints, stamped by build and image (the image's build context has no .git).
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS   = -X main.stampedVersion=$(VERSION) -X main.stampedCommit=$(COMMIT)
 
-.PHONY: test tools vet race fuzz bench build fmt
+.PHONY: test tools vet race fuzz bench build image fmt
 
 ## test: vet, then the whole suite under the race detector (Redis tests included), then short fuzz runs.
 ## It installs nothing: `make tools` stops first and says what is missing (.ci/run installs it on CI).
@@ -60,8 +64,12 @@ bench:
 
 ## build: the sidecar (bin/flashgate) and the load generator with its reference server (bin/flashgate-bench).
 build:
-	$(GO) build -o bin/flashgate ./cmd/flashgate
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/flashgate ./cmd/flashgate
 	$(GO) build -o bin/flashgate-bench ./cmd/flashgate-bench
+
+## image: the container image flashgate:$(VERSION), stamped with VERSION and COMMIT.
+image:
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t flashgate:$(or $(VERSION),dev) .
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
