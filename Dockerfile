@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # flashgate: a static binary on distroless, running as nonroot.
-#   docker build -t flashgate:dev .
+#   make image                                  (docker build, version and commit from git)
+#   docker build --build-arg VERSION=v1.2.3 --build-arg COMMIT=$(git rev-parse HEAD) -t flashgate:dev .
 #   docker run --rm flashgate:dev --help        (ENTRYPOINT is "flashgate serve")
 # The binary is at /bin/ratelimit too: run by that name (Envoy Gateway's
 # command: /bin/ratelimit) it is `flashgate ratelimit`, configured by
@@ -13,9 +14,12 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS TARGETARCH
+# What `flashgate version` prints. The build context has no .git, so Go cannot
+# stamp the commit itself: `make image` passes both from git.
+ARG VERSION COMMIT
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/flashgate ./cmd/flashgate
+    go build -trimpath -ldflags="-s -w -X main.stampedVersion=${VERSION} -X main.stampedCommit=${COMMIT}" -o /out/flashgate ./cmd/flashgate
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/flashgate /usr/local/bin/flashgate

@@ -5,23 +5,30 @@ PKGS     ?= ./...
 # deadline with "context deadline exceeded" and no failing input on a loaded machine (go.dev/issue/75804,
 # fixed in Go 1.27); a count has no deadline to race. 30000 runs take 10-30 s per target on 2 cores.
 FUZZTIME ?= 30000x
+# What `flashgate version` prints, stamped by build and image (the image's build context has no .git).
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS   = -X main.stampedVersion=$(VERSION) -X main.stampedCommit=$(COMMIT)
 
-.PHONY: test redis-server vet race fuzz bench build fmt
+.PHONY: test tools vet race fuzz bench build image fmt
 
 ## test: vet, then the whole suite under the race detector (Redis tests included), then short fuzz runs.
-test: redis-server vet race fuzz
+## It installs nothing: `make tools` stops first and says what is missing (.ci/run installs it on CI).
+test: tools vet race fuzz
 
-## redis-server: make sure the tests can start their own redis-server.
-redis-server:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "redis-server not found: installing Debian's redis-server"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) || \
-	      { echo "could not install redis-server: run 'apt-get install redis-server' (or put redis-server on PATH)"; exit 1; }; \
-	  else \
-	    echo "redis-server not found: install it (Debian: 'sudo apt-get install redis-server') and put it on PATH"; exit 1; \
-	  fi; }
-	@command -v redis-cli >/dev/null 2>&1 || { echo "redis-cli not found: install Debian's redis-tools"; exit 1; }
+## tools: check that the programs the tests start are on PATH; name each missing one and its Debian package.
+tools:
+	@missing=""; \
+	for p in redis-server:redis-server redis-cli:redis-tools nginx:nginx caddy:caddy promtool:prometheus; do \
+	  cmd=$${p%%:*}; pkg=$${p#*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || { echo "make test: $$cmd not found (Debian package $$pkg)"; missing="$$missing $$pkg"; }; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make test installs nothing: install them, then run it again. On Debian, as root, .ci/run installs"; \
+	  echo "them (keeping their system services from starting) and runs make test; or by hand:"; \
+	  echo "  apt-get install -y --no-install-recommends$$missing"; \
+	  exit 1; \
+	fi
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
@@ -57,8 +64,12 @@ bench:
 
 ## build: the sidecar (bin/flashgate) and the load generator with its reference server (bin/flashgate-bench).
 build:
-	$(GO) build -o bin/flashgate ./cmd/flashgate
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/flashgate ./cmd/flashgate
 	$(GO) build -o bin/flashgate-bench ./cmd/flashgate-bench
+
+## image: the container image flashgate:$(VERSION), stamped with VERSION and COMMIT.
+image:
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t flashgate:$(or $(VERSION),dev) .
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -40,6 +40,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	klabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -362,6 +363,14 @@ func flashgateContainer(t *testing.T, spec *corev1.PodSpec) *corev1.Container {
 	return nil
 }
 
+// envoyGatewaySelector is examples/redis.yaml's envoySelector: the labels
+// Envoy Gateway gives the Envoy proxies it runs.
+var envoyGatewaySelector = map[string]string{
+	"app.kubernetes.io/name":       "envoy",
+	"app.kubernetes.io/component":  "proxy",
+	"app.kubernetes.io/managed-by": "envoy-gateway",
+}
+
 // valueSet is one rendering of the chart and what it must produce.
 type valueSet struct {
 	file      string // examples/FILE; "" for the defaults
@@ -381,7 +390,7 @@ func TestChart(t *testing.T) {
 	defaultEnvoy := map[string]string{"flashgate/client": "true"}
 	sets := map[string]valueSet{
 		"defaults":   {envoy: defaultEnvoy},
-		"redis":      {file: "redis.yaml", redis: "chart", envoy: map[string]string{"app.kubernetes.io/name": "envoy-gateway"}},
+		"redis":      {file: "redis.yaml", redis: "chart", envoy: envoyGatewaySelector},
 		"rls":        {file: "rls.yaml", redis: "redis-master.redis.svc:6379", rls: true, tls: "mtls", envoy: defaultEnvoy},
 		"hpa":        {file: "hpa.yaml", redis: "redis-0.redis:6379,redis-1.redis:6379,redis-2.redis:6379", hpa: true, envoy: defaultEnvoy},
 		"http-authz": {file: "http-authz.yaml", redis: "chart", httpAuthz: true, envoy: map[string]string{"app.kubernetes.io/name": "ingress-nginx"}},
@@ -431,6 +440,46 @@ func TestChart(t *testing.T) {
 			t.Errorf("extraArgs.%s: render error %v, want the chart to refuse it", name, err)
 		}
 	}
+
+	// extraArgs names a flag of serve's: the chart's list is serve's flags,
+	// and each of them renders but those the chart sets itself.
+	listed := chartServeFlags(t)
+	for name := range flags {
+		if name != "help" && !listed[name] {
+			t.Errorf("flashgate serve has flag --%s, %s does not list it: add it", name, serveFlagsFile)
+		}
+	}
+	for name := range listed {
+		if _, ok := flags[name]; !ok || name == "help" {
+			t.Errorf("%s lists --%s, which flashgate serve does not have: remove it", serveFlagsFile, name)
+		}
+		_, err := render(map[string]any{"extraArgs": map[string]any{name: "1"}})
+		if err != nil && !strings.Contains(err.Error(), "set by the chart") {
+			t.Errorf("extraArgs.%s: %v", name, err)
+		}
+	}
+}
+
+// serveFlagsFile lists serve's flags for the chart's extraArgs check.
+const serveFlagsFile = chartDir + "/files/serve-flags.txt"
+
+// chartServeFlags reads serveFlagsFile: one flag name a line, # comments.
+func chartServeFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(serveFlagsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			if out[line] {
+				t.Errorf("%s lists %s twice", serveFlagsFile, line)
+			}
+			out[line] = true
+		}
+	}
+	return out
 }
 
 // checkContainer checks the flashgate container and its pod: flags,
@@ -561,17 +610,13 @@ func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.
 
 	checkHardening(t, spec, fg)
 
-	// GOMEMLIMIT follows the memory limit.
-	var memlimit bool
-	for _, e := range fg.Env {
-		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
-			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" {
-			memlimit = true
-		}
+	// Every example enforces: one in shadow mode would admit everything
+	// while it looks like a working setup.
+	if v, ok := a["shadow"]; ok && v != "false" {
+		t.Errorf("--shadow=%s: the example enforces nothing", v)
 	}
-	if !memlimit {
-		t.Errorf("GOMEMLIMIT does not follow limits.memory")
-	}
+
+	checkGOMEMLIMIT(t, fg)
 
 	// Drain: the grace period covers the preStop sleep and the drain.
 	if fg.Lifecycle == nil || fg.Lifecycle.PreStop == nil || fg.Lifecycle.PreStop.Sleep == nil {
@@ -892,6 +937,8 @@ func TestChartRefusesValueSets(t *testing.T) {
 			"*.yaml and *.yml files only"},
 		"extraArgs overrides a chart flag": {map[string]any{"extraArgs": map[string]any{"grpc-addr": "127.0.0.1:9191"}}, "set by the chart"},
 		"extraArgs with dashes":            {map[string]any{"extraArgs": map[string]any{"--shadow": true}}, "without dashes"},
+		"extraArgs misspelt":               {map[string]any{"extraArgs": map[string]any{"shadw": true}}, "flashgate serve has no flag --shadw"},
+		"extraArgs help":                   {map[string]any{"extraArgs": map[string]any{"help": true}}, "flashgate serve has no flag --help"},
 		"misspelt value":                   {map[string]any{"replicas": 2}, "replicas"},
 		"misspelt nested value":            {map[string]any{"redis": map[string]any{"adress": "r:6379"}}, "adress"},
 		"unknown failure mode":             {map[string]any{"failureMode": "open"}, "failureMode"},
@@ -1207,5 +1254,186 @@ spec:
 	if np == nil || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || np.Spec.Ingress[0].From[0].PodSelector == nil ||
 		!selects(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels, d.Spec.Template.Labels) {
 		t.Errorf("the Redis NetworkPolicy does not admit the parent chart's pods")
+	}
+}
+
+// peerPod is a pod that may open a connection to flashgate's pods.
+type peerPod struct {
+	namespace string
+	labels    map[string]string
+}
+
+// admits reports whether np, a policy of namespace ns, admits a connection
+// from pod to the container port named port of the pods it selects, by
+// NetworkPolicy's rules: a peer with a podSelector alone means pods of the
+// policy's namespace; with a namespaceSelector too, pods of the namespaces
+// it selects (labelled kubernetes.io/metadata.name, as the API server
+// labels every namespace); a rule without from admits every source, one
+// without ports every port.
+func admits(t *testing.T, np *networkingv1.NetworkPolicy, ns string, fg *corev1.Container, pod peerPod, port string) bool {
+	t.Helper()
+	matches := func(sel *metav1.LabelSelector, labels map[string]string) bool {
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil {
+			t.Fatalf("NetworkPolicy %s: %v", np.Name, err)
+		}
+		return s.Matches(klabels.Set(labels))
+	}
+	nsLabels := map[string]string{"kubernetes.io/metadata.name": pod.namespace}
+	want := containerPort(fg, intstr.FromString(port))
+	if want == 0 {
+		t.Fatalf("flashgate has no port %s", port)
+	}
+	for _, rule := range np.Spec.Ingress {
+		portOK := len(rule.Ports) == 0
+		for _, p := range rule.Ports {
+			if p.Port == nil || containerPort(fg, *p.Port) == want {
+				portOK = true
+			}
+		}
+		fromOK := len(rule.From) == 0
+		for _, peer := range rule.From {
+			switch {
+			case peer.IPBlock != nil:
+				continue
+			case peer.NamespaceSelector == nil && pod.namespace != ns:
+				continue
+			case peer.NamespaceSelector != nil && !matches(peer.NamespaceSelector, nsLabels):
+				continue
+			case peer.PodSelector != nil && !matches(peer.PodSelector, pod.labels):
+				continue
+			}
+			fromOK = true
+		}
+		if portOK && fromOK {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNetworkPolicyAdmitsEnvoyGatewayProxies: with examples/redis.yaml
+// (flashgate behind Envoy Gateway), the policy lets Envoy Gateway's proxies,
+// labelled as Envoy Gateway labels them, reach the gRPC port, and nothing
+// else; a selector that matched no proxy would turn rate limiting off
+// silently (the rate limit filter fails open by default).
+func TestNetworkPolicyAdmitsEnvoyGatewayProxies(t *testing.T) {
+	r, err := render(readValues(t, "redis.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := release + "-flashgate"
+	np, d := r.networkPolicies[name], r.deployments[name]
+	if np == nil || d == nil {
+		t.Fatalf("NetworkPolicy %v, Deployment %v", np != nil, d != nil)
+	}
+	fg := flashgateContainer(t, &d.Spec.Template.Spec)
+	// The labels of a proxy pod of Envoy Gateway's Deployment, every one
+	// as Envoy Gateway sets it (the pod-template-hash as the ReplicaSet adds it).
+	proxy := map[string]string{
+		"app.kubernetes.io/name":                         "envoy",
+		"app.kubernetes.io/component":                    "proxy",
+		"app.kubernetes.io/managed-by":                   "envoy-gateway",
+		"gateway.envoyproxy.io/owning-gateway-name":      "eg",
+		"gateway.envoyproxy.io/owning-gateway-namespace": "default",
+		"pod-template-hash":                              "5d8f7c9b6d",
+	}
+	without := func(key string) map[string]string {
+		m := maps.Clone(proxy)
+		delete(m, key)
+		return m
+	}
+	tests := map[string]struct {
+		pod  peerPod
+		want bool
+	}{
+		"Envoy Gateway's proxy":              {peerPod{"envoy-gateway-system", proxy}, true},
+		"a proxy in another namespace":       {peerPod{namespace, proxy}, false},
+		"the controller's old selector":      {peerPod{"envoy-gateway-system", map[string]string{"app.kubernetes.io/name": "envoy-gateway"}}, false},
+		"no name label":                      {peerPod{"envoy-gateway-system", without("app.kubernetes.io/name")}, false},
+		"no component label":                 {peerPod{"envoy-gateway-system", without("app.kubernetes.io/component")}, false},
+		"an Envoy Envoy Gateway did not run": {peerPod{"envoy-gateway-system", without("app.kubernetes.io/managed-by")}, false},
+		"an unlabelled pod":                  {peerPod{"envoy-gateway-system", nil}, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := admits(t, np, namespace, fg, tc.pod, "grpc"); got != tc.want {
+				t.Errorf("gRPC port: admitted %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// The metrics port is for the monitoring namespace, not the proxies.
+	if admits(t, np, namespace, fg, peerPod{"envoy-gateway-system", proxy}, "http-metrics") {
+		t.Errorf("the proxies reach the metrics port")
+	}
+	if !admits(t, np, namespace, fg, peerPod{"monitoring", nil}, "http-metrics") {
+		t.Errorf("Prometheus in monitoring does not reach the metrics port")
+	}
+}
+
+// checkGOMEMLIMIT checks that GOMEMLIMIT is 90% of the container's memory
+// limit, in bytes: the rest is the margin for what the Go runtime does not
+// count (checkServeStarts runs serve with it, so Go parses it too).
+func checkGOMEMLIMIT(t *testing.T, fg *corev1.Container) {
+	t.Helper()
+	limit := fg.Resources.Limits.Memory().Value()
+	want := strconv.FormatInt(limit*9/10, 10)
+	var got []string
+	for _, e := range fg.Env {
+		if e.Name == "GOMEMLIMIT" {
+			if e.ValueFrom != nil {
+				t.Errorf("GOMEMLIMIT from %v: the Downward API gives the whole limit, no headroom", e.ValueFrom)
+			}
+			got = append(got, e.Value)
+		}
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("GOMEMLIMIT = %q, want [%s] (90%% of limits.memory %s)", got, want, fg.Resources.Limits.Memory())
+	}
+}
+
+// TestGOMEMLIMIT: GOMEMLIMIT is 90% of the memory limit however the limit
+// is written, absent without one, and a limit the chart cannot compute
+// fails the rendering.
+func TestGOMEMLIMIT(t *testing.T) {
+	tests := map[string]struct {
+		limit any    // resources.limits.memory; nil: none
+		want  string // GOMEMLIMIT; "" absent
+		err   string
+	}{
+		"Mi":         {limit: "256Mi", want: "241591910"},
+		"Gi":         {limit: "2Gi", want: "1932735283"},
+		"M":          {limit: "500M", want: "450000000"},
+		"k":          {limit: "300000k", want: "270000000"},
+		"bytes":      {limit: "268435456", want: "241591910"},
+		"a number":   {limit: 268435456, want: "241591910"},
+		"no limit":   {limit: nil, want: ""},
+		"a fraction": {limit: "1.5Gi", err: `resources.limits.memory "1.5Gi"`},
+		"MB":         {limit: "256MB", err: `resources.limits.memory "256MB"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			limits := map[string]any{"memory": tc.limit} // nil removes the default, as in Helm
+			r, err := render(map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "64Mi"}, "limits": limits}})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("render: %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fg := flashgateContainer(t, &r.deployments[release+"-flashgate"].Spec.Template.Spec)
+			var got string
+			for _, e := range fg.Env {
+				if e.Name == "GOMEMLIMIT" {
+					got = e.Value
+				}
+			}
+			if got != tc.want {
+				t.Errorf("GOMEMLIMIT = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -438,6 +438,37 @@ func checkHardening(t *testing.T, spec *corev1.PodSpec) {
 		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 			t.Errorf("%s: want cpu and memory requests and a memory limit", c.Name)
 		}
+		if c.Name == "flashgate" {
+			checkGOMEMLIMIT(t, &c)
+		}
+	}
+}
+
+// checkGOMEMLIMIT checks that flashgate's GOMEMLIMIT is a literal 85–90% of
+// its memory limit: the Downward API would give the whole limit, leaving no
+// room for what the Go runtime does not count.
+func checkGOMEMLIMIT(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	v := env(c, "GOMEMLIMIT")
+	units := []struct {
+		suffix string
+		bytes  int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}}
+	var got int64
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(v, u.suffix); ok {
+			i, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				t.Errorf("%s: GOMEMLIMIT %q: %v", c.Name, v, err)
+				return
+			}
+			got = i * u.bytes
+			break
+		}
+	}
+	limit := c.Resources.Limits.Memory().Value()
+	if got < limit*85/100 || got > limit*90/100 {
+		t.Errorf("%s: GOMEMLIMIT %q is %d bytes, want 85–90%% of limits.memory %s (%d)", c.Name, v, got, c.Resources.Limits.Memory(), limit)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -12,10 +14,11 @@ const dashboardFile = "grafana/flashgate.json"
 
 // dashboard is the part of a Grafana dashboard the tests read.
 type dashboard struct {
-	Title         string  `json:"title"`
-	UID           string  `json:"uid"`
-	SchemaVersion int     `json:"schemaVersion"`
-	Panels        []panel `json:"panels"`
+	Inputs        []dashboardInput `json:"__inputs"`
+	Title         string           `json:"title"`
+	UID           string           `json:"uid"`
+	SchemaVersion int              `json:"schemaVersion"`
+	Panels        []panel          `json:"panels"`
 	Templating    struct {
 		List []variable `json:"list"`
 	} `json:"templating"`
@@ -48,7 +51,22 @@ type variable struct {
 	Query      json.RawMessage `json:"query"`
 	Definition string          `json:"definition"`
 	Datasource *datasourceRef  `json:"datasource"`
+	Current    struct {
+		Value any `json:"value"`
+	} `json:"current"`
 }
+
+// dashboardInput is an entry of __inputs: what Grafana's import asks for,
+// then writes in place of ${NAME} wherever the JSON says it.
+type dashboardInput struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	PluginID string `json:"pluginId"`
+}
+
+// dsInput is the data source input the import asks for; it becomes the
+// datasource variable's value, which every panel and query uses.
+const dsInput = "DS_PROMETHEUS"
 
 // The dashboard's data source is a variable, so that it imports into any
 // Grafana whatever its Prometheus is called.
@@ -137,6 +155,29 @@ func TestDashboard(t *testing.T) {
 	ds, ok := vars["datasource"]
 	if !ok || ds.Type != "datasource" || string(ds.Query) != `"prometheus"` {
 		t.Errorf("templating: want a variable datasource of type datasource and query prometheus, got %+v", ds)
+	}
+	// Import asks for the Prometheus (__inputs) and sets the variable to
+	// it; provisioned, the variable takes the default Prometheus.
+	var in []dashboardInput
+	for _, i := range d.Inputs {
+		if i.Name == dsInput {
+			in = append(in, i)
+		}
+	}
+	if len(in) != 1 || in[0].Type != "datasource" || in[0].PluginID != "prometheus" {
+		t.Errorf("__inputs: want one %s, a datasource of plugin prometheus, got %+v", dsInput, d.Inputs)
+	}
+	if ds.Current.Value != "${"+dsInput+"}" {
+		t.Errorf("variable datasource: current value %v, want ${%s}: the import's choice", ds.Current.Value, dsInput)
+	}
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`\$\{(DS_[A-Z_]+)\}`).FindAllSubmatch(raw, -1) {
+		if !slices.ContainsFunc(d.Inputs, func(i dashboardInput) bool { return i.Name == string(m[1]) }) {
+			t.Errorf("%s names ${%s}, which __inputs does not declare: import would leave it as is", dashboardFile, m[1])
+		}
 	}
 	for _, v := range d.Templating.List {
 		if v.Type != "query" {

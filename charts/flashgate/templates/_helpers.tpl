@@ -73,9 +73,18 @@ shapes) and NOTES.txt include it, so a bad value set fails to render.
 {{- fail "rls.enabled needs rls.files (file name → envoyproxy/ratelimit config) or rls.existingConfigMap" -}}
 {{- end -}}
 {{- $chartFlags := list "grpc-addr" "http-addr" "http-authz-addr" "http-authz-path-prefix" "grpc-tls-cert" "grpc-tls-key" "grpc-tls-client-ca" "backend" "redis-addr" "redis-mode" "redis-master-name" "redis-tls" "redis-username" "redis-password" "check-deadline" "config" "rls-config" "rls-response-headers" "failure-mode" "log-level" "log-format" "drain-timeout" -}}
+{{- $serveFlags := list -}}
+{{- range splitList "\n" (.Files.Get "files/serve-flags.txt") -}}
+{{- if and . (not (hasPrefix "#" .)) -}}
+{{- $serveFlags = append $serveFlags (trim .) -}}
+{{- end -}}
+{{- end -}}
 {{- range $k, $_ := .Values.extraArgs -}}
 {{- if hasPrefix "-" $k -}}
 {{- fail (printf "extraArgs: %q: name the flag without dashes" $k) -}}
+{{- end -}}
+{{- if not (has $k $serveFlags) -}}
+{{- fail (printf "extraArgs: flashgate serve has no flag --%s (the pod would not start; flashgate serve --help lists them)" $k) -}}
 {{- end -}}
 {{- if has $k $chartFlags -}}
 {{- fail (printf "extraArgs: --%s is set by the chart from its own value (see docs/helm.md)" $k) -}}
@@ -156,9 +165,10 @@ args:
   - {{ printf "--%s=%v" $k $val | quote }}
   {{- end }}
 env:
+  {{- with include "flashgate.gomemlimit" $root }}
   - name: GOMEMLIMIT
-    valueFrom:
-      resourceFieldRef: {containerName: flashgate, resource: limits.memory}
+    value: {{ . | quote }}
+  {{- end }}
   {{- if $v.redis.existingSecret }}
   - name: FLASHGATE_REDIS_PASSWORD
     valueFrom:
@@ -240,4 +250,29 @@ app.kubernetes.io/part-of: flashgate
 {{/* The labels of the Envoy pods that may call flashgate. */}}
 {{- define "flashgate.envoySelector" -}}
 {{- toYaml (default (dict "flashgate/client" "true") .Values.networkPolicy.envoySelector) -}}
+{{- end -}}
+
+{{/*
+flashgate.gomemlimit: GOMEMLIMIT in bytes, 90% of resources.limits.memory
+(empty without a limit). GOMEMLIMIT bounds only the Go runtime's memory,
+and only softly: the container's limit also pays for what the runtime does
+not count (thread stacks, socket buffers and page cache the cgroup charges)
+and for the heap's overshoot while a collection runs. At 100% the kernel
+kills the pod before the collector works harder; the 10% is that margin.
+The Downward API gives the limit only whole, hence the arithmetic here.
+*/}}
+{{- define "flashgate.gomemlimit" -}}
+{{- $q := dig "limits" "memory" "" .Values.resources -}}
+{{- if not (kindIs "string" $q) -}}
+{{- $q = printf "%d" (int64 $q) -}}
+{{- end -}}
+{{- if $q -}}
+{{- $digits := regexFind "^[0-9]+" $q -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- $suffix := trimPrefix $digits $q -}}
+{{- if or (not $digits) (not (hasKey $units $suffix)) -}}
+{{- fail (printf "resources.limits.memory %q: write it as a whole number with one of the suffixes Ki, Mi, Gi, Ti, k, M, G, T or none (the chart sets GOMEMLIMIT to 90%% of it)" $q) -}}
+{{- end -}}
+{{- printf "%d" (div (mul (int64 $digits) (get $units $suffix) 9) 10) -}}
+{{- end -}}
 {{- end -}}
