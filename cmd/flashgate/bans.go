@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/rls"
@@ -164,7 +165,7 @@ func (p *ops) ruleSegment(rule, domain string) (string, error) {
 	case rule != "" && domain != "":
 		return "", errors.New("--rule and --domain: give one")
 	case rule != "":
-		cfg, err := loadConfig(p.opts.config)
+		cfg, err := daemon.LoadRules(p.opts.config)
 		if err != nil {
 			return "", err
 		}

@@ -17,7 +17,7 @@ import (
 // prefix is a 400.
 func TestServeHTTPFront(t *testing.T) {
 	s := startServe(t, "--config", exampleStretched(t), "--http-authz-addr", "127.0.0.1:0", "--http-authz-path-prefix", "/authz/")
-	waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
+	waitFor(t, eventually, "SERVING", func() bool { return s.Serving() })
 	if s.httpAuthzAddr == "" {
 		t.Fatal("serve reports no HTTP front-end address")
 	}

@@ -33,7 +33,7 @@ func startFleet(t *testing.T, prefix string, extra ...string) *fleet {
 	// A generous budget: a timeout would fall back to the local failure
 	// mode and miss Redis's count.
 	s := startServe(t, append([]string{"--backend", "redis", "--redis-timeout", "1s", "--fleet-size", "1"}, ops...)...)
-	waitFor(t, eventually, "SERVING", func() bool { return s.host.Serving() })
+	waitFor(t, eventually, "SERVING", func() bool { return s.Serving() })
 	return &fleet{runningServe: s, ops: ops}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
@@ -173,7 +174,7 @@ func (p *ops) resolve(k *keyOptions, needValue bool) (*target, error) {
 	case k.rule == "":
 		return nil, errors.New("--rule is missing: name a rule of the descriptors file (flashgate validate lists them), or --domain and --entry for the ratelimit service")
 	}
-	cfg, err := loadConfig(p.opts.config)
+	cfg, err := daemon.LoadRules(p.opts.config)
 	if err != nil {
 		return nil, err
 	}

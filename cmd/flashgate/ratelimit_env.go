@@ -14,6 +14,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"slices"
@@ -574,11 +575,10 @@ func (r *ratelimitEnv) log(e env, fs *pflag.FlagSet) error {
 	}
 	level, _ := fs.GetString("log-level")
 	format, _ := fs.GetString("log-format")
-	log, logs, err := newLogger(e.stderr, level, format)
+	h, err := newLogHandler(e.stderr, level, format)
 	if err != nil {
 		return err
 	}
-	defer logs.close()
 	names := make([]string, 0, len(r.notHonoured))
 	for n := range r.notHonoured {
 		names = append(names, n)
@@ -588,6 +588,6 @@ func (r *ratelimitEnv) log(e env, fs *pflag.FlagSet) error {
 	for _, n := range names {
 		attrs = append(attrs, n, r.notHonoured[n])
 	}
-	log.Warn("ratelimit settings not honoured", attrs...)
+	slog.New(h).Warn("ratelimit settings not honoured", attrs...)
 	return nil
 }

@@ -20,8 +20,6 @@ type env struct {
 	lookupEnv func(string) (string, bool)
 	// environ lists the environment as NAME=value, as os.Environ; nil: empty.
 	environ func() []string
-	// serveStarted, when set, is told where serve listens once it does.
-	serveStarted func(serveInfo)
 }
 
 // run executes the flashgate command line args (without the program name).

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/httpauthz"
 	"github.com/flashgate/flashgate/rls"
@@ -161,6 +162,31 @@ type serveConfig struct {
 	// deadlineRaised: --check-deadline was left at its default and raised to
 	// fit a larger --redis-timeout.
 	deadlineRaised bool
+	rlsHeaderNames rls.HeaderNames
+}
+
+// daemonOptions are the daemon's options of c, logging to h.
+func (c *serveConfig) daemonOptions(h slog.Handler) daemon.Options {
+	redis := c.clientConfig(c.budgetMax)
+	redis.PoolSize = c.redisPoolSize
+	return daemon.Options{
+		Config: c.config, GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr,
+		GRPCMaxConns: c.grpcMaxConns, GRPCMaxPending: c.grpcMaxPending, HTTPMaxConns: c.httpMaxConns,
+		GRPCTLS:      daemon.TLSFiles{Cert: c.grpcTLSCert, Key: c.grpcTLSKey, CA: c.grpcTLSClientCA},
+		DrainTimeout: c.drainTimeout, Pprof: c.pprof,
+		Backend: c.backend, Redis: redis, RedisTimeout: c.redisTimeout, RedisMode: c.redisModeName,
+		RedisAutoPipeline: c.redisAutoPipe, RedisBatchWindow: c.redisWindow, Clock: c.clock, Keys: c.keys,
+		BreakerFailures: c.breakerFailures, BreakerRate: c.breakerRate, BreakerMinCalls: c.breakerMinCalls,
+		BreakerCooldown: c.breakerCooldown, FleetSize: c.fleetSize, FleetTTL: c.fleetTTL,
+		WarmupTimeout: c.warmupTimeout, CheckDeadline: c.checkDeadline, DeadlineRaised: c.deadlineRaised,
+		FailureMode: c.failureMode, Shadow: c.shadow, Headers: c.headers, Ban: c.ban,
+		LocalCacheSize: int64(c.localCacheSize), MemoryMaxKeys: c.memoryMaxKeys,
+		RLSConfig: c.rlsConfig, RLSResponseHeaders: c.rlsHeaders, RLSHeaderNames: c.rlsHeaderNames,
+		RLSOmitExtras: !c.rlsExtras, RLSHTTPAddr: c.rlsHTTP, RLSHTTPMaxConns: c.rlsHTTPMaxConns,
+		XDS:           c.rlsXDSOptions.options(),
+		HTTPAuthzAddr: c.httpAuthzAddr, HTTPAuthzPathPrefix: c.httpAuthzPathPrefix, HTTPAuthzMaxConns: c.httpAuthzMaxConns,
+		LogHandler: h,
+	}
 }
 
 // rlsOnly reports whether serve is a ratelimit service only: the RLS
@@ -308,7 +334,7 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	if o.rlsNames != "" && !o.rlsHeaders {
 		return nil, fmt.Errorf("--rls-header-names needs --rls-response-headers")
 	}
-	if _, err := rls.ParseHeaderNames(o.rlsNames); err != nil {
+	if c.rlsHeaderNames, err = rls.ParseHeaderNames(o.rlsNames); err != nil {
 		return nil, fmt.Errorf("--rls-header-names: %w", err)
 	}
 	if o.grpcAddr == "" {
@@ -425,13 +451,13 @@ func parseClock(s string) (redisstore.Clock, error) {
 	return 0, fmt.Errorf("--clock %q: want redis or local", s)
 }
 
-// newLogger returns the slog logger of --log-level and --log-format, and
-// the limit on its warnings and errors (see logLimit). Durations are
-// written as strings ("250ms"), in JSON too.
-func newLogger(w io.Writer, level, format string) (*slog.Logger, *logLimit, error) {
+// newLogHandler returns the slog handler of --log-level and --log-format
+// (the daemon limits its warnings and errors). Durations are written as
+// strings ("250ms"), in JSON too.
+func newLogHandler(w io.Writer, level, format string) (slog.Handler, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationString}
 	var h slog.Handler
@@ -441,10 +467,9 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, *logLimit, erro
 	case "text":
 		h = slog.NewTextHandler(w, opts)
 	default:
-		return nil, nil, fmt.Errorf("--log-format %q: want json or text", format)
+		return nil, fmt.Errorf("--log-format %q: want json or text", format)
 	}
-	limit := newLogLimit(logEvery, time.Now)
-	return slog.New(limit.handler(h)), limit, nil
+	return h, nil
 }
 
 // durationString writes a time.Duration attribute as its string.

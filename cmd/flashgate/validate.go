@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/spf13/cobra"
 )
@@ -29,7 +30,7 @@ status 1.`,
 					return listErrors(e.stderr, rlsErr)
 				}
 			}
-			cfg, err := loadConfig(file)
+			cfg, err := daemon.LoadRules(file)
 			if err != nil || rlsErr != nil {
 				return listErrors(e.stderr, rlsErr, err)
 			}
@@ -43,20 +44,6 @@ status 1.`,
 	cmd.Flags().StringVar(&rlsDir, "rls-config", "", "an envoyproxy/ratelimit config directory to check instead (with --config: both)")
 	withEnv(cmd, e)
 	return cmd
-}
-
-// loadConfig loads the descriptors file, or the built-in example for "".
-// Errors in the file are *extauthz.ConfigError, unwrapped, so that they
-// print as FILE:LINE:COL: message.
-func loadConfig(file string) (*extauthz.Config, error) {
-	if file == "" {
-		cfg, err := extauthz.ExampleConfig()
-		if err != nil {
-			return nil, fmt.Errorf("built-in example: %w", err)
-		}
-		return cfg, nil
-	}
-	return extauthz.LoadFile(file)
 }
 
 // listErrors writes the errors of each failed load of errs (nil for one

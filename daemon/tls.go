@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -12,23 +12,23 @@ import (
 	"github.com/flashgate/flashgate/internal/tlsreload"
 )
 
-// grpcTLS is the TLS of --grpc-addr (--grpc-tls-cert, --grpc-tls-key,
+// grpcTLS is the TLS of the gRPC listener (--grpc-tls-cert, --grpc-tls-key,
 // --grpc-tls-client-ca): its files reloaded when they change and on
-// SIGHUP. nil without --grpc-tls-cert.
+// Reload. nil without a certificate.
 type grpcTLS struct {
 	files *tlsreload.Reloader
 	cfg   *tls.Config
 	mtls  bool
 }
 
-// newGRPCTLS loads the files of the flags (nil, nil when unset), failing
-// with the flag's name when one is unreadable or the key does not match.
-func newGRPCTLS(o *serveConfig, reg prometheus.Registerer, log *slog.Logger) (*grpcTLS, error) {
-	if o.grpcTLSCert == "" {
+// newGRPCTLS loads the files (nil, nil without a certificate), failing
+// with the flags' names when one is unreadable or the key does not match.
+func newGRPCTLS(f TLSFiles, reg prometheus.Registerer, log *slog.Logger) (*grpcTLS, error) {
+	if f.Cert == "" {
 		return nil, nil
 	}
 	r, err := tlsreload.New(tlsreload.Options{
-		Files:    tlsreload.Files{Cert: o.grpcTLSCert, Key: o.grpcTLSKey, CA: o.grpcTLSClientCA},
+		Files:    tlsreload.Files{Cert: f.Cert, Key: f.Key, CA: f.CA},
 		Name:     "grpc",
 		Registry: reg,
 		Logger:   log,
@@ -40,7 +40,7 @@ func newGRPCTLS(o *serveConfig, reg prometheus.Registerer, log *slog.Logger) (*g
 	if err != nil {
 		return nil, err
 	}
-	return &grpcTLS{files: r, cfg: cfg, mtls: o.grpcTLSClientCA != ""}, nil
+	return &grpcTLS{files: r, cfg: cfg, mtls: f.CA != ""}, nil
 }
 
 // config is the gRPC server's tls.Config, nil for plaintext.
@@ -62,11 +62,17 @@ func (g *grpcTLS) mode() string {
 	return "tls"
 }
 
-// start polls the files, and reloads them on SIGHUP, in wg until ctx ends.
+// start polls the files in wg until ctx ends.
 func (g *grpcTLS) start(ctx context.Context, wg *sync.WaitGroup) {
-	if g == nil {
-		return
+	if g != nil {
+		wg.Go(func() { _ = g.files.Watch(ctx, 0) })
 	}
-	wg.Go(func() { _ = g.files.Watch(ctx, 0) })
-	wg.Go(func() { onSIGHUP(ctx, func() { _ = g.files.Load() }) })
+}
+
+// reload reads the files again; a bad new file keeps the certificate in
+// force (tlsreload logs and counts it).
+func (g *grpcTLS) reload() {
+	if g != nil {
+		_ = g.files.Load()
+	}
 }

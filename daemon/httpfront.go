@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 	"github.com/flashgate/flashgate/httpauthz"
 )
 
-// httpFront is serve's HTTP front-end (--http-authz-addr): package
+// httpFront is the daemon's HTTP front-end (--http-authz-addr): package
 // httpauthz's handler asking the ext_authz server, so that its checks have
 // ext_authz's rules, reloads, limiter stack, failure modes, shadow and
 // metrics, on a listener of its own on the host.
@@ -23,38 +23,23 @@ type httpFront struct {
 	handler http.Handler
 }
 
-// newHTTPFront listens on --http-authz-addr and builds the handler on srv;
-// it returns nil, nil when the flag is unset. It warns of the rules of cfg
+// newHTTPFront listens on o.HTTPAuthzAddr and builds the handler on srv;
+// it returns nil, nil without the address. It warns of the rules of cfg
 // that no check on it can satisfy.
-func newHTTPFront(o *serveConfig, srv *extauthz.Server, cfg *extauthz.Config, reg prometheus.Registerer, log *slog.Logger) (*httpFront, error) {
-	if o.httpAuthzAddr == "" {
+func newHTTPFront(o *Options, srv *extauthz.Server, cfg *extauthz.Config, reg prometheus.Registerer, log *slog.Logger) (*httpFront, error) {
+	if o.HTTPAuthzAddr == "" {
 		return nil, nil
 	}
-	h, err := httpauthz.New(httpauthz.Options{Checker: srv, PathPrefix: o.httpAuthzPathPrefix, Registerer: reg, Logger: log})
+	h, err := httpauthz.New(httpauthz.Options{Checker: srv, PathPrefix: o.HTTPAuthzPathPrefix, Registerer: reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	lis, err := host.Listen(o.httpAuthzAddr)
+	lis, err := host.Listen(o.HTTPAuthzAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--http-authz-addr: %w", err)
 	}
 	warnContextExtensions(cfg, log)
 	return &httpFront{lis: lis, handler: h}, nil
-}
-
-// listener returns the front-end's listener and handler, nil without one.
-func (f *httpFront) listener() (net.Listener, http.Handler) {
-	if f == nil {
-		return nil, nil
-	}
-	return f.lis, f.handler
-}
-
-// close closes the listener of a front-end that will not be served.
-func (f *httpFront) close() {
-	if f != nil {
-		f.lis.Close()
-	}
 }
 
 // warnContextExtensions logs the rules of cfg that read an Envoy per-route

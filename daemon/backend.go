@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/flashgate/flashgate/window/redisstore"
 )
 
-// backend is the limiter stack serve builds from its flags, once:
+// backend is the limiter stack the daemon builds from its options, once:
 //
 //	memory: Guard(Memory)
 //	redis:  Guard(Fallback.Watch(Breaker(Budget(Redis)))), failure mode
@@ -35,65 +35,76 @@ type backend struct {
 	// fleetSize returns N for the fallback (fixed or discovered).
 	fleetSize func() int
 	describe  string
-	close     func()
+	// closers release what the stack holds, run last to first by close.
+	closers []func()
+}
+
+// onClose adds fn to what close runs; fn runs before the ones added before.
+func (b *backend) onClose(fn func()) { b.closers = append(b.closers, fn) }
+
+// close releases the stack: the guard's sweeper, the stores, their clients.
+func (b *backend) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+	b.closers = nil
 }
 
 // fleetTimeout bounds one heartbeat (its own connection).
 const fleetTimeout = time.Second
 
-// newBackend builds the stack of the flags; domain names the fleet.
-func newBackend(c *serveConfig, keys window.Keys, domain string, log *slog.Logger) (*backend, error) {
-	b := &backend{close: func() {}}
-	var store window.Limiter
-	switch c.backend {
-	case "memory":
-		mem, err := memory.New(memory.Options{MaxKeys: c.memoryMaxKeys})
-		if err != nil {
-			return nil, fmt.Errorf("memory backend: %w", err)
-		}
-		store, b.memory, b.describe = mem, mem, "memory"
-		b.fleetSize = func() int { return 1 }
-		// Memory fails only on an invalid hit (which loaded rules never make)
-		// or a check whose caller gave up; a fallback of one process keeps
-		// "local" meaning local.
-		if b.fallback, err = fallback.New(fallback.Options{MaxKeys: c.memoryMaxKeys}); err != nil {
-			return nil, fmt.Errorf("local failure-mode limiter: %w", err)
-		}
-	case "redis":
-		var err error
-		if store, err = b.redisStack(c, keys, domain, log); err != nil {
-			return nil, err
-		}
+// newBackend builds the stack of o; domain names the fleet. On an error
+// it has released what it acquired.
+func newBackend(o *Options, domain string, log *slog.Logger) (*backend, error) {
+	b := &backend{}
+	store, err := b.store(o, domain, log)
+	if err != nil {
+		b.close()
+		return nil, err
 	}
-	gopts := guard.GuardOptions{Budget: int64(c.localCacheSize), Ban: c.ban}
+	gopts := guard.GuardOptions{Budget: o.LocalCacheSize, Ban: o.Ban}
 	if b.bans != nil {
 		gopts.Reporter = b.bans.reporter
 	}
-	guard, err := guard.NewGuard(store, gopts)
+	g, err := guard.NewGuard(store, gopts)
 	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("local cache: %w", err)
 	}
+	b.onClose(g.Close)
 	if b.bans != nil {
-		if err := b.bans.attach(guard, log); err != nil {
-			guard.Close()
+		if err := b.bans.attach(g, log); err != nil {
 			b.close()
 			return nil, fmt.Errorf("fleet bans: %w", err)
 		}
 	}
-	b.limiter = guard
-	closeStore := b.close
-	b.close = func() {
-		guard.Close()
-		closeStore()
-	}
+	b.limiter = g
 	return b, nil
 }
 
+// store builds the stack below the guard: Memory, or the Redis stack.
+func (b *backend) store(o *Options, domain string, log *slog.Logger) (window.Limiter, error) {
+	if o.Backend == BackendRedis {
+		return b.redisStack(o, domain, log)
+	}
+	mem, err := memory.New(memory.Options{MaxKeys: o.MemoryMaxKeys})
+	if err != nil {
+		return nil, fmt.Errorf("memory backend: %w", err)
+	}
+	b.memory, b.describe = mem, "memory"
+	b.fleetSize = func() int { return 1 }
+	// Memory fails only on an invalid hit (which loaded rules never make)
+	// or a check whose caller gave up; a fallback of one process keeps
+	// "local" meaning local.
+	if b.fallback, err = fallback.New(fallback.Options{MaxKeys: o.MemoryMaxKeys}); err != nil {
+		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
+	}
+	return mem, nil
+}
+
 // redisStack builds Fallback.Watch(Breaker(Budget(Redis))) and the fleet.
-func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, log *slog.Logger) (window.Limiter, error) {
-	cc := c.clientConfig(c.budgetMax)
-	cc.PoolSize = c.redisPoolSize
+func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (window.Limiter, error) {
+	cc := c.Redis
 	// go-redis logs dial failures through a package-level logger of its
 	// own; route it into ours so --log-format json stays JSON. SetLogger is
 	// atomic, and the last serve to start wins, which is the only one in a
@@ -103,61 +114,51 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
-	r, err := redisstore.New(client, redisstore.Options{Clock: c.clock, AutoPipeline: c.redisAutoPipe, BatchWindow: c.redisWindow})
+	b.onClose(func() { client.Close() })
+	r, err := redisstore.New(client, redisstore.Options{Clock: c.Clock, AutoPipeline: c.RedisAutoPipeline, BatchWindow: c.RedisBatchWindow})
 	if err != nil {
-		client.Close()
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
 	b.redis = r
-	b.close = func() {
-		r.Close() // stops the auto-pipeline before its client
-		client.Close()
-	}
+	b.onClose(func() { r.Close() }) // stops the auto-pipeline before its client
 	if b.bans, err = newFleetBans(cc, c); err != nil {
-		b.close()
 		return nil, err
 	}
-	closeStore := b.close
-	b.close = func() {
-		closeStore()
-		b.bans.client.Close()
-	}
-	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(c.redisAddrs, ","), c.redisModeName)
-	if c.redisAutoPipe {
+	b.onClose(func() { b.bans.client.Close() })
+	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(cc.Addrs, ","), c.RedisMode)
+	if c.RedisAutoPipeline {
 		b.describe += ", auto-pipelined"
-		if c.redisModeName == redisstore.ModeCluster {
+		if c.RedisMode == redisstore.ModeCluster {
 			b.describe += " per master"
 		}
-		if c.redisWindow > 0 {
-			b.describe += ", batch window " + c.redisWindow.String()
+		if c.RedisBatchWindow > 0 {
+			b.describe += ", batch window " + c.RedisBatchWindow.String()
 		}
 	}
-	if b.budget, err = guard.NewBudget(r, guard.BudgetOptions{Min: c.redisTimeout, Max: c.budgetMax}); err != nil {
-		b.close()
+	if b.budget, err = guard.NewBudget(r, guard.BudgetOptions{Min: c.RedisTimeout, Max: cc.Timeout}); err != nil {
 		return nil, fmt.Errorf("redis budget: %w", err)
 	}
 	var stack window.Limiter = b.budget
-	if c.breakerFailures >= 0 {
+	if c.BreakerFailures >= 0 {
 		b.breaker, err = guard.NewBreaker(b.budget, guard.BreakerOptions{
-			ConnFailures: c.breakerFailures, FailureRate: c.breakerRate, MinCalls: c.breakerMinCalls,
-			Cooldown: c.breakerCooldown,
+			ConnFailures: c.BreakerFailures, FailureRate: c.BreakerRate, MinCalls: c.BreakerMinCalls,
+			Cooldown: c.BreakerCooldown,
 			OnChange: func(open bool, cause error) {
 				if open {
 					log.Warn("circuit breaker open: checks take their failure mode without calling Redis",
-						"cooldown", c.breakerCooldown, "cause", cause)
+						"cooldown", c.BreakerCooldown, "cause", cause)
 				} else {
 					log.Info("circuit breaker closed: Redis decides again")
 				}
 			},
 		})
 		if err != nil {
-			b.close()
 			return nil, fmt.Errorf("circuit breaker: %w", err)
 		}
 		stack = b.breaker
 	}
-	if c.fleetSize > 0 {
-		n := c.fleetSize
+	if c.FleetSize > 0 {
+		n := c.FleetSize
 		b.fleetSize = func() int { return n }
 	} else {
 		// The heartbeat has a connection of its own, with a timeout of its
@@ -168,16 +169,10 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 		hb.PoolSize, hb.MinIdleConns, hb.Timeout, hb.Name = 1, -1, fleetTimeout, redisstore.ClientName+"-fleet"
 		hbClient, err := redisstore.NewClient(hb)
 		if err != nil {
-			b.close()
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
-		closeChecks := b.close
-		b.close = func() {
-			closeChecks()
-			hbClient.Close()
-		}
-		if b.fleet, err = fallback.NewFleet(hbClient, fallback.FleetOptions{Key: keys.Fleet(domain), TTL: c.fleetTTL, Timeout: fleetTimeout}); err != nil {
-			b.close()
+		b.onClose(func() { hbClient.Close() })
+		if b.fleet, err = fallback.NewFleet(hbClient, fallback.FleetOptions{Key: c.Keys.Fleet(domain), TTL: c.FleetTTL, Timeout: fleetTimeout}); err != nil {
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
 		b.fleetSize = func() int { n, _ := b.fleet.Size(); return n }
@@ -188,11 +183,10 @@ func (b *backend) redisStack(c *serveConfig, keys window.Keys, domain string, lo
 	// rest of the fleet to see Redis again (by a write-back retry, at most
 	// 100 ms apart, or the breaker's probe) and write back too.
 	b.fallback, err = fallback.New(fallback.Options{
-		Size: b.fleetSize, MaxKeys: c.memoryMaxKeys,
-		WriteBack: r, Settle: max(fallback.DefaultRestoreSettle, 4*c.breakerCooldown),
+		Size: b.fleetSize, MaxKeys: c.MemoryMaxKeys,
+		WriteBack: r, Settle: max(fallback.DefaultRestoreSettle, 4*c.BreakerCooldown),
 	})
 	if err != nil {
-		b.close()
 		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 	}
 	return b.fallback.Watch(stack), nil
@@ -220,8 +214,9 @@ func (b *backend) warm(ctx context.Context) error {
 }
 
 // run keeps what the backend runs in the background (the fleet heartbeat,
-// the fleet bans' reporter and subscriber) going until ctx ends; the fleet then leaves. Each failed beat is logged:
-// serve's logger writes one line of a kind per 10s and counts the rest.
+// the fleet bans' reporter and subscriber) going until ctx ends; the fleet
+// then leaves. Each failed beat is logged:
+// the daemon's logger writes one line of a kind per 10s and counts the rest.
 func (b *backend) run(ctx context.Context, log *slog.Logger) {
 	if b.bans != nil {
 		var wg sync.WaitGroup

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -22,7 +22,7 @@ const fleetBansTimeout = time.Second
 // (which a sane config never has) share "other".
 const maxBanRules = 256
 
-// fleetBans is serve's share of the fleet's ban list (Redis backend only):
+// fleetBans is the daemon's share of the fleet's ban list (Redis backend only):
 // the reporter its Guard hands denials to, the subscriber that applies the
 // fleet's bans to the Guard, their own client, and the metrics.
 type fleetBans struct {
@@ -36,13 +36,13 @@ type fleetBans struct {
 // newFleetBans opens the fleet bans' client (one connection and the
 // subscription's) and makes the reporter; attach makes the subscriber once
 // the Guard exists.
-func newFleetBans(cc redisstore.ClientConfig, c *serveConfig) (*fleetBans, error) {
+func newFleetBans(cc redisstore.ClientConfig, c *Options) (*fleetBans, error) {
 	cc.PoolSize, cc.MinIdleConns, cc.Timeout, cc.Name = 2, -1, fleetBansTimeout, redisstore.ClientName+"-bans"
 	client, err := redisstore.NewClient(cc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet bans: %w", err)
 	}
-	fb, err := redisstore.NewFleetBans(client, c.keys, redisstore.FleetBansOptions{Clock: c.clock})
+	fb, err := redisstore.NewFleetBans(client, c.Keys, redisstore.FleetBansOptions{Clock: c.Clock})
 	if err != nil {
 		client.Close()
 		return nil, err

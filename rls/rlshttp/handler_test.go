@@ -1,4 +1,4 @@
-package main
+package rlshttp
 
 import (
 	"context"
@@ -21,9 +21,9 @@ func (s codeService) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (
 	return &rlsv3.RateLimitResponse{OverallCode: s.code}, s.err
 }
 
-// TestRatelimitHTTPHandler: ratelimit's statuses for /healthcheck and
+// TestHandler: ratelimit's statuses for /healthcheck and
 // /json (the real service's answers are TestBinaryAsRatelimit's).
-func TestRatelimitHTTPHandler(t *testing.T) {
+func TestHandler(t *testing.T) {
 	const req = `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`
 	tests := map[string]struct {
 		svc     codeService
@@ -44,7 +44,7 @@ func TestRatelimitHTTPHandler(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := ratelimitHTTPHandler(tc.svc, func() bool { return tc.serving })
+			h := Handler(tc.svc, func() bool { return tc.serving })
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
 			if w.Code != tc.code || !strings.Contains(w.Body.String(), tc.want) {
