@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/extauthz"
@@ -130,7 +131,7 @@ func serveOn(t *testing.T, yaml, prefix string, opts enforce.Options, keys windo
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := extauthz.ParseConfig("test.yaml", []byte(yaml))
+	cfg, err := descriptors.ParseConfig("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

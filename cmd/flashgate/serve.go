@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
@@ -97,7 +98,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 	rlsOnly := o.rlsOnly()
 	// An RLS only loads no descriptors file, not even the built-in example:
 	// ext_authz is not served.
-	var cfg *extauthz.Config
+	var cfg *descriptors.Config
 	if rlsOnly {
 		log.Info("no --config: serving the ratelimit service (RLS) only; ext_authz is not served (Check answers UNIMPLEMENTED) and no descriptors file is loaded")
 	} else {
@@ -105,7 +106,7 @@ func runServe(ctx context.Context, e env, o *serveConfig) error {
 			return err
 		}
 		if o.config == "" {
-			log.Warn("no --config given: enforcing the built-in example rules", "file", extauthz.ExampleName)
+			log.Warn("no --config given: enforcing the built-in example rules", "file", descriptors.ExampleName)
 		}
 	}
 	if o.deadlineRaised {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/spf13/cobra"
 )
 
@@ -46,22 +46,22 @@ status 1.`,
 }
 
 // loadConfig loads the descriptors file, or the built-in example for "".
-// Errors in the file are *extauthz.ConfigError, unwrapped, so that they
+// Errors in the file are *descriptors.ConfigError, unwrapped, so that they
 // print as FILE:LINE:COL: message.
-func loadConfig(file string) (*extauthz.Config, error) {
+func loadConfig(file string) (*descriptors.Config, error) {
 	if file == "" {
-		cfg, err := extauthz.ExampleConfig()
+		cfg, err := descriptors.ExampleConfig()
 		if err != nil {
 			return nil, fmt.Errorf("built-in example: %w", err)
 		}
 		return cfg, nil
 	}
-	return extauthz.LoadFile(file)
+	return descriptors.LoadFile(file)
 }
 
 // listErrors writes the errors of each failed load of errs (nil for one
 // that passed) to w, one FILE:LINE:COL: message a line (then "and N more"
-// past extauthz.MaxErrors), and returns a summary in their place; one load
+// past descriptors.MaxErrors), and returns a summary in their place; one load
 // that failed with one error that is not a list is returned as it is, and
 // nil when none failed.
 func listErrors(w io.Writer, errs ...error) error {
@@ -71,7 +71,7 @@ func listErrors(w io.Writer, errs ...error) error {
 			failed = append(failed, err)
 		}
 	}
-	var list extauthz.ConfigErrors // rls.ConfigErrors is the same type
+	var list descriptors.ConfigErrors // rls.ConfigErrors is the same type
 	switch {
 	case len(failed) == 0:
 		return nil
