@@ -73,8 +73,8 @@ type recorder struct {
 	last *authv3.CheckResponse
 }
 
-func (r *recorder) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	resp, err := r.next.Check(ctx, req)
+func (r *recorder) CheckAttributes(ctx context.Context, req descriptors.Request) (*authv3.CheckResponse, error) {
+	resp, err := r.next.CheckAttributes(ctx, req)
 	r.mu.Lock()
 	r.last = resp
 	r.mu.Unlock()
