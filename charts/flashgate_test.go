@@ -45,7 +45,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/rls"
 )
 
@@ -556,11 +556,11 @@ func checkContainer(t *testing.T, r *rendered, spec *corev1.PodSpec, fg *corev1.
 		if !ok {
 			t.Fatalf("--config=%s: ConfigMap %s has no key %s (keys %v, mounted key %s)", file, cm.Name, path.Base(file), slices.Collect(maps.Keys(cm.Data)), key)
 		}
-		if _, err := extauthz.ParseConfig(file, []byte(data)); err != nil {
+		if _, err := descriptors.ParseConfig(file, []byte(data)); err != nil {
 			t.Errorf("ConfigMap %s: %v", cm.Name, err)
 		}
-		if set.file == "" && data != string(extauthz.ExampleYAML()) {
-			t.Errorf("the default descriptors differ from extauthz/flashsale.yaml: copy it to charts/flashgate/files/flashsale.yaml")
+		if set.file == "" && data != string(descriptors.ExampleYAML()) {
+			t.Errorf("the default descriptors differ from descriptors/flashsale.yaml: copy it to charts/flashgate/files/flashsale.yaml")
 		}
 	}
 	if dir, ok := a["rls-config"]; ok != set.rls {
@@ -1247,7 +1247,7 @@ spec:
 		t.Errorf("the sidecar's args %v: want --grpc-addr=127.0.0.1:9191", fg.Args)
 	}
 	cm, _ := mountedConfigMap(t, r, spec, fg, "/etc/flashgate/descriptors")
-	if _, err := extauthz.ParseConfig(cm.Name, []byte(cm.Data["descriptors.yaml"])); err != nil {
+	if _, err := descriptors.ParseConfig(cm.Name, []byte(cm.Data["descriptors.yaml"])); err != nil {
 		t.Error(err)
 	}
 	np := r.networkPolicies[release+"-flashgate-redis"]

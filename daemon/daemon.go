@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc/encoding"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
@@ -51,7 +52,7 @@ type Daemon struct {
 // New builds the process of o: it loads the rules, builds the limiter
 // stack and the front-ends, and listens on every address, without serving
 // yet. On an error it has released what it acquired. Errors in a
-// descriptors file or a ratelimit config are *extauthz.ConfigError
+// descriptors file or a ratelimit config are *descriptors.ConfigError
 // (rls.ConfigError), unwrapped.
 func New(o Options) (_ *Daemon, err error) {
 	if err := o.validate(); err != nil {
@@ -65,7 +66,7 @@ func New(o Options) (_ *Daemon, err error) {
 			d.Close()
 		}
 	}()
-	var cfg *extauthz.Config
+	var cfg *descriptors.Config
 	if o.RLSOnly() {
 		d.log.Info("no --config: serving the ratelimit service (RLS) only; ext_authz is not served (Check answers UNIMPLEMENTED) and no descriptors file is loaded")
 	} else {
@@ -73,7 +74,7 @@ func New(o Options) (_ *Daemon, err error) {
 			return nil, err
 		}
 		if o.Config == "" {
-			d.log.Warn("no --config given: enforcing the built-in example rules", "file", extauthz.ExampleName)
+			d.log.Warn("no --config given: enforcing the built-in example rules", "file", descriptors.ExampleName)
 		}
 	}
 	if o.DeadlineRaised {
@@ -119,7 +120,7 @@ func New(o Options) (_ *Daemon, err error) {
 }
 
 // listen opens every listener and builds the host on them.
-func (d *Daemon) listen(cfg *extauthz.Config, codec encoding.CodecV2, reg *prometheus.Registry) error {
+func (d *Daemon) listen(cfg *descriptors.Config, codec encoding.CodecV2, reg *prometheus.Registry) error {
 	o := &d.opts
 	var rlLis net.Listener
 	var rlHandler http.Handler
@@ -301,15 +302,15 @@ func (d *Daemon) Serving() bool { return d.host != nil && d.host.Serving() }
 func (d *Daemon) ExtAuthz() *extauthz.Server { return d.authz }
 
 // LoadRules loads the descriptors file, or the built-in example for "".
-// Errors in the file are *extauthz.ConfigError, unwrapped, so that they
+// Errors in the file are *descriptors.ConfigError, unwrapped, so that they
 // print as FILE:LINE:COL: message.
-func LoadRules(file string) (*extauthz.Config, error) {
+func LoadRules(file string) (*descriptors.Config, error) {
 	if file == "" {
-		cfg, err := extauthz.ExampleConfig()
+		cfg, err := descriptors.ExampleConfig()
 		if err != nil {
 			return nil, fmt.Errorf("built-in example: %w", err)
 		}
 		return cfg, nil
 	}
-	return extauthz.LoadFile(file)
+	return descriptors.LoadFile(file)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
 	"github.com/flashgate/flashgate/httpauthz"
@@ -26,7 +27,7 @@ type httpFront struct {
 // newHTTPFront listens on o.HTTPAuthzAddr and builds the handler on srv;
 // it returns nil, nil without the address. It warns of the rules of cfg
 // that no check on it can satisfy.
-func newHTTPFront(o *Options, srv *extauthz.Server, cfg *extauthz.Config, reg prometheus.Registerer, log *slog.Logger) (*httpFront, error) {
+func newHTTPFront(o *Options, srv *extauthz.Server, cfg *descriptors.Config, reg prometheus.Registerer, log *slog.Logger) (*httpFront, error) {
 	if o.HTTPAuthzAddr == "" {
 		return nil, nil
 	}
@@ -46,10 +47,10 @@ func newHTTPFront(o *Options, srv *extauthz.Server, cfg *extauthz.Config, reg pr
 // context_extensions entry, which a check on the HTTP front-end never
 // carries: there they never apply, or, with on_missing: deny, refuse every
 // check they match.
-func warnContextExtensions(cfg *extauthz.Config, log *slog.Logger) {
+func warnContextExtensions(cfg *descriptors.Config, log *slog.Logger) {
 	var names []string
 	for _, r := range cfg.Rules {
-		if slices.ContainsFunc(r.Match, func(m extauthz.Match) bool { return m.Source.Kind == extauthz.SourceContextExtension }) {
+		if slices.ContainsFunc(r.Match, func(m descriptors.Match) bool { return m.Source.Kind == descriptors.SourceContextExtension }) {
 			names = append(names, r.Name)
 		}
 	}

@@ -23,9 +23,9 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
-	"github.com/flashgate/flashgate/extauthz"
 )
 
 // req describes the HTTP request an Envoy ext_authz filter asks about.
@@ -372,7 +372,7 @@ func load(p *proc, workers int, stop <-chan struct{}, tl *tally, next func(w, i 
 // the rules, not a bet on the machine's speed.
 func exampleStretched(t testing.TB, w string) string {
 	t.Helper()
-	y := extauthz.ExampleYAML()
+	y := descriptors.ExampleYAML()
 	from := []byte("window: 1s}")
 	if n := bytes.Count(y, from); n == 0 || n != bytes.Count(y, []byte("window:")) {
 		t.Fatalf("the built-in example has %d windows of 1s among %d: update exampleStretched\n%s", n, bytes.Count(y, []byte("window:")), y)

@@ -40,7 +40,7 @@ func checkHTTPService(t *testing.T, authz *extauthzv3.ExtAuthz) {
 		t.Errorf("ext_authz sets both grpc_service and http_service")
 	}
 
-	// What a check carries: every header a rule of extauthz/flashsale.yaml
+	// What a check carries: every header a rule of descriptors/flashsale.yaml
 	// reads, x-forwarded-for for the per-IP rule, and nothing a client could
 	// use to choose the method, path or denial status flashgate sees.
 	allowed := authz.GetAllowedHeaders()

@@ -9,6 +9,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/guard"
@@ -18,7 +19,7 @@ import (
 
 func benchServer(b *testing.B, lim window.Limiter) *Server {
 	b.Helper()
-	cfg, err := ExampleConfig()
+	cfg, err := descriptors.ExampleConfig()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,15 +122,18 @@ func BenchmarkCheckGuardDeny(b *testing.B) {
 
 // BenchmarkMapping: the request mapping alone (three hits).
 func BenchmarkMapping(b *testing.B) {
-	cfg, err := ExampleConfig()
+	cfg, err := descriptors.ExampleConfig()
 	if err != nil {
 		b.Fatal(err)
 	}
 	r := req{path: "/api/coupon/claim?x=1", headers: map[string]string{"x-uid": "user-1", "x-device-fp": "dev-1"}}.proto()
-	var m Mapping
+	p := descriptors.NewMapper(cfg, window.Keys{})
+	var m mapping
 	b.ReportAllocs()
 	for b.Loop() {
-		cfg.Map(r, window.Keys{}, &m)
+		m.Reset()
+		m.grpc.set(r)
+		m.mapRequest(p, &m.grpc, false)
 	}
 }
 

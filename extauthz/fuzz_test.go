@@ -8,6 +8,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -41,7 +42,7 @@ func FuzzMapping(f *testing.F) {
 	f.Add("/api/coupon/x?y=1", "GET", "example.com", "u1", "10.0.0.1", "1.2.3.4, 5.6.7.8", "acme", []byte(nil))
 	f.Add("", "", "", "", "", "", "", []byte{0x0a, 0x00})
 	f.Add("/api/\x00", "\xff", "{x}", strings.Repeat("a", 2000), "::1", ",,,", "", []byte{0xff, 0xff})
-	cfg, err := ParseConfig("fuzz.yaml", []byte(fuzzYAML))
+	cfg, err := descriptors.ParseConfig("fuzz.yaml", []byte(fuzzYAML))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -63,9 +64,9 @@ func FuzzMapping(f *testing.F) {
 		if proto.Unmarshal(raw, &fromBytes) == nil {
 			reqs = append(reqs, &fromBytes)
 		}
-		var m Mapping
+		var m mapping
 		for _, r := range reqs {
-			cfg.Map(r, window.Keys{}, &m)
+			mapCheck(cfg, r, window.Keys{}, &m)
 			for _, h := range m.Hits {
 				if h.Key == "" || len(h.Key) > window.MaxKeyLen || h.Limit.Validate() != nil {
 					t.Fatalf("hit %+v", h)

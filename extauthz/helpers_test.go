@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -13,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window/fallback"
@@ -33,9 +35,9 @@ type env struct {
 	reg   *prometheus.Registry
 }
 
-func parse(t testing.TB, yaml string) *Config {
+func parse(t testing.TB, yaml string) *descriptors.Config {
 	t.Helper()
-	c, err := ParseConfig("test.yaml", []byte(yaml))
+	c, err := descriptors.ParseConfig("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func parse(t testing.TB, yaml string) *Config {
 
 // newEnv builds a Server on cfg (nil: the example); mod may change its
 // core's options.
-func newEnv(t *testing.T, cfg *Config, mod func(*enforce.Options)) *env {
+func newEnv(t *testing.T, cfg *descriptors.Config, mod func(*enforce.Options)) *env {
 	t.Helper()
 	clk := newClock()
 	mem, err := memory.New(memory.Options{Now: clk.Now})
@@ -52,7 +54,7 @@ func newEnv(t *testing.T, cfg *Config, mod func(*enforce.Options)) *env {
 		t.Fatal(err)
 	}
 	if cfg == nil {
-		if cfg, err = ExampleConfig(); err != nil {
+		if cfg, err = descriptors.ExampleConfig(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -234,4 +236,21 @@ func wantDenied(t testing.TB, a answer, rule string, limit int) {
 		t.Errorf("ratelimit-policy %q: want %s with q=%d", a.headers["ratelimit-policy"], rule, limit)
 	}
 	enforcetest.CheckProblem(t, a.hdr, a.body, 429, rule)
+}
+
+// maxRequestBytes is the bound descriptors puts on a request value: the
+// gRPC message limit.
+const maxRequestBytes = 4 << 20
+
+// joinParts joins key parts as a limit key holds them (see
+// descriptors.Rule): one part as is, several each prefixed by its length.
+func joinParts(parts []string) string {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	var b strings.Builder
+	for _, s := range parts {
+		b.WriteString(strconv.Itoa(len(s)) + ":" + s)
+	}
+	return b.String()
 }

@@ -12,6 +12,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
@@ -82,7 +83,7 @@ func (r *keyRecorder) Decide(_ context.Context, hits []window.Hit) (window.Decis
 // keyOf sends req to a Server on cfg over gRPC (its own codec, so the keys
 // come from the wire decoding the server does in production) and returns
 // the key it gave rule's hit, "" when rule did not apply.
-func keyOf(t *testing.T, cfg *Config, keys window.Keys, rule string, req *authv3.CheckRequest) string {
+func keyOf(t *testing.T, cfg *descriptors.Config, keys window.Keys, rule string, req *authv3.CheckRequest) string {
 	t.Helper()
 	rec := &keyRecorder{keys: map[string][]string{}}
 	core, err := enforce.New(enforce.Options{Limiter: rec, Registerer: prometheus.NewRegistry()})
@@ -124,7 +125,7 @@ func TestLimitKeyIsTheServersKey(t *testing.T) {
 	}
 	long := strings.Repeat("u", 200)
 	tests := map[string]struct {
-		cfg    *Config // nil: keysYAML
+		cfg    *descriptors.Config // nil: keysYAML
 		rule   string
 		values []string
 		req    req
@@ -208,9 +209,9 @@ func TestLimitKeyErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.want)
 			}
-			want := ErrNeverSeen
+			want := descriptors.ErrNeverSeen
 			if name == "unknown rule" {
-				want = ErrUnknownRule
+				want = descriptors.ErrUnknownRule
 			}
 			if !errors.Is(err, want) {
 				t.Errorf("err = %v, want one wrapping %v", err, want)
@@ -227,7 +228,7 @@ func TestLimitKeyErrors(t *testing.T) {
 }
 
 // patternsOf returns the patterns of r's descriptors that set one.
-func patternsOf(r *Rule) []string {
+func patternsOf(r *descriptors.Rule) []string {
 	var out []string
 	for _, m := range r.Match {
 		if m.HasValue {

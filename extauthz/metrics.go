@@ -3,6 +3,7 @@ package extauthz
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 )
 
@@ -41,7 +42,7 @@ func (m *metrics) forRule(domain, rule string) ruleCounters {
 // cur is swapped in. A check still running under old counts into a child
 // resolved before the swap: once deleted, that child is no longer exported
 // and its late count is lost; it never brings the series back.
-func (m *metrics) dropRules(old, cur *Config) {
+func (m *metrics) dropRules(old, cur *descriptors.Config) {
 	keep := make(map[string]struct{}, len(cur.Rules)+1)
 	if old.Domain == cur.Domain {
 		keep[""] = struct{}{}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
@@ -34,7 +35,7 @@ func TestRedisFailureModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ExampleConfig()
+	cfg, err := descriptors.ExampleConfig()
 	if err != nil {
 		t.Fatal(err)
 	}

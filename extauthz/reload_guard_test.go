@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/internal/yamlguard"
 )
@@ -40,7 +41,7 @@ func TestReloadRefusesNestingBomb(t *testing.T) {
 			cm := &configMap{t: t, dir: t.TempDir()}
 			cm.write(goodA)
 			path := filepath.Join(cm.dir, "rules.yaml")
-			cfg, err := LoadFile(path)
+			cfg, err := descriptors.LoadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +61,7 @@ func TestReloadRefusesNestingBomb(t *testing.T) {
 			// SIGHUP's path refuses it as well, with its position.
 			cm.write(bomb)
 			err = r.Reload()
-			var ce *ConfigError
+			var ce *descriptors.ConfigError
 			if !errors.As(err, &ce) || !strings.Contains(ce.Msg, "nested deeper than") {
 				t.Fatalf("Reload of the bomb: %v, want the nesting refused", err)
 			}
@@ -91,9 +92,9 @@ func TestLoadRefusesBombsBoundedMemory(t *testing.T) {
 			var err error
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			_, err = LoadFile(path)
+			_, err = descriptors.LoadFile(path)
 			runtime.ReadMemStats(&after)
-			var ce *ConfigError
+			var ce *descriptors.ConfigError
 			if !errors.As(err, &ce) || !strings.Contains(err.Error(), path+tc.want) {
 				t.Fatalf("LoadFile: %v, want %s%s", err, path, tc.want)
 			}
@@ -143,7 +144,7 @@ func TestReloadCountsUnreadableFile(t *testing.T) {
 			if err := os.WriteFile(path, []byte(goodA), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := LoadFile(path)
+			cfg, err := descriptors.LoadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 )
 
@@ -86,7 +87,7 @@ func TestReloadWatch(t *testing.T) {
 	cm := &configMap{t: t, dir: t.TempDir()}
 	cm.write(goodA)
 	path := filepath.Join(cm.dir, "rules.yaml")
-	cfg, err := LoadFile(path)
+	cfg, err := descriptors.LoadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,14 +138,14 @@ func TestReloadSIGHUP(t *testing.T) {
 		if (err == nil) != step.ok {
 			t.Fatalf("Reload: %v, want ok=%v", err, step.ok)
 		}
-		if err != nil && !contains([]string{path + ":5:28: requests must be at least 1, not 0"}, err.Error()[len("reload: "):]) {
+		if err != nil && err.Error()[len("reload: "):] != path+":5:28: requests must be at least 1, not 0" {
 			t.Errorf("error %v", err)
 		}
 		if got := e.srv.Config().Rules[0].Name; got != step.rule {
 			t.Errorf("rule %s, want %s", got, step.rule)
 		}
 	}
-	ex, _ := ExampleConfig()
+	ex, _ := descriptors.ExampleConfig()
 	if err := e.srv.SetConfig(ex); err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +155,13 @@ func TestReloadSIGHUP(t *testing.T) {
 }
 
 // TestReloadLogsEveryError: a reload of a file with more errors than
-// MaxErrors keeps the old rules and logs validate's list: the first
-// MaxErrors errors at their positions, then how many more.
+// descriptors.MaxErrors keeps the old rules and logs validate's list: the first
+// descriptors.MaxErrors errors at their positions, then how many more.
 func TestReloadLogsEveryError(t *testing.T) {
 	path, cfg := loadGoodA(t)
 	var logs bytes.Buffer
 	e := newEnv(t, cfg, func(o *enforce.Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
-	bad, err := os.ReadFile("testdata/many/over_twenty.yaml")
+	bad, err := os.ReadFile("../descriptors/testdata/many/over_twenty.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +181,10 @@ func TestReloadLogsEveryError(t *testing.T) {
 		}
 	}
 	lines := strings.Split(rec.Error, "\n")
-	if len(lines) != MaxErrors+1 || lines[MaxErrors] != "and 5 more" {
-		t.Fatalf("logged error has %d lines, want %d ending in \"and 5 more\":\n%s", len(lines), MaxErrors+1, rec.Error)
+	if len(lines) != descriptors.MaxErrors+1 || lines[descriptors.MaxErrors] != "and 5 more" {
+		t.Fatalf("logged error has %d lines, want %d ending in \"and 5 more\":\n%s", len(lines), descriptors.MaxErrors+1, rec.Error)
 	}
-	for i, l := range lines[:MaxErrors] {
+	for i, l := range lines[:descriptors.MaxErrors] {
 		if want := fmt.Sprintf("%s:%d:28: requests must be at least 1, not 0", path, 5+3*i); !strings.HasSuffix(l, want) {
 			t.Errorf("line %d: %q, want %q", i, l, want)
 		}
@@ -191,13 +192,13 @@ func TestReloadLogsEveryError(t *testing.T) {
 }
 
 // loadGoodA writes goodA to a file of its own and loads it.
-func loadGoodA(t *testing.T) (string, *Config) {
+func loadGoodA(t *testing.T) (string, *descriptors.Config) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(goodA), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadFile(path)
+	cfg, err := descriptors.LoadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

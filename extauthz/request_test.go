@@ -1,11 +1,13 @@
 package extauthz
 
 import (
+	"os"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
 	"github.com/flashgate/flashgate/window/guard"
@@ -14,19 +16,19 @@ import (
 // A rule is the tag of its hits: it names the Guard's penalty box and the
 // Fallback's share for them.
 var (
-	_ guard.RuleBan      = (*Rule)(nil)
-	_ fallback.RuleShare = (*Rule)(nil)
+	_ guard.RuleBan      = (*descriptors.Rule)(nil)
+	_ fallback.RuleShare = (*descriptors.Rule)(nil)
 )
 
 func TestMappingKeys(t *testing.T) {
-	cfg, err := ExampleConfig()
+	cfg, err := descriptors.ExampleConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := window.Keys{}
 	tests := map[string]struct {
 		req  *authv3.CheckRequest
-		cfg  *Config // nil: the example
+		cfg  *descriptors.Config // nil: the example
 		want []string
 	}{
 		"headers map": {
@@ -73,12 +75,12 @@ func TestMappingKeys(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			var m Mapping
+			var m mapping
 			c := cfg
 			if tc.cfg != nil {
 				c = tc.cfg
 			}
-			c.Map(tc.req, k, &m)
+			mapCheck(c, tc.req, k, &m)
 			var got []string
 			for _, h := range m.Hits {
 				got = append(got, h.Key)
@@ -125,9 +127,9 @@ descriptors:
 // rule's policy to the layers that read it, and receives the hit's own
 // outcome.
 func TestMappingTag(t *testing.T) {
-	cfg := parse(t, localShareYAML)
-	var m Mapping
-	cfg.Map(req{path: "/api/x", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1"}}.proto(), window.Keys{}, &m)
+	cfg := parse(t, localShareYAML(t))
+	var m mapping
+	mapCheck(cfg, req{path: "/api/x", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1"}}.proto(), window.Keys{}, &m)
 	if len(m.Hits) == 0 {
 		t.Fatal("no hits")
 	}
@@ -153,9 +155,9 @@ func TestMappingTag(t *testing.T) {
 // TestMappingLocalShare: each hit carries its rule's local_share to the
 // Fallback.
 func TestMappingLocalShare(t *testing.T) {
-	cfg := parse(t, localShareYAML)
-	var m Mapping
-	cfg.Map(req{path: "/api/x", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1"}}.proto(), window.Keys{}, &m)
+	cfg := parse(t, localShareYAML(t))
+	var m mapping
+	mapCheck(cfg, req{path: "/api/x", ip: "10.0.0.1", headers: map[string]string{"x-uid": "u1"}}.proto(), window.Keys{}, &m)
 	want := []int{2, 10, 0}
 	if len(m.Hits) != len(want) {
 		t.Fatalf("%d hits, want %d", len(m.Hits), len(want))
@@ -171,37 +173,14 @@ func TestMappingLocalShare(t *testing.T) {
 	}
 }
 
-// TestMappingConstKeys: the server's prebuilt constant keys give the same
-// hits as keys built per request.
-func TestMappingConstKeys(t *testing.T) {
-	cfg := parse(t, `
-domain: d
-sources:
-  path: {request_path: {}}
-  uid: {request_headers: {header_name: x-uid}}
-descriptors:
-  - key: path
-    value: /api/coupon/*
-    rate_limit: {requests: 1000, window: 1s}
-    descriptors:
-      - key: uid
-        rate_limit: {requests: 5, window: 1s}
-`)
-	keys, err := window.NewKeys("ck")
+// localShareYAML returns descriptors' local_share fixture: local_share set
+// on a parent, overridden on one nested rule, a third rule left to the
+// default.
+func localShareYAML(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile("../descriptors/testdata/local_share.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := req{path: "/api/coupon/claim", headers: uid("u1")}.proto()
-	var per, pre Mapping
-	cfg.Map(r, keys, &per)
-	cfg.mapWith(r, keys, cfg.constKeys(keys), false, &pre)
-	if len(per.Hits) != 2 || len(pre.Hits) != 2 {
-		t.Fatalf("hits: %d and %d, want 2 each", len(per.Hits), len(pre.Hits))
-	}
-	for i := range per.Hits {
-		per.Hits[i].Tag, pre.Hits[i].Tag = nil, nil // each Mapping's own
-		if per.Hits[i] != pre.Hits[i] {
-			t.Errorf("hit %d: %+v per request, %+v prebuilt", i, per.Hits[i], pre.Hits[i])
-		}
-	}
+	return string(b)
 }

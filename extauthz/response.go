@@ -14,12 +14,13 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
 
 // Responses. What an answer says is gathered per check into a plan (an
-// enforce.Answer and the rules behind it, in the pooled Mapping); the
+// enforce.Answer and the rules behind it, in the pooled mapping); the
 // headers enforce names for it are assembled from parts built once: every
 // rule's RateLimit-Policy item, x-ratelimit-limit and -remaining headers
 // and RateLimit items of one state, the retry-after and x-ratelimit-reset
@@ -98,13 +99,12 @@ const maxCachedRemaining = 1024
 // to marshal concurrently).
 type ruleSet struct {
 	k     *respConsts
-	cfg   *Config
-	rules []ruleResp // by Rule.idx
-	// constKeys are the limit keys of rules with no request part, by
-	// Rule.idx, built once here rather than per check.
-	constKeys []string
-	none      ruleCounters
-	okPlain   *authv3.CheckResponse
+	cfg   *descriptors.Config
+	rules []ruleResp // by Rule.Index
+	// mapper maps requests under cfg.
+	mapper  *descriptors.Mapper
+	none    ruleCounters
+	okPlain *authv3.CheckResponse
 	// fields is what the rules read of a request: all Check decodes of one
 	// its codec kept as bytes.
 	fields requestFields
@@ -134,13 +134,13 @@ type ruleResp struct {
 	counters  ruleCounters
 }
 
-func (s *Server) newRuleSet(cfg *Config) *ruleSet {
+func (s *Server) newRuleSet(cfg *descriptors.Config) *ruleSet {
 	rs := &ruleSet{
-		k:         s.resp,
-		cfg:       cfg,
-		constKeys: cfg.constKeys(s.opts.Keys),
-		fields:    fieldsOf(cfg),
-		none:      s.metrics.forRule(cfg.Domain, ""),
+		k:      s.resp,
+		cfg:    cfg,
+		mapper: descriptors.NewMapper(cfg, s.opts.Keys),
+		fields: fieldsOf(cfg),
+		none:   s.metrics.forRule(cfg.Domain, ""),
 		okPlain: &authv3.CheckResponse{
 			Status:       s.resp.statusOK,
 			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}},
@@ -206,7 +206,7 @@ func preEncode(encoded *sync.Map, r *authv3.CheckResponse) {
 }
 
 // plan is what one response says: an enforce.Answer, with the rule behind
-// each of its policies and states. It lives in a Mapping, reused.
+// each of its policies and states. It lives in a mapping, reused.
 type plan struct {
 	enforce.Answer
 	rules      []*ruleResp // of Answer.Policies
@@ -232,9 +232,9 @@ func (p *plan) addState(rr *ruleResp, remaining int, t int64) {
 	p.stateRules = append(p.stateRules, rr)
 }
 
-func newMapping() *Mapping {
+func newMapping() *mapping {
 	const n = 8
-	m := &Mapping{Hits: make([]window.Hit, 0, n), Rules: make([]*Rule, 0, n), tags: make([]hitTag, 0, n)}
+	m := &mapping{Mapping: descriptors.Mapping{Hits: make([]window.Hit, 0, n), Rules: make([]*descriptors.Rule, 0, n)}, tags: make([]hitTag, 0, n)}
 	m.answer = plan{
 		Answer: enforce.Answer{Policies: make([]*enforce.Policy, 0, n), States: make([]enforce.State, 0, n), Binding: -1},
 		rules:  make([]*ruleResp, 0, n), stateRules: make([]*ruleResp, 0, n),
@@ -247,7 +247,7 @@ func newMapping() *Mapping {
 // the state of each hit o decided whose window was counted, the binding
 // hit's as o's Decision says it; the x family of the binding hit; o's
 // denial.
-func (m *Mapping) plan(rs *ruleSet, o *enforce.Outcome) *plan {
+func (m *mapping) plan(rs *ruleSet, o *enforce.Outcome) *plan {
 	p := &m.answer
 	p.reset()
 	bind := -1
@@ -258,7 +258,7 @@ func (m *Mapping) plan(rs *ruleSet, o *enforce.Outcome) *plan {
 		p.Denied, p.RetryAfter = !d.Allowed, d.RetryAfter
 	}
 	for j, r := range m.Rules {
-		rr := &rs.rules[r.idx]
+		rr := &rs.rules[r.Index()]
 		p.addPolicy(rr)
 		if o == nil {
 			continue
@@ -285,7 +285,7 @@ func (m *Mapping) plan(rs *ruleSet, o *enforce.Outcome) *plan {
 // refusal is the plan of a refusal by rr without a decision (on_missing:
 // deny, failure mode deny): rr's policy alone, nothing remaining, retry
 // after a second.
-func (m *Mapping) refusal(rr *ruleResp) *plan {
+func (m *mapping) refusal(rr *ruleResp) *plan {
 	p := &m.answer
 	p.reset()
 	p.Denied, p.RetryAfter = true, time.Second

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/window"
@@ -49,7 +50,7 @@ func TestReloadDropsRuleSeries(t *testing.T) {
 		names[i] = fmt.Sprintf("r%d", i)
 	}
 	write(rulesYAML("d", names...))
-	cfg, err := LoadFile(path)
+	cfg, err := descriptors.LoadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

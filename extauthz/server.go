@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 )
@@ -43,7 +44,7 @@ type Server struct {
 	rules atomic.Pointer[ruleSet]
 	// encoded is the rule set's encoded map (see ruleSet), for the codec.
 	encoded atomic.Pointer[sync.Map]
-	pool    sync.Pool // *Mapping
+	pool    sync.Pool // *mapping
 
 	// installMu orders installs: the metric series a rule set drops are
 	// those of the rule set it replaced.
@@ -52,7 +53,7 @@ type Server struct {
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
 // metrics on the core's Registerer, so call it once per core.
-func NewServer(cfg *Config, opts Options) (*Server, error) {
+func NewServer(cfg *descriptors.Config, opts Options) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("extauthz: no descriptors config given")
 	}
@@ -80,7 +81,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 
 // SetConfig swaps in cfg's rules atomically: checks already running finish
 // with the old rules, the next ones use cfg. It fails only for a nil cfg.
-func (s *Server) SetConfig(cfg *Config) error {
+func (s *Server) SetConfig(cfg *descriptors.Config) error {
 	if cfg == nil {
 		return errors.New("extauthz: no descriptors config given")
 	}
@@ -92,9 +93,9 @@ func (s *Server) SetConfig(cfg *Config) error {
 
 // installLocked swaps in cfg's compiled rules and drops the metric series
 // of the rules it no longer has; installMu is held.
-func (s *Server) installLocked(cfg *Config) {
+func (s *Server) installLocked(cfg *descriptors.Config) {
 	rs := s.newRuleSet(cfg)
-	if !s.core.HasFallback() && slices.ContainsFunc(cfg.Rules, func(r *Rule) bool { return s.core.Mode(r.FailureMode) == enforce.FailureLocal }) {
+	if !s.core.HasFallback() && slices.ContainsFunc(cfg.Rules, func(r *descriptors.Rule) bool { return s.core.Mode(r.FailureMode) == enforce.FailureLocal }) {
 		s.log.Warn("failure mode local has no fallback limiter here: it admits like allow")
 	}
 	s.encoded.Store(rs.encoded)
@@ -105,7 +106,7 @@ func (s *Server) installLocked(cfg *Config) {
 }
 
 // Config returns the rules in force.
-func (s *Server) Config() *Config { return s.rules.Load().cfg }
+func (s *Server) Config() *descriptors.Config { return s.rules.Load().cfg }
 
 // Check implements authv3.AuthorizationServer. Whatever the request holds
 // and whatever the backend does, it answers OK or 429 (the limiter's own
@@ -123,21 +124,17 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 			return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
 		}
 	}
-	m := s.pool.Get().(*Mapping)
-	rs.cfg.mapWith(req, s.opts.Keys, rs.constKeys, s.core.Shadow(), m)
-	resp := s.decide(ctx, rs, m)
-	m.Reset()
-	s.pool.Put(m)
-	s.metrics.checkDur.Observe(s.now().Sub(start).Seconds())
-	return resp, nil
+	m := s.pool.Get().(*mapping)
+	m.grpc.set(req)
+	return s.check(ctx, rs, &m.grpc, m, start), nil
 }
 
 // decide answers one mapped request.
-func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) *authv3.CheckResponse {
+func (s *Server) decide(ctx context.Context, rs *ruleSet, m *mapping) *authv3.CheckResponse {
 	shadowMissing := false
 	if r := m.Missing; r != nil {
 		if !r.Shadow && !s.core.Shadow() {
-			rr := &rs.rules[r.idx]
+			rr := &rs.rules[r.Index()]
 			rr.counters.denied.Inc()
 			return rs.build(m.refusal(rr))
 		}
@@ -145,7 +142,7 @@ func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) *authv3.Ch
 	}
 	if len(m.Hits) == 0 {
 		if shadowMissing {
-			rs.rules[m.Missing.idx].counters.shadowDenied.Inc()
+			rs.rules[m.Missing.Index()].counters.shadowDenied.Inc()
 			p := m.plan(rs, nil)
 			p.Shadow = true
 			return rs.build(p)
@@ -160,22 +157,22 @@ func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) *authv3.Ch
 	case enforce.ViaFallback:
 		return s.respond(rs, m, &o, o.ShadowDeny || shadowMissing)
 	case enforce.ViaDeny:
-		rr := &rs.rules[m.Rules[o.Denier].idx]
+		rr := &rs.rules[m.Rules[o.Denier].Index()]
 		rr.counters.errored.Inc()
 		return rs.build(m.refusal(rr))
 	}
-	rs.rules[m.Rules[0].idx].counters.errored.Inc()
+	rs.rules[m.Rules[0].Index()].counters.errored.Inc()
 	p := m.plan(rs, nil) // admitted without a decision: the policies, no state
 	p.Shadow = o.ShadowDeny || shadowMissing
 	return rs.build(p)
 }
 
 // respond turns o's Decision on m's hits into a response, and counts it.
-func (s *Server) respond(rs *ruleSet, m *Mapping, o *enforce.Outcome, shadow bool) *authv3.CheckResponse {
+func (s *Server) respond(rs *ruleSet, m *mapping, o *enforce.Outcome, shadow bool) *authv3.CheckResponse {
 	d := &o.Decision
 	rule := func(k int) *ruleResp {
 		if j := o.Hit(k); j >= 0 && j < len(m.Rules) {
-			return &rs.rules[m.Rules[j].idx]
+			return &rs.rules[m.Rules[j].Index()]
 		}
 		return nil
 	}
@@ -198,7 +195,7 @@ func (s *Server) respond(rs *ruleSet, m *Mapping, o *enforce.Outcome, shadow boo
 		case sr != nil:
 			sr.counters.shadowDenied.Inc()
 		case m.Missing != nil:
-			rs.rules[m.Missing.idx].counters.shadowDenied.Inc()
+			rs.rules[m.Missing.Index()].counters.shadowDenied.Inc()
 		default:
 			rs.none.shadowDenied.Inc()
 		}

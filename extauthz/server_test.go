@@ -15,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/guard"
@@ -267,7 +268,7 @@ func TestHostileHeaders(t *testing.T) {
 		"invalid UTF8": "\xff\xfe\xfd",
 		"braces":       "{tag}}{",
 		"colons":       "a:b:c",
-		"max length":   strings.Repeat("z", MaxValueLen),
+		"max length":   strings.Repeat("z", descriptors.MaxValueLen),
 	}
 	for name, v := range values {
 		t.Run(name, func(t *testing.T) {
@@ -280,8 +281,8 @@ func TestHostileHeaders(t *testing.T) {
 				t.Errorf("allowed %d, want 5", allowed)
 			}
 			// The keys are bounded and carry no hash tag from the value.
-			var m Mapping
-			e.srv.Config().Map(r.proto(), window.Keys{}, &m)
+			var m mapping
+			mapCheck(e.srv.Config(), r.proto(), window.Keys{}, &m)
 			for _, h := range m.Hits {
 				if len(h.Key) > window.MaxKeyLen || strings.Count(h.Key, "{") != 1 {
 					t.Errorf("key %q", h.Key)
@@ -321,9 +322,9 @@ func TestClientIP(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			cfg, err := ExampleConfig()
+			cfg, err := descriptors.ExampleConfig()
 			if tc.yaml != "" {
-				cfg, err = ParseConfig("xff.yaml", []byte(tc.yaml))
+				cfg, err = descriptors.ParseConfig("xff.yaml", []byte(tc.yaml))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -332,8 +333,8 @@ func TestClientIP(t *testing.T) {
 			if tc.xff != "" {
 				r.headers["x-forwarded-for"] = tc.xff
 			}
-			var m Mapping
-			cfg.Map(r.proto(), window.Keys{}, &m)
+			var m mapping
+			mapCheck(cfg, r.proto(), window.Keys{}, &m)
 			var got string
 			for _, h := range m.Hits {
 				if h.Rule == "per_ip" {

@@ -10,6 +10,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/flashgate/flashgate/descriptors"
 )
 
 // A CheckRequest as Envoy sends it holds every header of the request (a
@@ -75,28 +77,28 @@ type requestFields struct {
 
 // fieldsOf returns what cfg's rules read: their sources, and what those
 // fall back on (:method, :authority, x-forwarded-for with trusted hops).
-func fieldsOf(cfg *Config) requestFields {
+func fieldsOf(cfg *descriptors.Config) requestFields {
 	var f requestFields
 	header := func(name string) {
 		if !slices.Contains(f.headers, name) {
 			f.headers = append(f.headers, name)
 		}
 	}
-	for _, src := range cfg.sources {
+	for _, src := range cfg.Sources() {
 		switch src.Kind {
-		case SourceHeader:
+		case descriptors.SourceHeader:
 			header(src.Name)
-		case SourcePath:
+		case descriptors.SourcePath:
 			f.path = true
-		case SourceMethod:
+		case descriptors.SourceMethod:
 			f.method = true
 			header(":method")
-		case SourceAuthority:
+		case descriptors.SourceAuthority:
 			f.host = true
 			header(":authority")
-		case SourceContextExtension:
+		case descriptors.SourceContextExtension:
 			f.extensions = true
-		case SourceRemoteAddress:
+		case descriptors.SourceRemoteAddress:
 			f.peer = true
 			if cfg.ClientIP.TrustedHops > 0 {
 				header("x-forwarded-for")
@@ -110,7 +112,7 @@ func fieldsOf(cfg *Config) requestFields {
 }
 
 // wantHeader reports whether the rules read header name (a key of
-// HttpRequest.headers: exactly as spelt, as view.header looks it up).
+// HttpRequest.headers: exactly as spelt, as checkAttrs.Header looks it up).
 func (f *requestFields) wantHeader(name []byte) bool {
 	for _, h := range f.headers {
 		if h == string(name) {
@@ -121,7 +123,7 @@ func (f *requestFields) wantHeader(name []byte) bool {
 }
 
 // wantHeaderFold is wantHeader for header_map's keys (case-insensitive, as
-// view.header matches them).
+// checkAttrs.Header matches them).
 func (f *requestFields) wantHeaderFold(name []byte) bool {
 	for _, h := range f.headers {
 		if asciiEqualFold(h, name) {

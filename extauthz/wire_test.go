@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -78,7 +79,7 @@ func TestWireFieldNumbers(t *testing.T) {
 // exactly as it does decoded whole by the lenient codec, when that codec
 // accepts it; lazy decoding may accept bytes it refuses (fields no rule
 // reads are not parsed), never the other way round.
-func checkLazyMapping(t *testing.T, cfg *Config, b []byte) {
+func checkLazyMapping(t *testing.T, cfg *descriptors.Config, b []byte) {
 	t.Helper()
 	var full authv3.CheckRequest
 	fullErr := newLenientCodec(false, nil).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &full)
@@ -101,9 +102,9 @@ func checkLazyMapping(t *testing.T, cfg *Config, b []byte) {
 	if wireOf(&lazy) != nil {
 		t.Fatal("decodeCheck left the wire bytes in the request")
 	}
-	var mf, ml Mapping
-	cfg.mapWith(&full, window.Keys{}, nil, false, &mf)
-	cfg.mapWith(&lazy, window.Keys{}, nil, false, &ml)
+	var mf, ml mapping
+	mapCheck(cfg, &full, window.Keys{}, &mf)
+	mapCheck(cfg, &lazy, window.Keys{}, &ml)
 	if !reflect.DeepEqual(mf.Hits, ml.Hits) || mf.Missing != ml.Missing {
 		t.Fatalf("lazily decoded, the request maps to %+v (missing %v); decoded whole, to %+v (missing %v)", ml.Hits, ml.Missing, mf.Hits, mf.Missing)
 	}
@@ -197,15 +198,15 @@ func wireRequests(t testing.TB) map[string][]byte {
 // kind of value, and the lazy decode keeps no header the rules do not
 // read.
 func TestLazyDecodeMapsAlike(t *testing.T) {
-	fuzzCfg, err := ParseConfig("fuzz.yaml", []byte(fuzzYAML))
+	fuzzCfg, err := descriptors.ParseConfig("fuzz.yaml", []byte(fuzzYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
-	example, err := ExampleConfig()
+	example, err := descriptors.ExampleConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyCfg, err := ParseConfig("key.yaml", []byte(`
+	keyCfg, err := descriptors.ParseConfig("key.yaml", []byte(`
 domain: key
 sources:
   key: {request_headers: {header_name: x-key}}
@@ -217,7 +218,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	for name, b := range wireRequests(t) {
-		for _, cfg := range []*Config{fuzzCfg, example, keyCfg} {
+		for _, cfg := range []*descriptors.Config{fuzzCfg, example, keyCfg} {
 			t.Run(name+"/"+cfg.Name, func(t *testing.T) { checkLazyMapping(t, cfg, b) })
 		}
 	}
@@ -242,7 +243,7 @@ descriptors:
 // InvalidArgument (where a decoding codec answered Internal) and serves the
 // next request.
 func TestLazyDecodeMalformed(t *testing.T) {
-	cfg, err := ParseConfig("fuzz.yaml", []byte(fuzzYAML))
+	cfg, err := descriptors.ParseConfig("fuzz.yaml", []byte(fuzzYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func FuzzLazyDecode(f *testing.F) {
 	for _, b := range wireRequests(f) {
 		f.Add(b)
 	}
-	cfg, err := ParseConfig("fuzz.yaml", []byte(fuzzYAML))
+	cfg, err := descriptors.ParseConfig("fuzz.yaml", []byte(fuzzYAML))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func TestSharedResponsesPreEncoded(t *testing.T) {
 // it lazily for the example's rules (the codec's copy included).
 func BenchmarkDecodeCheck(b *testing.B) {
 	wire := wireRequests(b)["envoy-shaped"]
-	cfg, err := ExampleConfig()
+	cfg, err := descriptors.ExampleConfig()
 	if err != nil {
 		b.Fatal(err)
 	}

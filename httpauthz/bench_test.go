@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/httpauthz"
@@ -33,7 +34,7 @@ func benchHandler(b *testing.B) (http.Handler, *extauthz.Server) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := extauthz.ParseConfig("one.yaml", []byte(`domain: flashsale
+	cfg, err := descriptors.ParseConfig("one.yaml", []byte(`domain: flashsale
 sources:
   uid: {request_headers: {header_name: x-uid}}
 descriptors:

@@ -1,12 +1,13 @@
 // Package httpauthz is flashgate's HTTP front-end: an http.Handler for
 // Envoy's ext_authz http_service and for the forward-auth hooks of nginx
 // (auth_request), Caddy (forward_auth) and Traefik (ForwardAuth). Every
-// request it serves is a check: it turns the request into the
-// *authv3.CheckRequest Envoy's gRPC ext_authz filter would send, asks a
-// [Checker] (the ext_authz server, *extauthz.Server, is one), and writes the
-// CheckResponse back as HTTP. So every decision and every response header
-// is the ext_authz server's: rules, failure modes, shadow, reload and
-// metrics are the same on both front-ends.
+// request it serves is a check: it reads the request into the attributes
+// the rules map (a descriptors.Request, as the gRPC front-end reads a
+// CheckRequest into one), asks a [Checker] (the ext_authz server,
+// *extauthz.Server, is one), and writes its answer back as HTTP. So every
+// decision and every response header is the ext_authz server's: rules,
+// failure modes, shadow, reload and metrics are the same on both
+// front-ends.
 //
 //	h, err := httpauthz.New(httpauthz.Options{Checker: srv, PathPrefix: "/authz", Registerer: reg})
 //	// serve h on its own listener (package host: Options.HTTPAuthz)
@@ -22,17 +23,17 @@
 //	scheme     X-Forwarded-Proto > http (https on TLS)
 //	client IP  the peer's address; with the rules' trusted_hops, the Nth entry from the right of X-Forwarded-For
 //
-// The path goes into the CheckRequest as received (PathPrefix, which the
-// proxy prepends as written, removed first), as Envoy sends :path; the
-// rules match it in the one canonical form the gRPC front-end's paths
-// have too (package extauthz: trailing slash, "//", dot segments,
-// unreserved escapes, "%2F" and ";" parameters are no way around a rule).
+// The path is read as received (PathPrefix, which the proxy prepends as
+// written, removed first), as Envoy sends :path; the rules match it in the
+// one canonical form the gRPC front-end's paths have too (package
+// descriptors: trailing slash, "//", dot segments, unreserved escapes,
+// "%2F" and ";" parameters are no way around a rule).
 //
-// The request's headers become the CheckRequest's headers map as Envoy
-// fills it: lower-case names, a repeated header's values joined by ",",
-// the pseudo-headers :method, :path, :authority and :scheme of the checked
-// request added, invalid UTF-8 repaired to U+FFFD as the gRPC front-end's
-// codec repairs it. A proxy that forwards the client's own X-Original-* or
+// The rules read the request's headers as Envoy's headers map holds them:
+// by lower-case name, a repeated header's values joined by ",", the
+// pseudo-headers :method, :path, :authority and :scheme of the checked
+// request, invalid UTF-8 repaired to U+FFFD as the gRPC front-end's codec
+// repairs it. A proxy that forwards the client's own X-Original-* or
 // X-Forwarded-Method/-Uri headers lets the client choose the path and
 // method the rules see: the proxy must set or strip them.
 // Envoy's per-route context_extensions never reach this front-end: rules

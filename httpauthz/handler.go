@@ -18,13 +18,16 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+
+	"github.com/flashgate/flashgate/descriptors"
 )
 
-// Checker decides one check, as Envoy's ext_authz Check does;
-// *extauthz.Server is one. It must be safe for concurrent use, and must
-// not keep req once it has returned.
+// Checker decides the request req describes and answers as Envoy's
+// ext_authz Check does; *extauthz.Server is one. It must be safe for
+// concurrent use, must not keep req once it has returned, and its answer
+// is only read.
 type Checker interface {
-	Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error)
+	CheckAttributes(ctx context.Context, req descriptors.Request) (*authv3.CheckResponse, error)
 }
 
 // Options configure a [Handler]. Only Checker is required.
@@ -50,8 +53,8 @@ type Handler struct {
 	prefix   string
 	log      *slog.Logger
 	rejected map[string]prometheus.Counter // by reason, every reason present
-	msgs     sync.Pool                     // *checkMsg
-	names    names                         // request header names in lower case
+	attrs    sync.Pool                     // *attrs
+	names    names                         // canonical request header names
 	out      outHeaders                    // response headers in the server's form
 }
 
@@ -90,18 +93,17 @@ func New(opts Options) (*Handler, error) {
 // and answers the decision.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body := readBody(r)
-	m, _ := h.msgs.Get().(*checkMsg)
-	if m == nil {
-		m = &checkMsg{}
+	a, _ := h.attrs.Get().(*attrs)
+	if a == nil {
+		a = &attrs{}
 	}
-	err := m.fill(r, h.prefix, &h.names)
+	err := a.fill(r, h.prefix, &h.names)
 	var resp *authv3.CheckResponse
 	if err == nil {
-		resp, err = h.check(r, &m.req)
+		resp, err = h.check(r, a)
 	}
-	if m.reusable() {
-		h.msgs.Put(m)
-	}
+	*a = attrs{}
+	h.attrs.Put(a)
 	body.settle(w)
 	switch {
 	case errors.Is(err, errCheckFailed):
@@ -124,8 +126,8 @@ var errCheckFailed = errors.New("check failed")
 
 // check asks the Checker about req: its answer, or errCheckFailed when it
 // fails.
-func (h *Handler) check(r *http.Request, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	resp, err := h.checker.Check(r.Context(), req)
+func (h *Handler) check(r *http.Request, req descriptors.Request) (*authv3.CheckResponse, error) {
+	resp, err := h.checker.CheckAttributes(r.Context(), req)
 	if err == nil && resp == nil {
 		err = errors.New("the checker returned no response")
 	}

@@ -13,6 +13,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/httpauthz"
@@ -314,7 +315,7 @@ func TestHostileHeaders(t *testing.T) {
 // errChecker fails every check.
 type errChecker struct{}
 
-func (errChecker) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+func (errChecker) CheckAttributes(context.Context, descriptors.Request) (*authv3.CheckResponse, error) {
 	return nil, errors.New("backend on fire")
 }
 
@@ -346,7 +347,7 @@ func TestCheckerError(t *testing.T) {
 // nilChecker answers no response and no error.
 type nilChecker struct{}
 
-func (nilChecker) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+func (nilChecker) CheckAttributes(context.Context, descriptors.Request) (*authv3.CheckResponse, error) {
 	return nil, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
 	"github.com/flashgate/flashgate/extauthz"
@@ -72,8 +73,8 @@ type recorder struct {
 	last *authv3.CheckResponse
 }
 
-func (r *recorder) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	resp, err := r.next.Check(ctx, req)
+func (r *recorder) CheckAttributes(ctx context.Context, req descriptors.Request) (*authv3.CheckResponse, error) {
+	resp, err := r.next.CheckAttributes(ctx, req)
 	r.mu.Lock()
 	r.last = resp
 	r.mu.Unlock()
@@ -130,7 +131,7 @@ func serveOn(t *testing.T, yaml, prefix string, opts enforce.Options, keys windo
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := extauthz.ParseConfig("test.yaml", []byte(yaml))
+	cfg, err := descriptors.ParseConfig("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

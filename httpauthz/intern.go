@@ -16,7 +16,7 @@ const (
 )
 
 // intern is a bounded table of values derived from keys (a header name in
-// lower case, a response header in the HTTP server's form), so that a
+// canonical form, a response header in the HTTP server's form), so that a
 // check builds each once rather than per request. Reads take no lock: the
 // table is copied on each insert, which stops at maxInterned entries. It is
 // safe for concurrent use.

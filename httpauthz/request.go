@@ -7,8 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/flashgate/flashgate/descriptors"
 )
 
 // The request headers a proxy sets to describe the original request (Go's
@@ -63,41 +62,26 @@ var (
 	errCheckFailedMsg = "the check failed"
 )
 
-// checkMsg holds the messages of one CheckRequest. A Handler reuses them
-// (a Checker keeps no request), its headers map included.
-type checkMsg struct {
-	req   authv3.CheckRequest
-	attrs authv3.AttributeContext
-	src   authv3.AttributeContext_Peer
-	addr  corev3.Address
-	sock  corev3.Address_SocketAddress
-	sa    corev3.SocketAddress
-	port  corev3.SocketAddress_PortValue
-	areq  authv3.AttributeContext_Request
-	http  authv3.AttributeContext_HttpRequest
+// attrs is the checked request as the rules read it
+// (descriptors.Request), read from an *http.Request (see the package
+// comment). A Handler reuses them.
+type attrs struct {
+	r                          *http.Request
+	method, path, host, scheme string
+	peer                       string
+	canon                      *names
 }
 
-// maxPooledHeaders bounds the headers map a reused checkMsg keeps: the
-// map of a request with more is dropped with it, not kept for the next.
-const maxPooledHeaders = 64
+var _ descriptors.Request = (*attrs)(nil)
 
-// names interns lower-case header names.
+// names interns canonical header names by the lower-case names the rules
+// spell.
 type names = intern[string, string]
 
-// checkRequest returns the CheckRequest Envoy's gRPC ext_authz filter would
-// send for the request r describes (see the package comment), or a
-// *rejection. prefix is the normalized path prefix ("" for none).
-func checkRequest(r *http.Request, prefix string) (*authv3.CheckRequest, error) {
-	var m checkMsg
-	if err := m.fill(r, prefix, &names{}); err != nil {
-		return nil, err
-	}
-	return &m.req, nil
-}
-
-// fill makes m the CheckRequest of r (see checkRequest), lower-case
-// header names from lower; m's previous request is gone.
-func (m *checkMsg) fill(r *http.Request, prefix string, lower *names) error {
+// fill makes a the checked request of r, or returns a *rejection; prefix
+// is the normalized path prefix ("" for none), canon the table of
+// canonical header names.
+func (a *attrs) fill(r *http.Request, prefix string, canon *names) error {
 	if headerBytes(r) > MaxHeaderBytes {
 		return errHeadersTooBig
 	}
@@ -120,60 +104,82 @@ func (m *checkMsg) fill(r *http.Request, prefix string, lower *names) error {
 	if v := forwarded(r.Header, HeaderForwardedProto); v != "" {
 		scheme = v
 	}
-	host, scheme = validUTF8(host), validUTF8(scheme)
-
-	m.http.Method = method
-	m.http.Path = path
-	m.http.Host = host
-	m.http.Scheme = scheme
-	m.http.Protocol = r.Proto
-	if m.http.Headers == nil {
-		m.http.Headers = make(map[string]string, len(r.Header)+4)
-	} else {
-		clear(m.http.Headers)
-	}
-	fillHeaders(m.http.Headers, r.Header, lower)
-	hs := m.http.Headers
-	hs[":method"], hs[":path"], hs[":authority"], hs[":scheme"] = method, path, host, scheme
-	m.http.Id = hs["x-request-id"]
-	m.areq.Http = &m.http
-	m.attrs.Request = &m.areq
-	m.attrs.Source = nil
-	if ip, port, ok := splitPeer(r.RemoteAddr); ok {
-		m.sa.Protocol = corev3.SocketAddress_TCP
-		m.sa.Address = ip
-		m.port.PortValue = port
-		m.sa.PortSpecifier = &m.port
-		m.sock.SocketAddress = &m.sa
-		m.addr.Address = &m.sock
-		m.src.Address = &m.addr
-		m.attrs.Source = &m.src
-	}
-	m.req.Attributes = &m.attrs
+	*a = attrs{r: r, method: method, path: path, host: validUTF8(host), scheme: validUTF8(scheme), canon: canon}
+	a.peer, _ = splitPeer(r.RemoteAddr)
 	return nil
 }
 
-// reusable reports whether m may serve another request: its headers map
-// is not one a large request grew.
-func (m *checkMsg) reusable() bool { return len(m.http.Headers) <= maxPooledHeaders }
+// Path implements descriptors.Request: the original URI.
+func (a *attrs) Path() string { return a.path }
 
-// splitPeer splits an http.Request's RemoteAddr ("ip:port", "[ipv6]:port")
-// into the IP and port; ok is false for a peer without them (a unix
+// Method implements descriptors.Request: the original method.
+func (a *attrs) Method() string { return a.method }
+
+// Authority implements descriptors.Request: X-Forwarded-Host, else Host.
+func (a *attrs) Authority() string { return a.host }
+
+// PeerAddress implements descriptors.Request: the IP of the connection's
+// peer, the proxy.
+func (a *attrs) PeerAddress() string { return a.peer }
+
+// ContextExtension implements descriptors.Request: Envoy's per-route
+// context_extensions never reach this front-end.
+func (a *attrs) ContextExtension(string) (string, bool) { return "", false }
+
+// Header implements descriptors.Request as Envoy's headers map reads: the
+// pseudo-headers :method, :path, :authority and :scheme of the checked
+// request, else the request's header of that name in any case, a
+// repeated header's values joined by ",", invalid UTF-8 repaired.
+func (a *attrs) Header(name string) (string, bool) {
+	if strings.HasPrefix(name, ":") {
+		switch name {
+		case ":method":
+			return a.method, true
+		case ":path":
+			return a.path, true
+		case ":authority":
+			return a.host, true
+		case ":scheme":
+			return a.scheme, true
+		}
+		return "", false
+	}
+	vs, ok := a.r.Header[a.canon.get(name, len(name), http.CanonicalHeaderKey)]
+	if !ok {
+		// A name net/http did not canonicalise (a handler may be given
+		// any request).
+		for k, v := range a.r.Header {
+			if lowerEquals(k, name) {
+				vs, ok = v, true
+				break
+			}
+		}
+		if !ok {
+			return "", false
+		}
+	}
+	if len(vs) == 1 {
+		return validUTF8(vs[0]), true
+	}
+	return validUTF8(strings.Join(vs, ",")), true
+}
+
+// splitPeer returns the IP of an http.Request's RemoteAddr ("ip:port",
+// "[ipv6]:port"); ok is false for a peer without an IP and port (a unix
 // socket's).
-func splitPeer(addr string) (ip string, port uint32, ok bool) {
+func splitPeer(addr string) (ip string, ok bool) {
 	i := strings.LastIndexByte(addr, ':')
 	if i <= 0 {
-		return "", 0, false
+		return "", false
 	}
-	n, err := strconv.ParseUint(addr[i+1:], 10, 16)
-	if err != nil {
-		return "", 0, false
+	if _, err := strconv.ParseUint(addr[i+1:], 10, 16); err != nil {
+		return "", false
 	}
 	ip = addr[:i]
 	if len(ip) > 2 && ip[0] == '[' && ip[len(ip)-1] == ']' {
 		ip = ip[1 : len(ip)-1]
 	}
-	return ip, uint32(n), ip != ""
+	return ip, ip != ""
 }
 
 // forwarded returns the first element of X-Forwarded-Host or -Proto, the
@@ -323,35 +329,21 @@ func NormalizePrefix(prefix string) (string, error) {
 	return strings.TrimRight(prefix, "/"), nil
 }
 
-// fillHeaders adds h to m as Envoy's headers map: lower-case names (from
-// lower), a repeated header's values joined by ",".
-func fillHeaders(m map[string]string, h http.Header, lower *names) {
-	for k, vs := range h {
-		var v string
-		if len(vs) == 1 {
-			v = vs[0]
-		} else {
-			v = strings.Join(vs, ",")
-		}
-		m[lower.get(k, len(k), toLower)] = validUTF8(v)
+// lowerEquals reports whether k in ASCII lower case is lower.
+func lowerEquals(k, lower string) bool {
+	if len(k) != len(lower) {
+		return false
 	}
-}
-
-// toLower returns s in ASCII lower case; s itself when it has no
-// upper-case letter.
-func toLower(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; 'A' <= c && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if c := b[j]; 'A' <= c && c <= 'Z' {
-					b[j] = c + 'a' - 'A'
-				}
-			}
-			return string(b)
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
 		}
 	}
-	return s
+	return true
 }
 
 // validUTF8 returns s with each run of invalid UTF-8 replaced by U+FFFD, as

@@ -86,19 +86,18 @@ func TestOriginalRequest(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			req, err := checkRequest(tc.r, tc.prefix)
+			a, err := readRequest(tc.r, tc.prefix)
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := req.GetAttributes().GetRequest().GetHttp()
-			got := [4]string{h.GetMethod(), h.GetPath(), h.GetHost(), h.GetScheme()}
+			got := [4]string{a.Method(), a.Path(), a.Authority(), a.scheme}
 			want := [4]string{tc.method, tc.path, tc.host, tc.scheme}
 			if got != want {
 				t.Errorf("method, path, host, scheme = %q, want %q", got, want)
 			}
-			hs := h.GetHeaders()
-			if hs[":method"] != tc.method || hs[":path"] != tc.path || hs[":authority"] != tc.host || hs[":scheme"] != tc.scheme {
-				t.Errorf("pseudo-headers %q %q %q %q do not follow the checked request", hs[":method"], hs[":path"], hs[":authority"], hs[":scheme"])
+			hs := func(name string) string { v, _ := a.Header(name); return v }
+			if hs(":method") != tc.method || hs(":path") != tc.path || hs(":authority") != tc.host || hs(":scheme") != tc.scheme {
+				t.Errorf("pseudo-headers %q %q %q %q do not follow the checked request", hs(":method"), hs(":path"), hs(":authority"), hs(":scheme"))
 			}
 		})
 	}
@@ -129,7 +128,7 @@ func TestRejected(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, err := checkRequest(tc.r, tc.prefix)
+			_, err := readRequest(tc.r, tc.prefix)
 			var rej *rejection
 			if !errors.As(err, &rej) {
 				t.Fatalf("error %v, want a rejection", err)
@@ -150,48 +149,56 @@ func manyHeaders(n int) *http.Request {
 	return r
 }
 
-// TestHeaderMap: the headers as Envoy's headers map: lower-case names,
-// repeated values joined by ",", invalid UTF-8 repaired, the peer as
-// source address, x-request-id as the request id.
+// TestHeaderMap: the headers as Envoy's headers map reads them: by
+// lower-case name, repeated values joined by ",", invalid UTF-8 repaired,
+// the pseudo-headers of the checked request; the peer as the source
+// address.
 func TestHeaderMap(t *testing.T) {
 	r := newReq("GET", "http://a/p",
 		"X-Uid", "alice", "X-Forwarded-For", "198.51.100.1", "X-Forwarded-For", "203.0.113.9",
 		"X-Device-Fp", "fp\xff\xfe1", "X-Request-Id", "rid-1")
 	r.Header["lowercase-already"] = []string{"v"}
-	req, err := checkRequest(r, "")
+	a, err := readRequest(r, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := req.GetAttributes().GetRequest().GetHttp()
 	want := map[string]string{
 		"x-uid": "alice", "x-forwarded-for": "198.51.100.1,203.0.113.9", "x-device-fp": "fp\uFFFD1",
 		"x-request-id": "rid-1", "lowercase-already": "v",
 		":method": "GET", ":path": "/p", ":authority": "a", ":scheme": "http",
 	}
 	for k, v := range want {
-		if got, ok := h.GetHeaders()[k]; !ok || got != v {
+		if got, ok := a.Header(k); !ok || got != v {
 			t.Errorf("header %s = %q (present %v), want %q", k, got, ok, v)
 		}
 	}
-	if len(h.GetHeaders()) != len(want) {
-		t.Errorf("headers %q, want exactly %q", h.GetHeaders(), want)
+	for _, k := range []string{"x-absent", "host", ":status"} {
+		if got, ok := a.Header(k); ok {
+			t.Errorf("header %s = %q, want none", k, got)
+		}
 	}
-	if h.GetId() != "rid-1" || h.GetProtocol() != "HTTP/1.1" {
-		t.Errorf("id %q protocol %q", h.GetId(), h.GetProtocol())
-	}
-	sa := req.GetAttributes().GetSource().GetAddress().GetSocketAddress()
-	if sa.GetAddress() != "192.0.2.7" || sa.GetPortValue() != 5555 {
-		t.Errorf("source %s:%d, want the peer 192.0.2.7:5555", sa.GetAddress(), sa.GetPortValue())
+	if got := a.PeerAddress(); got != "192.0.2.7" {
+		t.Errorf("peer %q, want 192.0.2.7", got)
 	}
 
 	r.RemoteAddr = "@" // a unix socket's peer: no source address
-	req, err = checkRequest(r, "")
+	a, err = readRequest(r, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.GetAttributes().GetSource() != nil {
-		t.Errorf("source %v for a peer without an address, want none", req.GetAttributes().GetSource())
+	if got := a.PeerAddress(); got != "" {
+		t.Errorf("peer %q for a peer without an address, want none", got)
 	}
+}
+
+// readRequest reads the checked request of r, prefix the normalized path
+// prefix, as a Handler does.
+func readRequest(r *http.Request, prefix string) (*attrs, error) {
+	var a attrs
+	if err := a.fill(r, prefix, &names{}); err != nil {
+		return nil, err
+	}
+	return &a, nil
 }
 
 // TestNormalizePrefix: "" and "/" mean none; a trailing "/" is dropped; a

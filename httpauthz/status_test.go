@@ -13,6 +13,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+
+	"github.com/flashgate/flashgate/descriptors"
 )
 
 // TestWithStatusMember: a JSON object's top-level numeric "status" member
@@ -51,7 +53,7 @@ func TestWithStatusMember(t *testing.T) {
 // fixedChecker answers every check with one response.
 type fixedChecker struct{ resp *authv3.CheckResponse }
 
-func (c fixedChecker) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+func (c fixedChecker) CheckAttributes(context.Context, descriptors.Request) (*authv3.CheckResponse, error) {
 	return c.resp, nil
 }
 

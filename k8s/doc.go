@@ -5,7 +5,7 @@
 // The core manifests (listed in kustomization.yaml, `kubectl apply -k k8s/`)
 // run a demo application with an Envoy sidecar (envoy/envoy-sidecar.yaml, in
 // the flashgate-envoy ConfigMap) and a flashgate sidecar bound to 127.0.0.1,
-// the descriptors ConfigMap (extauthz/flashsale.yaml, mounted as a directory
+// the descriptors ConfigMap (descriptors/flashsale.yaml, mounted as a directory
 // so reloads work), a demo Redis and a NetworkPolicy for it. istio/ holds the
 // mesh shape: the extension providers (ext_authz over gRPC and over HTTP),
 // the pod-local ServiceEntry, a CUSTOM AuthorizationPolicy for each, the

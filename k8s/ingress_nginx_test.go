@@ -17,7 +17,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/internal/proxytest"
 )
 
@@ -110,14 +110,14 @@ func TestIngressNginxWiring(t *testing.T) {
 	if cm == nil {
 		t.Fatal("no ConfigMap flashgate-descriptors-ingress")
 	}
-	cfg, err := extauthz.ParseConfig("flashsale.yaml", []byte(cm.Data["flashsale.yaml"]))
+	cfg, err := descriptors.ParseConfig("flashsale.yaml", []byte(cm.Data["flashsale.yaml"]))
 	if err != nil {
 		t.Fatalf("descriptors: %v", err)
 	}
 	if cfg.ClientIP.TrustedHops != 1 {
 		t.Errorf("descriptors client_ip.trusted_hops = %d, want 1: flashgate's peer is the controller", cfg.ClientIP.TrustedHops)
 	}
-	example, err := extauthz.ExampleConfig()
+	example, err := descriptors.ExampleConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestIngressNginxWiring(t *testing.T) {
 	}
 }
 
-func ruleNames(c *extauthz.Config) string {
+func ruleNames(c *descriptors.Config) string {
 	var names []string
 	for _, r := range c.Rules {
 		names = append(names, r.Name)

@@ -485,7 +485,7 @@ func TestCoreWiring(t *testing.T) {
 
 	// ConfigMaps hold the repository's files byte for byte.
 	for _, cm := range []struct{ name, key, file string }{
-		{"flashgate-descriptors", "flashsale.yaml", "../extauthz/flashsale.yaml"},
+		{"flashgate-descriptors", "flashsale.yaml", "../descriptors/flashsale.yaml"},
 		{"flashgate-envoy", "envoy.yaml", "../envoy/envoy-sidecar.yaml"},
 	} {
 		want, err := os.ReadFile(cm.file)

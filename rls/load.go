@@ -23,7 +23,7 @@ import (
 // ConfigError is an error in one config file: File, Line, Column (0 when
 // it concerns the whole file) and Msg, a plain sentence; Error returns
 // "FILE:LINE:COL: message", or "FILE: message" without a position. The
-// descriptors file's loader reports the same type (extauthz.ConfigError).
+// descriptors file's loader reports the same type (descriptors.ConfigError).
 type ConfigError = configfile.Error
 
 // File is one config file's name (as errors name it) and content.

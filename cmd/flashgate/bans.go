@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flashgate/flashgate/daemon"
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
-	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
 )
@@ -170,7 +170,7 @@ func (p *ops) ruleSegment(rule, domain string) (string, error) {
 			return "", err
 		}
 		if cfg.Rule(rule) == nil {
-			return "", p.unknownRule(fmt.Errorf("%w %q: %s has no rule of that name", extauthz.ErrUnknownRule, rule, cfg.Name))
+			return "", p.unknownRule(fmt.Errorf("%w %q: %s has no rule of that name", descriptors.ErrUnknownRule, rule, cfg.Name))
 		}
 		name = rule
 	case domain != "":

@@ -3,7 +3,7 @@ package main
 // The operator commands (inspect, bans) share serve's Redis flags, key
 // prefix, penalty box flags and rules, so that they name the keys the
 // sidecars use: a key is derived from a rule and values by the front-end's
-// own code (extauthz.Config.LimitKey, rls.Config.LimitKey), never built here.
+// own code (descriptors.Config.LimitKey, rls.Config.LimitKey), never built here.
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/flashgate/flashgate/daemon"
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/redisstore"
@@ -196,7 +196,7 @@ func (p *ops) resolve(k *keyOptions, needValue bool) (*target, error) {
 // unknownRule adds to err, when it is about an unknown rule of the
 // built-in example, that the descriptors file was not given.
 func (p *ops) unknownRule(err error) error {
-	if errors.Is(err, extauthz.ErrUnknownRule) && p.opts.config == "" {
+	if errors.Is(err, descriptors.ErrUnknownRule) && p.opts.config == "" {
 		return fmt.Errorf("%w (no --config given: give serve's descriptors file)", err)
 	}
 	return err

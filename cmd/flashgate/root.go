@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/descriptors"
 
 	"github.com/spf13/cobra"
 )
@@ -70,7 +70,7 @@ probe and validate it.`,
 // in a descriptors file or a ratelimit config file as it is
 // ("FILE:LINE:COL: message"), anything else after "flashgate: ".
 func errorLine(err error) string {
-	var ce *extauthz.ConfigError // rls.ConfigError is the same type
+	var ce *descriptors.ConfigError // rls.ConfigError is the same type
 	if errors.As(err, &ce) && err == error(ce) {
 		return ce.Error()
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/daemon"
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/window/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -153,7 +153,7 @@ func checkLines(t *testing.T, addr, uid string, n int) []string {
 func exampleStretched(t *testing.T) string {
 	t.Helper()
 	from, to := []byte("window: 1s}"), []byte("window: 1m}")
-	y := extauthz.ExampleYAML()
+	y := descriptors.ExampleYAML()
 	if n := bytes.Count(y, from); n == 0 || n != bytes.Count(y, []byte("window:")) {
 		t.Fatalf("the built-in example has %d windows of 1s among %d: update exampleStretched", n, bytes.Count(y, []byte("window:")))
 	}

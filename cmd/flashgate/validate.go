@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/flashgate/flashgate/daemon"
-	"github.com/flashgate/flashgate/extauthz"
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/spf13/cobra"
 )
 
@@ -48,7 +48,7 @@ status 1.`,
 
 // listErrors writes the errors of each failed load of errs (nil for one
 // that passed) to w, one FILE:LINE:COL: message a line (then "and N more"
-// past extauthz.MaxErrors), and returns a summary in their place; one load
+// past descriptors.MaxErrors), and returns a summary in their place; one load
 // that failed with one error that is not a list is returned as it is, and
 // nil when none failed.
 func listErrors(w io.Writer, errs ...error) error {
@@ -58,7 +58,7 @@ func listErrors(w io.Writer, errs ...error) error {
 			failed = append(failed, err)
 		}
 	}
-	var list extauthz.ConfigErrors // rls.ConfigErrors is the same type
+	var list descriptors.ConfigErrors // rls.ConfigErrors is the same type
 	switch {
 	case len(failed) == 0:
 		return nil

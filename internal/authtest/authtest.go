@@ -14,6 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 
+	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
@@ -126,4 +127,22 @@ func (a *LimitAuth) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.
 			Body:    ans.Problem(),
 		}},
 	}, nil
+}
+
+// CheckAttributes implements httpauthz.Checker: it decides req as Check
+// decides a CheckRequest holding req's method, path, peer and the headers
+// a LimitAuth test reads (x-uid, x-forwarded-for, cookie).
+func (a *LimitAuth) CheckAttributes(ctx context.Context, req descriptors.Request) (*authv3.CheckResponse, error) {
+	headers := map[string]string{}
+	for _, name := range []string{"x-uid", "x-forwarded-for", "cookie"} {
+		if v, ok := req.Header(name); ok {
+			headers[name] = v
+		}
+	}
+	return a.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+			SocketAddress: &corev3.SocketAddress{Address: req.PeerAddress()}}}},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: req.Method(), Path: req.Path(), Host: req.Authority(), Headers: headers}},
+	}})
 }

@@ -3,5 +3,5 @@
 // FILE:LINE:COL ([Error]), several of them at once ([Errors], at most
 // [MaxErrors]), and a read bounded to the largest size a loader accepts
 // ([Read]). The front-ends name the error types as their own
-// (extauthz.ConfigError, rls.ConfigError); neither imports the other.
+// (descriptors.ConfigError, rls.ConfigError); neither imports the other.
 package configfile

@@ -1,4 +1,4 @@
-package extauthz
+package descriptors
 
 import (
 	"errors"

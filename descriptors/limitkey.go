@@ -1,4 +1,4 @@
-package extauthz
+package descriptors
 
 import (
 	"errors"
@@ -55,7 +55,7 @@ func (r *Rule) Keyed() []Match {
 // LimitKey returns the rule named rule and the limit key that the server,
 // building keys with keys, gives every request the rule applies to whose
 // values for the rule's keyed descriptors ([Rule.Keyed]) are values, in
-// that order: the key [Config.Map] builds for such a request. A rule whose
+// that order: the key a [Mapper] builds for such a request. A rule whose
 // descriptors all set a value takes no values: every request it applies
 // to shares its one key.
 //

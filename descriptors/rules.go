@@ -1,4 +1,4 @@
-package extauthz
+package descriptors
 
 import (
 	"strconv"
@@ -9,7 +9,7 @@ import (
 )
 
 // This file holds the model of a descriptors file: what [ParseConfig]
-// produces and [Config.Map] reads. compile.go builds it; request.go only
+// produces and a [Mapper] reads. compile.go builds it; map.go only
 // reads it.
 
 // Limits of a descriptors file.
@@ -208,6 +208,9 @@ type Rule struct {
 	constKey string // when nvar is 0: the joined key parts, the same for every request
 }
 
+// Index returns r's position in its Config's Rules.
+func (r *Rule) Index() int { return r.idx }
+
 // PenaltyBox returns the penalty box the rule asks for, nil for none: a
 // hit tagged with r carries it to the Guard (guard.RuleBan).
 func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
@@ -243,6 +246,9 @@ type Config struct {
 	sourceKeys []string // descriptor key of each source, for reports
 	sum        [32]byte // SHA-256 of the content
 }
+
+// Sum returns the SHA-256 of the file c was parsed from.
+func (c *Config) Sum() [32]byte { return c.sum }
 
 // Sources returns the descriptor keys in use and where their values come
 // from (a new map on each call).

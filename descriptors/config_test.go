@@ -1,4 +1,4 @@
-package extauthz
+package descriptors
 
 import (
 	"bytes"
@@ -143,35 +143,11 @@ func TestExampleConfig(t *testing.T) {
 	t.Logf("\n%s", b.String())
 }
 
-// localShareYAML sets local_share on a parent, overrides it on one nested
-// rule, and leaves a third rule to the default.
-const localShareYAML = `
-domain: d
-sources:
-  uid: {request_headers: {header_name: x-uid}}
-descriptors:
-  - key: path
-    value: /api/*
-    failure_mode: local
-    local_share: 2
-    descriptors:
-      - key: uid
-        name: inherited
-        rate_limit: {requests: 5, window: 1s}
-      - key: method
-        name: overridden
-        local_share: 10
-        rate_limit: {requests: 10, window: 1s}
-  - key: remote_address
-    name: default
-    rate_limit: {requests: 100, window: 1s}
-`
-
 // TestLocalShare: local_share defaults to 0, is inherited by nested
 // descriptors like failure_mode, a nested descriptor may override it, and
 // the table shows it.
 func TestLocalShare(t *testing.T) {
-	cfg := parse(t, localShareYAML)
+	cfg := parse(t, localShareYAML(t))
 	want := map[string]int{"inherited": 2, "overridden": 10, "default": 0}
 	var got []string
 	for _, r := range cfg.Rules {
@@ -291,4 +267,15 @@ func TestConfigErrorsBounded(t *testing.T) {
 	if errs.List[0].Line != 5 || errs.List[MaxErrors-1].Line != 5+4*(MaxErrors-1) {
 		t.Errorf("lines %d to %d, want the first ones", errs.List[0].Line, errs.List[MaxErrors-1].Line)
 	}
+}
+
+// localShareYAML returns testdata/local_share.yaml: local_share set on a
+// parent, overridden on one nested rule, a third rule left to the default.
+func localShareYAML(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/local_share.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

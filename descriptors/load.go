@@ -1,4 +1,4 @@
-package extauthz
+package descriptors
 
 import (
 	"crypto/sha256"
@@ -15,7 +15,7 @@ var exampleYAML []byte
 const ExampleName = "built-in:flashsale.yaml"
 
 // ExampleYAML returns a copy of the built-in example descriptors file
-// (domain "flashsale"), byte for byte the shipped extauthz/flashsale.yaml.
+// (domain "flashsale"), byte for byte the shipped descriptors/flashsale.yaml.
 func ExampleYAML() []byte { return append([]byte(nil), exampleYAML...) }
 
 // ExampleConfig parses the built-in example. It fails only if the embedded
@@ -26,7 +26,7 @@ func ExampleConfig() (*Config, error) { return ParseConfig(ExampleName, exampleY
 // path. Errors about the content are a *ConfigError, or ConfigErrors when
 // there are several.
 func LoadFile(path string) (*Config, error) {
-	data, err := readFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -37,9 +37,9 @@ func LoadFile(path string) (*Config, error) {
 	return c, nil
 }
 
-// readFile reads at most MaxFileSize+1 bytes of path, enough for
-// ParseConfig to tell a file that is too large.
-func readFile(path string) ([]byte, error) {
+// ReadFile reads at most MaxFileSize+1 bytes of the descriptors file at
+// path, enough for ParseConfig to tell a file that is too large.
+func ReadFile(path string) ([]byte, error) {
 	return configfile.Read(path, MaxFileSize, "descriptors file")
 }
 

@@ -1,4 +1,4 @@
-package extauthz
+package descriptors
 
 import (
 	"github.com/goccy/go-yaml/ast"
@@ -52,20 +52,17 @@ func (v *view) holds(mt *Match, val string) bool {
 	}
 	if !v.altDone {
 		v.altDone = true
-		if p := v.rawPath(); reqpath.HasEncodedSlash(p) {
+		if p := v.req.Path(); reqpath.HasEncodedSlash(p) {
 			v.alt, v.hasAlt = reqpath.Canonical(p, v.cfg.pathForm(true)), true
 		}
 	}
 	return v.hasAlt && mt.holds(v.alt)
 }
 
-// rawPath is the request's path as sent, query included.
-func (v *view) rawPath() string { return v.http.GetPath() }
-
 // pathValue is the path a path source reads: canonical, with its encoded
 // slashes decoded; absent for an empty path.
 func (v *view) pathValue() (string, bool) {
-	p := v.rawPath()
+	p := v.req.Path()
 	if p == "" || p[0] == '?' || p[0] == '#' {
 		return "", false
 	}
