@@ -85,7 +85,9 @@
 //     new outage, and a run id other than the one seen last (the store
 //     restarted, unseen by any call) begins the settle anew.
 //
-// So every return of the store is held as the first: the outage's bound
+// So every return of the store that this process sees is held as the
+// first (one none of whose calls reached the store during the outage, all
+// refused above Watch or none made, does not see it): the outage's bound
 // holds across it (up to what a sidecar admits locally within one
 // write-back round trip, and provided the sidecars see the store again
 // within Settle of each other), for windows no longer than Settle. What a
