@@ -69,15 +69,33 @@
 //
 // The rest of the fleet writes back too, each sidecar when it sees the store
 // again. So that no sidecar's decisions miss what the others have not
-// written back yet, a sidecar that met the store down while it held
-// admissions keeps every call on its failure mode for Settle after the store
-// first answers again. The outage's bound then holds across the return (up
-// to what a sidecar admits locally within one write-back round trip, and
-// provided the sidecars see the store again within Settle of each other). A
-// timed-out request admitted locally is written back too: if the store
-// admitted it as well, it counts twice (stricter). Past MaxKeys keys
-// waiting, a new key's admissions are not remembered (counted as
-// WriteBackStats.Unremembered).
+// written back yet, nor what a store that came back empty forgot, an outage
+// is held the same way every time it happens:
+//
+//   - Down: a sidecar that enforces failure mode local after a connection
+//     error (admitting or not), or meets one while admissions wait, marks
+//     the store down. Until a round answers (a write-back, or, with nothing
+//     to write back, [Restorer.RunID]), retried every 10–100 ms, no call
+//     goes on: a call answered by a store that may have come back empty is
+//     a decision the settle exists to prevent. Each outage has a number; a
+//     round that began before it cannot end it.
+//   - Settle: once a round of the outage answers, every call keeps its
+//     failure mode for Settle, while the fleet writes back. The rounds
+//     watch the store meanwhile, every 100 ms: a failed round is a
+//     new outage, and a run id other than the one seen last (the store
+//     restarted, unseen by any call) begins the settle anew.
+//
+// So every return of the store that this process sees is held as the
+// first (one none of whose calls reached the store during the outage, all
+// refused above Watch or none made, does not see it): the outage's bound
+// holds across it (up to what a sidecar admits locally within one
+// write-back round trip, and provided the sidecars see the store again
+// within Settle of each other), for windows no longer than Settle. What a
+// store that came back empty forgot of a longer window is not restored:
+// see docs/guarantees.md. A timed-out request admitted locally is written
+// back too: if the store admitted it as well, it counts twice (stricter).
+// Past MaxKeys keys waiting, a new key's admissions are not remembered
+// (counted as WriteBackStats.Unremembered).
 //
 // # The fleet
 //

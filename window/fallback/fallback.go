@@ -2,7 +2,6 @@ package fallback
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync/atomic"
@@ -39,9 +38,14 @@ type Options struct {
 }
 
 // Restorer writes local admissions back into the shared windows, each at
-// most once however often it is retried (the Redis store does).
+// most once however often it is retried (the Redis store does). RunID
+// tells whether the store answers and names the instance that does ("" if
+// unknown): after an outage and while the fleet settles, it is how the
+// Fallback finds the store back, and tells a store that restarted
+// meanwhile.
 type Restorer interface {
 	Restore(ctx context.Context, batch []window.Admitted) error
+	RunID(ctx context.Context) (string, error)
 }
 
 // DefaultMaxKeys is the default bound on the local logs a
@@ -160,17 +164,27 @@ func (f *Fallback) DecideAfter(ctx context.Context, hits []window.Hit, cause err
 		RecordDenied: timedOut,
 		Admitted:     f.admit,
 	})
-	if f.wb != nil && err == nil && d.Allowed {
-		switch {
-		case errors.Is(cause, ErrRestoring):
-			f.wb.markHeld() // admitted while held off: written back before the key's calls go on
-		case window.Classify(cause) == window.KindMasterDown:
-			// One Cluster master down, the others answering: its keys'
-			// calls are held off until written back, not the store's.
-			f.wb.markHeld()
-		case !timedOut:
-			f.wb.markDown() // an outage's admission: it holds its key's calls off until written back
+	if f.wb == nil || err != nil {
+		return d, err
+	}
+	switch k := window.Classify(cause); {
+	case k == window.KindConnection:
+		// Failure mode local in an outage, admitting or not: every call
+		// is held off until Redis answers a round, then for the settle,
+		// and an admission holds its key's calls off until written back.
+		f.wb.markDown()
+		f.wb.poke()
+	case !d.Allowed, k == window.KindTimeout:
+		// Redis slow, not down: an admission is written back, holding
+		// nothing off.
+		if d.Allowed {
+			f.wb.poke()
 		}
+	default:
+		// Admitted while held off (ErrRestoring), with the breaker open,
+		// one Cluster master down (its keys' calls, not the store's) or
+		// after another error: the key's calls wait for its write-back.
+		f.wb.markHeld()
 		f.wb.poke()
 	}
 	return d, err

@@ -18,8 +18,9 @@ import (
 )
 
 // ErrRestoring is returned by the limiter [Fallback.Watch] returns for a
-// call it does not send on: local admissions on one of its keys are not
-// written back yet, or the fleet is settling after an outage. It wraps
+// call it does not send on: the store has not answered since an outage,
+// local admissions on one of its keys are not written back yet, or the
+// fleet is settling after an outage. It wraps
 // [window.ErrBreakerOpen]: like an open breaker it holds the backend off, and
 // [window.Classify] counts it as such.
 var ErrRestoring = fmt.Errorf("window: local admissions not yet written back: %w", window.ErrBreakerOpen)
@@ -50,6 +51,9 @@ type WriteBackStats struct {
 	Unremembered uint64
 	// Pending is the keys waiting to be written back now.
 	Pending int
+	// Returns counts the times a round found Redis back: after an outage,
+	// or restarted unseen (its run id changed). Each begins the settle.
+	Returns uint64
 }
 
 // writeBack is a Fallback's memory of its local admissions and the rounds
@@ -64,14 +68,16 @@ type writeBack struct {
 	seed     maphash.Seed
 	seq      atomic.Uint64
 
-	keys        atomic.Int64 // keys in shards
-	settleUntil atomic.Int64 // UnixNano: every call takes its failure mode until then; 0 for none
-	down        atomic.Bool  // Redis failed while admissions waited, and has not answered since
-	outage      atomic.Bool  // the admissions waiting include an outage's: they hold their keys' calls off
-	waiting     atomic.Bool  // a retry is scheduled (timer)
-	closed      atomic.Bool  // the restorer is closed: no more rounds
+	keys        atomic.Int64           // keys in shards
+	settleUntil atomic.Int64           // UnixNano: every call takes its failure mode until then; 0 for none
+	runID       atomic.Pointer[string] // the store's run id as the last round found it
+	down        atomic.Uint64          // the outage under way (its number), or 0: Redis failed and no round since answered; every call is held off
+	outages     atomic.Uint64          // the outages so far: the next one's number less one
+	outage      atomic.Bool            // the admissions waiting include an outage's: they hold their keys' calls off
+	waiting     atomic.Bool            // a retry is scheduled (timer)
+	closed      atomic.Bool            // the restorer is closed: no more rounds
 
-	landed, failed, written, lost atomic.Uint64
+	landed, failed, written, lost, returns atomic.Uint64
 
 	shards [wbShards]wbShard
 
@@ -177,14 +183,22 @@ func (w *writeBack) holds(hits []window.Hit) bool {
 	return false
 }
 
-// gated reports whether calls must pass gate: admissions wait, or the fleet
-// settles.
-func (w *writeBack) gated() bool { return w.keys.Load() > 0 || w.settleUntil.Load() != 0 }
+// gated reports whether calls must pass gate: Redis is down, admissions
+// wait, or the fleet settles.
+func (w *writeBack) gated() bool {
+	return w.down.Load() != 0 || w.keys.Load() > 0 || w.settleUntil.Load() != 0
+}
 
-// gate returns ErrRestoring for a call that must not reach Redis yet. It
-// reads the keys before the settle: a landing starts the settle before it
-// forgets the admissions (see send).
+// gate returns ErrRestoring for a call that must not reach Redis yet. While
+// Redis is down no call goes on: the rounds (Redis's run id asked, then
+// the write-back) find it back, so that no check is decided by a Redis that
+// may have come back empty before the settle has begun. It reads the keys
+// before the settle: a landing starts the settle before it forgets the
+// admissions (see send).
 func (w *writeBack) gate(hits []window.Hit) error {
+	if w.down.Load() != 0 {
+		return ErrRestoring
+	}
 	if w.keys.Load() > 0 && w.holds(hits) {
 		w.poke()
 		if w.outage.Load() {
@@ -200,10 +214,20 @@ func (w *writeBack) gate(hits []window.Hit) error {
 	return nil
 }
 
-// poke starts a round if admissions wait and none is in flight or
-// scheduled.
+// watching reports whether the rounds watch Redis: it is down, or the
+// fleet settles.
+func (w *writeBack) watching() bool {
+	if w.down.Load() != 0 {
+		return true
+	}
+	u := w.settleUntil.Load()
+	return u != 0 && w.now().UnixNano() < u
+}
+
+// poke starts a round if admissions wait or the rounds watch Redis, and
+// none is in flight or scheduled.
 func (w *writeBack) poke() {
-	if w.keys.Load() == 0 || w.closed.Load() {
+	if (w.keys.Load() == 0 && !w.watching()) || w.closed.Load() {
 		return
 	}
 	w.mu.Lock()
@@ -211,31 +235,37 @@ func (w *writeBack) poke() {
 	w.mu.Unlock()
 }
 
-// failed notes a call below Watch that failed with err: a connection error
-// or an open breaker while admissions wait marks Redis down.
+// failedCall notes a call below Watch that failed with err: a connection
+// error while admissions wait marks Redis down and makes them hold their
+// keys' calls off. (The call's failure mode decides whether this process
+// enforces locally: see Fallback.DecideAfter.) An open breaker does not: it
+// opened on connection errors seen already, or on a slow Redis, which is
+// not down; and a breaker still open after the settle lets its probe
+// through while it refuses the other calls.
 func (w *writeBack) failedCall(err error) {
-	if w.keys.Load() == 0 || (w.down.Load() && w.outage.Load()) {
+	if w.keys.Load() == 0 || window.Classify(err) != window.KindConnection {
 		return
 	}
-	if k := window.Classify(err); k == window.KindConnection || k == window.KindBreakerOpen {
-		w.markDown()
+	if w.markDown() {
+		w.poke()
 	}
 }
 
-// answeredCall notes a call below Watch that Redis answered.
+// answeredCall notes a call below Watch that Redis answered: a scheduled
+// retry starts now. It does not end an outage: while Redis is down no call
+// goes on, so a call answered then was sent before the outage began, and
+// only a round sent since tells that Redis is back.
 func (w *writeBack) answeredCall() {
-	if !w.down.Load() && !w.waiting.Load() {
+	if !w.waiting.Load() {
 		return
 	}
 	w.mu.Lock()
-	w.answeredLocked()
+	w.retryNowLocked()
 	w.mu.Unlock()
 }
 
-// answeredLocked: Redis answered. After an outage the settle begins; a
-// scheduled retry starts now.
-func (w *writeBack) answeredLocked() {
-	w.settleIfDown()
+// retryNowLocked starts a scheduled retry now.
+func (w *writeBack) retryNowLocked() {
 	if w.timer != nil && w.timer.Stop() {
 		w.timer = nil
 		w.waiting.Store(false)
@@ -250,25 +280,34 @@ func (w *writeBack) markHeld() {
 	}
 }
 
-// markDown notes an outage: Redis cannot be reached while admissions wait.
-func (w *writeBack) markDown() {
-	w.markHeld()
-	if !w.down.Load() {
-		w.down.Store(true)
+// markDown notes an outage: Redis cannot be reached. The admissions
+// waiting hold their keys' calls off, and every call is held off until a
+// round finds Redis back. It reports whether the outage is a new one: then
+// the caller pokes (or is the round, which schedules its retry).
+func (w *writeBack) markDown() bool {
+	if w.keys.Load() > 0 {
+		w.markHeld()
 	}
+	return w.down.Load() == 0 && w.down.CompareAndSwap(0, w.outages.Add(1))
 }
 
-// settleIfDown begins the settle if Redis was down: it answered again.
-func (w *writeBack) settleIfDown() {
-	if w.down.CompareAndSwap(true, false) && w.settle > 0 {
-		w.settleUntil.Store(w.now().Add(w.settle).UnixNano())
+// settleIfDown begins the settle if outage (a number markDown gave, or 0
+// for none) is still the one under way: Redis answered a round that began
+// during it. An answer to a round that began before cannot end a later
+// outage.
+func (w *writeBack) settleIfDown(outage uint64) {
+	if outage != 0 && w.down.CompareAndSwap(outage, 0) {
+		w.returns.Add(1)
+		if w.settle > 0 {
+			w.settleUntil.Store(w.now().Add(w.settle).UnixNano())
+		}
 	}
 }
 
 // startLocked starts a round unless one is in flight or scheduled, or
-// nothing waits.
+// nothing waits and the rounds do not watch Redis.
 func (w *writeBack) startLocked() {
-	if w.running || w.timer != nil || w.keys.Load() == 0 || w.closed.Load() {
+	if w.running || w.timer != nil || (w.keys.Load() == 0 && !w.watching()) || w.closed.Load() {
 		return
 	}
 	w.running = true
@@ -276,16 +315,40 @@ func (w *writeBack) startLocked() {
 }
 
 // round writes everything back once, then starts the next round (more
-// admissions came meanwhile) or schedules a retry.
+// admissions came meanwhile) or schedules a retry. While it watches Redis
+// (down, or the fleet settling) it asks Redis's run id first, and again
+// every restoreRetryMax while settling: a Redis that restarted meanwhile,
+// unseen by any call (they are held off), begins the settle anew.
 func (w *writeBack) round() {
-	err := w.writeAll()
+	outage, watch := w.down.Load(), w.watching()
+	var (
+		id   string
+		sent bool
+		err  error
+	)
+	if watch {
+		id, err = w.ping()
+	}
+	if err == nil {
+		sent, err = w.writeAll(outage)
+	}
+	if err == nil && watch {
+		w.returned(outage, id)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.running = false
 	if err == nil {
-		w.landed.Add(1)
+		if sent {
+			w.landed.Add(1)
+		}
 		w.backoff = 0
-		w.answeredLocked()
+		if w.keys.Load() > 0 {
+			w.startLocked() // more admissions came meanwhile
+		} else if w.watching() && !w.closed.Load() {
+			w.waiting.Store(true) // the next look at Redis while the fleet settles
+			w.timer = time.AfterFunc(restoreRetryMax, w.retry)
+		}
 		return
 	}
 	w.failed.Add(1)
@@ -298,7 +361,7 @@ func (w *writeBack) round() {
 		w.closed.Store(true)
 		return
 	case window.KindConnection:
-		w.markDown()
+		w.markDown() // the retry below is its round
 	}
 	w.backoff = min(max(2*w.backoff, restoreRetryMin), restoreRetryMax)
 	w.waiting.Store(true)
@@ -321,11 +384,47 @@ type wbSent struct {
 	adm   []wbAdmission
 }
 
+// ping asks Redis whether it answers, and its run id.
+func (w *writeBack) ping() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	defer cancel()
+	id, err := w.to.RunID(ctx)
+	if err != nil {
+		return "", fmt.Errorf("fallback write-back: %w", err)
+	}
+	return id, nil
+}
+
+// returned notes that Redis answered a round of outage (0 for none) as
+// run id id: the outage ends, and the settle begins (unless a write-back
+// call of the round saw to it); during a settle, a run id other than the
+// last one seen means Redis restarted since, unseen, and the settle begins
+// anew.
+func (w *writeBack) returned(outage uint64, id string) {
+	if outage != 0 {
+		w.settleIfDown(outage)
+		if id != "" {
+			w.runID.Store(&id)
+		}
+		return
+	}
+	if id == "" {
+		return
+	}
+	if prev := w.runID.Swap(&id); prev != nil && *prev != id {
+		w.returns.Add(1)
+		if w.settle > 0 {
+			w.settleUntil.Store(w.now().Add(w.settle).UnixNano())
+		}
+	}
+}
+
 // writeAll writes every remembered admission still in its window back, in
 // calls of restoreChunkKeys keys or about restoreChunkEntries admissions,
-// forgetting each call's admissions once it landed. It stops at the first
-// call that fails.
-func (w *writeBack) writeAll() error {
+// forgetting each call's admissions once it landed, and reports whether it
+// sent any. A call that lands during outage (0 for none) ends it (see
+// settleIfDown). It stops at the first call that fails.
+func (w *writeBack) writeAll(outage uint64) (sent bool, err error) {
 	var chunk []wbSent
 	entries := 0
 	for i := range w.shards {
@@ -351,17 +450,19 @@ func (w *writeBack) writeAll() error {
 				e += len(chunk[n].adm)
 				n++
 			}
-			if err := w.send(chunk[:n]); err != nil {
-				return err
+			if err := w.send(outage, chunk[:n]); err != nil {
+				return sent, err
 			}
+			sent = true
 			chunk, entries = chunk[n:], entries-e
 		}
 	}
-	return nil
+	return sent, nil
 }
 
-// send writes sent back in one call and forgets what landed.
-func (w *writeBack) send(sent []wbSent) error {
+// send writes sent back in one call and forgets what landed; landing, it
+// ends outage (0 for none) if that is still under way.
+func (w *writeBack) send(outage uint64, sent []wbSent) error {
 	now := w.now()
 	batch := make([]window.Admitted, len(sent))
 	for i, s := range sent {
@@ -376,7 +477,7 @@ func (w *writeBack) send(sent []wbSent) error {
 	if err := w.to.Restore(ctx, batch); err != nil {
 		return fmt.Errorf("fallback write-back: %w", err)
 	}
-	w.settleIfDown() // before a call can find its key's admissions gone
+	w.settleIfDown(outage) // before a call can find its key's admissions gone
 	for _, s := range sent {
 		last := s.adm[len(s.adm)-1].seq
 		sh := w.shard(s.key)
@@ -405,6 +506,6 @@ func (w *writeBack) send(sent []wbSent) error {
 func (w *writeBack) stats() WriteBackStats {
 	return WriteBackStats{
 		Landed: w.landed.Load(), Failed: w.failed.Load(), Written: w.written.Load(),
-		Unremembered: w.lost.Load(), Pending: int(w.keys.Load()),
+		Unremembered: w.lost.Load(), Pending: int(w.keys.Load()), Returns: w.returns.Load(),
 	}
 }

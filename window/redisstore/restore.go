@@ -3,8 +3,12 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"github.com/flashgate/flashgate/window"
 	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window"
 )
 
 // restoreCallEntries is the most admissions one script call records; a
@@ -140,4 +144,34 @@ func (r *Redis) Restore(ctx context.Context, batch []window.Admitted) error {
 		}
 	}
 	return nil
+}
+
+// infoer is a client that answers INFO: every go-redis client does.
+type infoer interface {
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}
+
+// RunID tells whether Redis answers and returns its run id (INFO server's
+// run_id), which changes when Redis restarts or fails over, so that the
+// write-back can tell a Redis that came back (and may have come back
+// empty) from one that stayed. It is "" where one id does not stand for
+// the store (Redis Cluster) or INFO is refused (then it PINGs).
+func (r *Redis) RunID(ctx context.Context) (string, error) {
+	c, ok := r.client.(infoer)
+	if _, cluster := r.client.(*redis.ClusterClient); !ok || cluster {
+		return "", r.Ping(ctx)
+	}
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		if k := window.Classify(err); k == window.KindConnection || k == window.KindTimeout || k == window.KindClosed {
+			return "", fmt.Errorf("redis run id: %w", err)
+		}
+		return "", r.Ping(ctx) // INFO refused (ACL, renamed)
+	}
+	for line := range strings.Lines(info) {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return id, nil
+		}
+	}
+	return "", nil
 }

@@ -80,6 +80,54 @@ func zcard(t *testing.T, c redis.UniversalClient, key string) int64 {
 	return n
 }
 
+// newFleet returns n sidecars on c, each with a store of its own, that
+// count a fleet of n on clock and settle for settle after an outage.
+func newFleet(t *testing.T, c Client, clock *testclock.Clock, settle time.Duration, n int) []*sidecar {
+	t.Helper()
+	fleet := make([]*sidecar, n)
+	for i := range fleet {
+		r := newTestRedis(t, c, Options{})
+		fleet[i] = newSidecar(t, r, r, fallback.Options{Now: clock.Now, Size: func() int { return n }, Settle: settle})
+	}
+	return fleet
+}
+
+// admitLocally checks h times times on each sidecar of fleet, Redis being
+// down, and returns how many were admitted; a decision by Redis fails t.
+func admitLocally(t *testing.T, fleet []*sidecar, h window.Hit, times int) int {
+	t.Helper()
+	admitted := 0
+	for _, sc := range fleet {
+		for range times {
+			d, byRedis, _ := sc.check(t, h)
+			if byRedis {
+				t.Fatal("decided by Redis while it was down")
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+	}
+	return admitted
+}
+
+// redisRounds has each sidecar of fleet decide h by Redis, rounds times
+// over, and returns the admissions Redis made and those made locally
+// before them (see untilRedis).
+func redisRounds(t *testing.T, fleet []*sidecar, h window.Hit, rounds int) (byRedis, local int) {
+	t.Helper()
+	for range rounds {
+		for _, sc := range fleet {
+			d, l := sc.untilRedis(t, h)
+			local += l
+			if d.Allowed {
+				byRedis++
+			}
+		}
+	}
+	return byRedis, local
+}
+
 // TestWriteBackBeforeRedisDecides: what a sidecar admitted locally while
 // Redis was down is in the key's window before Redis decides the key again,
 // at the admissions' times; a retry-after counts from them.
@@ -160,6 +208,8 @@ func (f *flaky) Restore(ctx context.Context, batch []window.Admitted) error {
 	}
 	return f.err
 }
+
+func (f *flaky) RunID(ctx context.Context) (string, error) { return f.r.RunID(ctx) }
 
 // TestWriteBackRetriedOnce: a write-back whose reply was lost (it landed,
 // then timed out) is sent again and counted once, on exact and bucketed
@@ -299,7 +349,9 @@ func TestRestoreBucketedConversions(t *testing.T) {
 
 // TestWriteBackFailureKeepsLocal: while the write-back fails, the key's
 // checks never reach Redis (which stays up and empty): they keep being
-// decided locally, at the local allowance; the other keys go to Redis.
+// decided locally, at the local allowance. The other keys' checks are held
+// off too, since no round has found Redis back after the outage; they go
+// to Redis once the write-back lands.
 func TestWriteBackFailureKeepsLocal(t *testing.T) {
 	_, c := startRedis(t)
 	r := newTestRedis(t, c, Options{})
@@ -324,8 +376,9 @@ func TestWriteBackFailureKeepsLocal(t *testing.T) {
 	if n := zcard(t, c, h.Key); n != 0 {
 		t.Fatalf("the key holds %d entries in Redis: a check reached it", n)
 	}
-	if d, byRedis, err := sc.check(t, hit(k.Key("uid", "other"), 3, time.Minute)); !byRedis || !d.Allowed {
-		t.Fatalf("another key: by Redis %v, %+v, %v", byRedis, d, err)
+	other := hit(k.Key("uid", "other"), 3, time.Minute)
+	if _, byRedis, err := sc.check(t, other); byRedis || !errors.Is(err, fallback.ErrRestoring) {
+		t.Fatalf("another key before Redis answered a round: by Redis %v, %v", byRedis, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for sc.f.WriteBack().Failed < 2 {
@@ -338,6 +391,9 @@ func TestWriteBackFailureKeepsLocal(t *testing.T) {
 	d, local := sc.untilRedis(t, h)
 	if local != 0 || d.Allowed || d.Count != 3 {
 		t.Fatalf("once the write-back landed: %+v (%d local); want Redis's denial at 3", d, local)
+	}
+	if d, byRedis, err := sc.check(t, other); !byRedis || !d.Allowed {
+		t.Fatalf("another key once the write-back landed: by Redis %v, %+v, %v", byRedis, d, err)
 	}
 }
 
@@ -372,22 +428,9 @@ func TestWriteBackFleetSettles(t *testing.T) {
 	h := hit(k.Key("uid", "hot"), 5, time.Minute) // N = 3: share 2
 	clock := testclock.New()
 	const settle = time.Second
-	var fleet []*sidecar
-	for range 3 {
-		r := newTestRedis(t, c, Options{})
-		fleet = append(fleet, newSidecar(t, r, r, fallback.Options{Now: clock.Now, Size: func() int { return 3 }, Settle: settle}))
-	}
+	fleet := newFleet(t, c, clock, settle, 3)
 	s.Kill()
-	admitted := 0
-	for _, sc := range fleet {
-		for range 3 {
-			if d, byRedis, _ := sc.check(t, h); byRedis {
-				t.Fatal("decided by Redis while it was down")
-			} else if d.Allowed {
-				admitted++
-			}
-		}
-	}
+	admitted := admitLocally(t, fleet, h, 3)
 	if admitted != 6 {
 		t.Fatalf("%d admitted locally by the fleet, want 3 × 2", admitted)
 	}
@@ -425,15 +468,8 @@ func TestWriteBackFleetSettles(t *testing.T) {
 		t.Fatalf("another key while settling: by Redis %v, %v", byRedis, err)
 	}
 	clock.Advance(settle)
-	for range 3 {
-		for _, sc := range fleet {
-			d, local := sc.untilRedis(t, h)
-			admitted += local
-			if d.Allowed {
-				admitted++
-			}
-		}
-	}
+	byRedis, local := redisRounds(t, fleet, h, 3)
+	admitted += byRedis + local
 	if admitted > 5+3-1 {
 		t.Fatalf("%d admitted in one window across the return, want at most L + N - 1 = 7", admitted)
 	}
@@ -519,4 +555,157 @@ func TestWriteBackTimeoutHoldsNothingOff(t *testing.T) {
 	if d.Count < 1 || d.Count > 2 {
 		t.Fatalf("Redis's count %d: want 1 (this check) or 2 (the timed-out admission written back first)", d.Count)
 	}
+}
+
+// TestWriteBackEveryReturnSettles: Redis is killed and restarted empty five
+// times. Each time, one sidecar meets the outage without admitting anything
+// locally (Redis had just reported the key full to it) while the two others
+// admit their share; each time it decides nothing by the empty Redis
+// before the others have written back and its settle has passed, and the
+// first decision Redis makes for it counts their admissions: every return
+// is held as the first is.
+func TestWriteBackEveryReturnSettles(t *testing.T) {
+	s, c := startRedis(t)
+	k := testKeys(t)
+	clock := testclock.New()
+	const settle = time.Second
+	fleet := newFleet(t, c, clock, settle, 3)
+	quiet := fleet[2]
+	for flap := range 5 {
+		h := hit(k.Key("uid", fmt.Sprintf("flap%d", flap)), 5, time.Minute) // N = 3: share 2
+		for i := range 6 {
+			d, _ := quiet.untilRedis(t, h)
+			if d.Allowed != (i < 5) {
+				t.Fatalf("flap %d: Redis's decision %d before the outage: %+v", flap, i, d)
+			}
+		}
+		s.Kill()
+		if d, byRedis, err := quiet.check(t, h); byRedis || d.Allowed || window.Classify(err) != window.KindConnection {
+			t.Fatalf("flap %d: the quiet sidecar with Redis down: %+v, by Redis %v, %v; want a connection error and a local denial", flap, d, byRedis, err)
+		}
+		if admitted := admitLocally(t, fleet[:2], h, 3); admitted != 4 {
+			t.Fatalf("flap %d: %d admitted locally by two sidecars, want 2 × 2", flap, admitted)
+		}
+		landed := []uint64{fleet[0].f.WriteBack().Landed, fleet[1].f.WriteBack().Landed}
+		s.Restart() // empty
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if d, byRedis, err := quiet.check(t, h); byRedis || !errors.Is(err, fallback.ErrRestoring) {
+				t.Fatalf("flap %d: the quiet sidecar after the return, before the others wrote back: %+v, by Redis %v, %v; want fallback.ErrRestoring", flap, d, byRedis, err)
+			}
+			a, b, q := fleet[0].f.WriteBack(), fleet[1].f.WriteBack(), quiet.f.WriteBack()
+			if a.Pending == 0 && b.Pending == 0 && a.Landed > landed[0] && b.Landed > landed[1] && q.Returns == uint64(flap+1) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("flap %d: the fleet did not write back and find Redis back within 15s: %+v, %+v, %+v", flap, a, b, q)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		clock.Advance(settle)
+		d, local := quiet.untilRedis(t, h)
+		if local != 0 || !d.Allowed || d.Count != 5 {
+			t.Fatalf("flap %d: the quiet sidecar's first decision by Redis: %+v (%d local before it); want admitted at 5 (the 4 written back, then this one)", flap, d, local)
+		}
+	}
+}
+
+// TestWriteBackRestartWhileSettling: Redis restarts again while a sidecar
+// settles, when none of its calls reaches Redis to tell; the settle's
+// watch sees the new run id, and the settle begins anew from then.
+func TestWriteBackRestartWhileSettling(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, Options{})
+	clock := testclock.New()
+	const settle = time.Second
+	sc := newSidecar(t, r, r, fallback.Options{Now: clock.Now, Settle: settle})
+	h := hit(testKeys(t).Key("uid", "a"), 5, time.Minute)
+	sc.untilRedis(t, h)
+	s.Kill()
+	if _, byRedis, err := sc.check(t, h); byRedis || window.Classify(err) != window.KindConnection {
+		t.Fatalf("with Redis down: by Redis %v, %v", byRedis, err)
+	}
+	s.Restart()
+	waitReturns := func(n uint64) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for sc.f.WriteBack().Returns < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("write-back %+v after 15s: want %d returns", sc.f.WriteBack(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitReturns(1)
+	clock.Advance(settle / 2)
+	s.Kill()
+	s.Restart()
+	waitReturns(2)
+	clock.Advance(settle/2 + time.Millisecond) // past the first settle
+	if _, byRedis, err := sc.check(t, h); byRedis || !errors.Is(err, fallback.ErrRestoring) {
+		t.Fatalf("past the first settle, within the second: by Redis %v, %v; want fallback.ErrRestoring", byRedis, err)
+	}
+	clock.Advance(settle / 2)
+	if d, _ := sc.untilRedis(t, h); !d.Allowed {
+		t.Fatalf("past the second settle: %+v; want Redis's admission", d)
+	}
+}
+
+// TestLongWindowEmptyReturn: on a 1-minute window, a Redis that comes back
+// empty has forgotten what it admitted before the outage. Three sidecars
+// fill a key through Redis (L = 3), Redis is killed and restarted empty:
+// in the outage and the settle nothing is admitted locally (every sidecar
+// saw the key full), and after the return Redis admits L again, no more:
+// the minute holds 2L, the bound docs/guarantees.md states for a key the
+// fleet saw full, reached only by what Redis forgot.
+func TestLongWindowEmptyReturn(t *testing.T) {
+	s, c := startRedis(t)
+	clock := testclock.New()
+	const settle = time.Second
+	fleet := newFleet(t, c, clock, settle, 3)
+	const limit = 3
+	h := hit(testKeys(t).Key("uid", "hot"), limit, time.Minute)
+	before := 0
+	for _, sc := range fleet {
+		for {
+			d, _ := sc.untilRedis(t, h)
+			if !d.Allowed {
+				break
+			}
+			before++
+		}
+	}
+	if before != limit {
+		t.Fatalf("%d admitted by Redis before the outage, want %d", before, limit)
+	}
+	s.Kill()
+	local := admitLocally(t, fleet, h, 3)
+	s.Restart() // empty
+	deadline := time.Now().Add(15 * time.Second)
+	for _, sc := range fleet {
+		for sc.f.WriteBack().Returns == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("a sidecar did not find Redis back within 15s: %+v", sc.f.WriteBack())
+			}
+			if d, byRedis, _ := sc.check(t, h); byRedis {
+				t.Fatal("decided by Redis before finding it back")
+			} else if d.Allowed {
+				local++
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	clock.Advance(settle)
+	after, l := redisRounds(t, fleet, h, 3)
+	local += l
+	if local != 0 {
+		t.Fatalf("%d admitted locally: every sidecar saw the key full, want none", local)
+	}
+	if after != limit {
+		t.Fatalf("Redis admitted %d after the return, want %d: it holds only what was written back (nothing)", after, limit)
+	}
+	if n := zcard(t, c, h.Key); n != limit {
+		t.Fatalf("the key holds %d entries after the return, want %d", n, limit)
+	}
+	t.Logf("admitted in the minute: %d before the outage (forgotten), %d locally, %d after the return: %d = 2L", before, local, after, before+local+after)
 }
