@@ -13,4 +13,7 @@
 // ports the flags open and at pods that exist, and value sets the chart
 // refuses fail to render. It runs Helm's linter too. docs/helm.md is the
 // operator's guide.
+//
+// The directory is a Go module of its own, so that the Helm SDK and k8s.io
+// stay out of the sidecar's module; it builds flashgate from the root.
 package charts

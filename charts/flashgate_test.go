@@ -234,11 +234,14 @@ func readValues(t *testing.T, file string) map[string]any {
 	return v
 }
 
-// buildFlashgate builds the flashgate binary into a temporary directory.
+// buildFlashgate builds the flashgate binary into a temporary directory,
+// in the product's module (this directory is a module of its own).
 func buildFlashgate(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "flashgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/flashgate/flashgate/cmd/flashgate").CombinedOutput(); err != nil {
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/flashgate")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

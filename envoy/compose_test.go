@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
+	"github.com/goccy/go-yaml"
 )
 
 // compose is the part of docker-compose.yml the demo depends on.
@@ -49,7 +49,7 @@ func loadCompose(t *testing.T) compose {
 	var c compose
 	// Strict: a misspelt key of the fields above fails (keys this struct does
 	// not model are errors too, so extend it when the file grows).
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	if err := yaml.UnmarshalWithOptions(data, &c, yaml.Strict()); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
 	return c

@@ -20,5 +20,9 @@
 // resources' shape, the EnvoyFilter's filter config through Envoy's protos,
 // and runs the ingress-nginx annotations, rendered as the controller renders
 // them, through nginx -t and a real nginx (internal/proxytest).
+// docs_test.go decodes the docs' Pod `containers:` fragments the same way.
 // README.md is the operator's guide.
+//
+// The directory is a Go module of its own, so that k8s.io stays out of the
+// sidecar's module.
 package k8s

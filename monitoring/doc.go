@@ -32,4 +32,8 @@
 // TestOperationsDoc checks that docs/operations-monitoring.md explains
 // every panel and every alert, and runs its prometheus.yml, with the alerts,
 // through `promtool check config`.
+//
+// The directory is a Go module of its own, so that Prometheus's PromQL
+// parser stays out of the sidecar's module; it builds flashgate from the
+// root.
 package monitoring

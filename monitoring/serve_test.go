@@ -55,7 +55,7 @@ func buildFlashgate(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "flashgate")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/flashgate")
-	cmd.Dir = ".." // the module root: this package is monitoring/
+	cmd.Dir = ".." // the product's module: monitoring/ is a module of its own
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/flashgate: %v\n%s", err, out)
 	}

@@ -10,8 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
+	"github.com/goccy/go-yaml"
 )
 
 const traefikDynamic = "traefik/dynamic.yaml"
@@ -148,16 +147,10 @@ type traefikHeaders struct {
 // loadTraefik decodes a dynamic configuration strictly: duplicate keys,
 // unknown fields and field names in the wrong case are errors.
 func loadTraefik(data []byte) (*traefikConfig, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, err
-	}
 	var c traefikConfig
-	strictErrs, err := kjson.UnmarshalStrict(js, &c)
-	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(strictErrs...); err != nil {
+	// Strict: keys match the json tags exactly, case included; the kinds
+	// kept as json.RawMessage decode through their UnmarshalJSON.
+	if err := yaml.UnmarshalWithOptions(data, &c, yaml.Strict(), yaml.UseJSONUnmarshaler()); err != nil {
 		return nil, err
 	}
 	if c.HTTP == nil {

@@ -16,14 +16,13 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/goccy/go-yaml"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	// Every extension a typed_config of the docs names must be registered in
 	// protoregistry.GlobalTypes, or protojson cannot resolve its @type.
@@ -115,8 +114,8 @@ var configFile = regexp.MustCompile(`(?m)^domain:`)
 // parses as YAML, and each that is a config file (a top-level `domain:`)
 // passes `flashgate validate`, with --config (a descriptors file) or
 // --rls-config (a ratelimit config); a block passing neither fails the test
-// with both errors. Envoy and Kubernetes fragments are checked by
-// TestDocsEnvoySnippets.
+// with both errors. Envoy fragments are checked by
+// TestDocsEnvoySnippets, Kubernetes ones by k8s/.
 func TestDocsYAMLValidate(t *testing.T) {
 	configs := 0
 	for _, f := range docFiles(t) {
@@ -349,48 +348,25 @@ func validateDeep(m proto.Message) error {
 	return err
 }
 
-// checkContainersBlock decodes a `containers:` fragment of a Pod spec
-// strictly into Kubernetes' types.
-func checkContainersBlock(text string) error {
-	var spec struct {
-		Containers []corev1.Container `json:"containers"`
-	}
-	if err := yaml.UnmarshalStrict([]byte(text), &spec); err != nil {
-		return err
-	}
-	for _, c := range spec.Containers {
-		if c.Name == "" || c.Image == "" {
-			return fmt.Errorf("a container without a name or image")
-		}
-	}
-	return nil
-}
-
 // TestDocsEnvoySnippets: every Envoy fragment of the docs (a bootstrap, the
 // HTTP filters, clusters, routes or rate_limits lists, or the ext_authz
 // filter's config) decodes strictly into Envoy's protos, as go-control-plane
-// has them, and passes their validation; a Pod's `containers:` fragment
-// decodes strictly into Kubernetes' types.
+// has them, and passes their validation. A Pod's `containers:` fragment is
+// checked by k8s/ (TestDocsPodFragments).
 func TestDocsEnvoySnippets(t *testing.T) {
-	envoy, pods := 0, 0
+	envoy := 0
 	for _, f := range docFiles(t) {
 		for _, b := range yamlBlocks(t, f) {
-			switch {
-			case isEnvoyBlock(b.text):
+			if isEnvoyBlock(b.text) {
 				envoy++
 				if err := checkEnvoyBlock(b.text); err != nil {
 					t.Errorf("%s: an Envoy fragment that Envoy's protos refuse: %v\n%s", b.where(), err, b.text)
 				}
-			case regexp.MustCompile(`(?m)^containers:`).MatchString(b.text):
-				pods++
-				if err := checkContainersBlock(b.text); err != nil {
-					t.Errorf("%s: a containers fragment that Kubernetes refuses: %v\n%s", b.where(), err, b.text)
-				}
 			}
 		}
 	}
-	if envoy < 3 || pods < 1 {
-		t.Errorf("%d Envoy and %d Kubernetes fragments checked; want the README's filter and cluster and envoy/README.md's, and the README's sidecar", envoy, pods)
+	if envoy < 3 {
+		t.Errorf("%d Envoy fragments checked; want the README's filter and cluster and envoy/README.md's", envoy)
 	}
 }
 
@@ -404,9 +380,6 @@ func TestCheckEnvoyBlockRefusesMistakes(t *testing.T) {
 		if err := checkEnvoyBlock(text); err == nil {
 			t.Errorf("%s: checkEnvoyBlock accepted\n%s", name, text)
 		}
-	}
-	if err := checkContainersBlock("containers:\n  - name: flashgate\n    image: flashgate:dev\n    envs: []\n"); err == nil {
-		t.Error("checkContainersBlock accepted an unknown field")
 	}
 }
 
