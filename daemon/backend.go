@@ -292,9 +292,9 @@ func (b *backend) collectors() []prometheus.Collector {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "flashgate_breaker_open",
-				Help: "1 while the circuit breaker holds Redis off (checks take their failure mode), else 0.",
+				Help: "1 while Redis is held off (the circuit breaker is open, or an outage has not ended): checks take their failure mode, else 0.",
 			}, func() float64 {
-				if b.breaker.Open() {
+				if b.breaker.Open() || (b.fallback != nil && b.fallback.WriteBack().Down) {
 					return 1
 				}
 				return 0

@@ -54,6 +54,9 @@ type WriteBackStats struct {
 	// Returns counts the times a round found Redis back: after an outage,
 	// or restarted unseen (its run id changed). Each begins the settle.
 	Returns uint64
+	// Down is true during an outage: Redis failed and no round has found
+	// it back yet, so every call is held off.
+	Down bool
 }
 
 // writeBack is a Fallback's memory of its local admissions and the rounds
@@ -507,5 +510,6 @@ func (w *writeBack) stats() WriteBackStats {
 	return WriteBackStats{
 		Landed: w.landed.Load(), Failed: w.failed.Load(), Written: w.written.Load(),
 		Unremembered: w.lost.Load(), Pending: int(w.keys.Load()), Returns: w.returns.Load(),
+		Down: w.down.Load() != 0,
 	}
 }
