@@ -10,7 +10,7 @@
 // the HTTP /metrics and /readyz endpoints, and inspects Redis directly.
 // A TCP proxy in the tests sits between flashgate and Redis to add latency,
 // blackhole traffic and count connections and bytes. TestHTTPFrontBehindProxies
-// puts real nginx and caddy processes (internal/proxytest, the shipped proxy/
+// puts real nginx and caddy processes (internal/testing/proxytest, the shipped proxy/
 // configs) between a client and flashgate's HTTP front-end.
 //
 // TestRatelimitSuite and TestRatelimitSuiteXDS run envoyproxy/ratelimit's

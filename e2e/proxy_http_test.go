@@ -14,7 +14,7 @@ import (
 
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/enforce/enforcetest"
-	"github.com/flashgate/flashgate/internal/proxytest"
+	"github.com/flashgate/flashgate/internal/testing/proxytest"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 

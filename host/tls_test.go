@@ -16,8 +16,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/flashgate/flashgate/host"
+	"github.com/flashgate/flashgate/internal/testing/tlstest"
 	"github.com/flashgate/flashgate/internal/tlsreload"
-	"github.com/flashgate/flashgate/internal/tlsreload/tlstest"
 )
 
 // TestTLS: with Options.TLS the gRPC listener serves ext_authz, RLS and

@@ -19,7 +19,7 @@
 // hardening, drain order, byte-identical ConfigMaps) and checks the Istio
 // resources' shape, the EnvoyFilter's filter config through Envoy's protos,
 // and runs the ingress-nginx annotations, rendered as the controller renders
-// them, through nginx -t and a real nginx (internal/proxytest).
+// them, through nginx -t and a real nginx (internal/testing/proxytest).
 // docs_test.go decodes the docs' Pod `containers:` fragments the same way.
 // README.md is the operator's guide.
 //

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/flashgate/flashgate/descriptors"
-	"github.com/flashgate/flashgate/internal/proxytest"
+	"github.com/flashgate/flashgate/internal/testing/proxytest"
 )
 
 const ingressAnnotation = "nginx.ingress.kubernetes.io/"

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashgate/flashgate/internal/proxytest"
+	"github.com/flashgate/flashgate/internal/testing/proxytest"
 )
 
 const caddyfile = "caddy/Caddyfile"

@@ -22,7 +22,7 @@
 // client_ip: {trusted_hops: 1}.
 //
 // The tests run the nginx and Caddy files in real nginx and caddy processes
-// (internal/proxytest) against a stand-in for the front-end and an upstream
+// (internal/testing/proxytest) against a stand-in for the front-end and an upstream
 // that counts what reaches it: the limits and headers of admissions and
 // denials, the original method and path as the front-end sees them (normal
 // form, spoofed headers gone), the failure behaviour, and that a flood of

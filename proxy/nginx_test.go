@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashgate/flashgate/internal/proxytest"
+	"github.com/flashgate/flashgate/internal/testing/proxytest"
 )
 
 const nginxConf = "nginx/flashgate.conf"

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/proxytest"
+	"github.com/flashgate/flashgate/internal/testing/proxytest"
 )
 
 // limit is what the stand-in authorizer admits per x-uid.

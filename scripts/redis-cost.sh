@@ -4,10 +4,10 @@
 # INFO cpu over the calls.
 # usage: scripts/redis-cost.sh PORT TEXTBOOK.lua [ROUNDS]     (a redis-server must listen on PORT)
 # Prints µs of Redis CPU per request: the textbook script by the recipe (redis-benchmark pipelined 16 deep)
-# and by scripts/evalbench the same way, then flashgate's with 1, 4, 8 and 16 requests per script call (the
+# and by cmd/evalbench the same way, then flashgate's with 1, 4, 8 and 16 requests per script call (the
 # auto-pipeline's batches), pipelined to 16 requests in flight; then both at 8 requests per round trip (the
 # textbook -P 8, flashgate one call of 8 with -P 1), what an auto-pipelined batch of 8 is end to end.
-# flashgate's script is driven by scripts/evalbench (built here): its hit spec is binary, which
+# flashgate's script is driven by cmd/evalbench (built here): its hit spec is binary, which
 # redis-benchmark cannot send.
 # RANGE (default 100000) is the key space and N (default 200000) the requests per run: RANGE=100000000
 # N=1000000 makes nearly every request create its key and, over a run of several seconds, most keys
@@ -27,7 +27,7 @@ per() { # requests redis-benchmark-args...: µs per request
 TBSHA=$(redis-cli -p "$P" script load "$(cat "$TB")")
 EB=$(mktemp -d)/evalbench
 trap 'rm -rf "$(dirname "$EB")"' EXIT
-go build -o "$EB" ./scripts/evalbench
+go build -o "$EB" ./cmd/evalbench
 eb() { # evalbench-args...: µs per request
   redis-cli -p "$P" flushall >/dev/null
   "$EB" -addr "127.0.0.1:$P" -c "$C" -range "$RANGE" -n "$N" -cpu "$@" | awk '{print $NF}'

@@ -4,7 +4,7 @@
 # so a change to window/redisstore/redis.lua can be compared on a shared box in one run.
 # usage: scripts/redis-instructions.sh [PORT]         (needs valgrind: Debian's valgrind package)
 # Starts its own redis-server under callgrind on PORT (default 63950), and for each case runs
-# scripts/evalbench (built here; one connection, one call in flight, fresh keys rl:<i>, as
+# cmd/evalbench (built here; one connection, one call in flight, fresh keys rl:<i>, as
 # `redis-benchmark -c 1 -P 1` did before flashgate's spec became binary) and prints the instructions (Ir)
 # Redis executed per request:
 #   empty        EVALSHA of "return 1" with flashgate's arguments (the floor: networking and EVALSHA itself)
@@ -45,7 +45,7 @@ up=""
 for _ in $(seq 100); do redis-cli -p "$P" ping >/dev/null 2>&1 && { up=1; break; }; sleep 0.2; done
 [ -n "$up" ] || { echo "redis-server under valgrind did not start on port $P:" >&2; cat "$D/valgrind.log" >&2; exit 1; }
 EB="$D/evalbench"
-go build -o "$EB" ./scripts/evalbench
+go build -o "$EB" ./cmd/evalbench
 ir() { # NAME REQUESTS evalbench-flags...: Ir per request
   local name=$1 n=$2; shift 2
   redis-cli -p "$P" flushall >/dev/null

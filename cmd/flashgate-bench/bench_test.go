@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/flashgate/flashgate/internal/authtest"
+	"github.com/flashgate/flashgate/internal/testing/authtest"
 )
 
 func benchJSON(t *testing.T, args ...string) benchResult {

@@ -17,9 +17,9 @@
 // own; requests are encoded once up front (or into a reused buffer per
 // worker) and sent through a codec that reads only the answer's status
 // code, so that the load generator spends its CPU on the transport. The
-// scripts under scripts/ (bench-cost.sh, bench-ratelimit.sh, bench-e2e.sh,
-// bench-http.sh) drive it; BENCHMARKS.md holds the figures and the commands
-// behind them.
+// scripts under scripts/ (bench-cost.sh, bench-ratelimit.sh, bench-http.sh,
+// bench-cluster.sh) drive it; BENCHMARKS.md holds the figures and the
+// commands behind them.
 //
 // main only calls run(ctx, args, stdout, stderr), which returns an error;
 // main prints it once, after "flashgate-bench: ", and exits 1.

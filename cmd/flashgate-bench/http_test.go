@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/flashgate/flashgate/httpauthz"
-	"github.com/flashgate/flashgate/internal/authtest"
+	"github.com/flashgate/flashgate/internal/testing/authtest"
 )
 
 // TestBenchHTTPAgainstLimiter: --api http sends each user's x-uid and IP

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashgate/flashgate/internal/authtest"
+	"github.com/flashgate/flashgate/internal/testing/authtest"
 )
 
 func TestCheckAllowedThenDenied(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/flashgate/flashgate/internal/checkreq"
-	"github.com/flashgate/flashgate/internal/tlsreload/tlstest"
+	"github.com/flashgate/flashgate/internal/testing/tlstest"
 )
 
 // serveTLSFiles is a test PKI for the client and a Secret-style mount of

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/flashgate/flashgate/internal/tlsreload/tlstest"
+	"github.com/flashgate/flashgate/internal/testing/tlstest"
 	"github.com/flashgate/flashgate/rls/xds/xdstest"
 	"github.com/flashgate/flashgate/window/redistest"
 )

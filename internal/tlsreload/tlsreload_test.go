@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/internal/testing/tlstest"
 	"github.com/flashgate/flashgate/internal/tlsreload"
-	"github.com/flashgate/flashgate/internal/tlsreload/tlstest"
 )
 
 // echoServer serves cfg on a loopback port, echoing what it reads; it

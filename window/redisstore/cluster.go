@@ -92,9 +92,6 @@ func newNodePipes(cc *redis.ClusterClient, body string, tune pipelineTuning) (*n
 	if err != nil {
 		return nil, err
 	}
-	if tune.hold == hold {
-		tune.hold = masterHold
-	}
 	ctx, stop := context.WithCancel(context.Background())
 	n := &nodePipes{cc: cc, script: s, tune: tune, stop: stop, done: make(chan struct{})}
 	n.byAddr.Store(&map[string]nodePipe{})

@@ -66,7 +66,7 @@ func benchmarkDecideCPU(b *testing.B, addrs []string, mode string, sidecars, nhi
 	reqs := benchRequests(b, nhits)
 	for i := range rs {
 		c := newTestClient(b, ClientConfig{Addrs: addrs, Mode: mode, PoolSize: pool, Timeout: time.Second})
-		rs[i] = newTunedRedis(b, c, Options{AutoPipeline: true}, defaultTuning)
+		rs[i] = newTunedRedis(b, c, Options{AutoPipeline: true}, nil)
 		b.Cleanup(rs[i].Close)
 		for _, req := range reqs[:64] {
 			mustDecide(b, rs[i], req...) // load the script, open the connections

@@ -453,7 +453,7 @@ func masterCalls(t *testing.T, cc *redis.ClusterClient) map[string]map[string]in
 // (connection), not as one master of several down.
 func TestRedisClusterPrunesMastersThatLeft(t *testing.T) {
 	t.Parallel()
-	cluster, cc, r := pipelinedCluster(t, 2, defaultTuning)
+	cluster, cc, r := pipelinedCluster(t, 2, nil)
 	ctx := context.Background()
 	k := testKeys(t)
 	a := k.Key("uid", "a")
@@ -500,8 +500,8 @@ func TestRedisClusterPrunesMastersThatLeft(t *testing.T) {
 }
 
 // pipelinedCluster starts a Cluster of masters and an auto-pipelined store
-// on it, tuned by tune, closed at the end of t.
-func pipelinedCluster(t *testing.T, masters int, tune pipelineTuning) (*redistest.Cluster, *redis.ClusterClient, *Redis) {
+// on it, its tuning changed by tune (nil: the default), closed at the end of t.
+func pipelinedCluster(t *testing.T, masters int, tune func(*pipelineTuning)) (*redistest.Cluster, *redis.ClusterClient, *Redis) {
 	t.Helper()
 	cluster := redistest.StartCluster(t, masters)
 	c := newTestClient(t, ClientConfig{Addrs: cluster.Addrs(), Mode: ModeCluster})

@@ -41,8 +41,9 @@ const (
 // too). Callers with a deadline bound it by the latest of theirs.
 const pipelineTimeout = 2 * time.Second
 
-// pipelineTuning is how an auto-pipeline batches: the defaults above in
-// production, other values in tests.
+// pipelineTuning is how an auto-pipeline batches: defaultTuning on
+// standalone and Sentinel Redis, with masterHold on a Cluster master; a test
+// adjusts it through newRedis.
 type pipelineTuning struct {
 	workers            int           // round trips in flight at most; also the dispatchers
 	stallMin, stallMax time.Duration // bounds of the stall that opens another slot

@@ -536,9 +536,9 @@ func gatedRedis(t *testing.T, g *readGate, lo, hi time.Duration) (*Redis, *count
 	t.Cleanup(func() { c.Close() })
 	hook := &countHook{}
 	c.AddHook(hook)
-	tune := defaultTuning
-	tune.stallMin, tune.stallMax = lo, hi
-	r := newTunedRedis(t, c, Options{AutoPipeline: true}, tune)
+	r := newTunedRedis(t, c, Options{AutoPipeline: true}, func(tune *pipelineTuning) {
+		tune.stallMin, tune.stallMax = lo, hi
+	})
 	t.Cleanup(r.Close)
 	mustDecide(t, r, hit(testKeys(t).Key("warm", "up"), 5, time.Minute)) // load the script
 	return r, hook

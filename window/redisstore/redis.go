@@ -114,11 +114,12 @@ var _ window.Limiter = (*Redis)(nil)
 // New returns a store on client. It does not contact Redis; see
 // [Redis.Ping] and [Redis.Warm].
 func New(client Client, opts Options) (*Redis, error) {
-	return newRedis(client, opts, defaultTuning)
+	return newRedis(client, opts, nil)
 }
 
-// newRedis is New with the auto-pipeline tuned by tune.
-func newRedis(client Client, opts Options, tune pipelineTuning) (*Redis, error) {
+// newRedis is New with the auto-pipeline's tuning, the default for client,
+// changed by adjust when it is not nil (tests pass one).
+func newRedis(client Client, opts Options, adjust func(*pipelineTuning)) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("redis limiter: the client is nil")
 	}
@@ -127,13 +128,20 @@ func newRedis(client Client, opts Options, tune pipelineTuning) (*Redis, error) 
 	default:
 		return nil, fmt.Errorf("redis limiter: unknown clock %d", opts.Clock)
 	}
-	if tune.workers < 1 {
-		return nil, fmt.Errorf("redis limiter: %d pipeline workers: want at least 1", tune.workers)
-	}
 	if opts.BatchWindow < 0 || opts.BatchWindow > MaxBatchWindow {
 		return nil, fmt.Errorf("redis limiter: batch window %s: want 0 to %s", opts.BatchWindow, MaxBatchWindow)
 	}
+	tune := defaultTuning
+	if _, ok := client.(*redis.ClusterClient); ok {
+		tune.hold = masterHold
+	}
 	tune.window = opts.BatchWindow
+	if adjust != nil {
+		adjust(&tune)
+	}
+	if tune.workers < 1 {
+		return nil, fmt.Errorf("redis limiter: %d pipeline workers: want at least 1", tune.workers)
+	}
 	r := &Redis{
 		client:  client,
 		script:  newScript(slidingLua),

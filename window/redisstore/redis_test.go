@@ -67,11 +67,12 @@ func newTestClient(t testing.TB, cfg ClientConfig) redis.UniversalClient {
 
 func newTestRedis(t testing.TB, c Client, opts Options) *Redis {
 	t.Helper()
-	return newTunedRedis(t, c, opts, defaultTuning)
+	return newTunedRedis(t, c, opts, nil)
 }
 
-// newTunedRedis is newTestRedis with the auto-pipeline tuned by tune.
-func newTunedRedis(t testing.TB, c Client, opts Options, tune pipelineTuning) *Redis {
+// newTunedRedis is newTestRedis with the auto-pipeline's tuning changed by
+// tune (nil: the default).
+func newTunedRedis(t testing.TB, c Client, opts Options, tune func(*pipelineTuning)) *Redis {
 	t.Helper()
 	r, err := newRedis(c, opts, tune)
 	if err != nil {
@@ -80,16 +81,14 @@ func newTunedRedis(t testing.TB, c Client, opts Options, tune pipelineTuning) *R
 	return r
 }
 
-// withWorkers returns the default tuning with n round trips in flight.
-func withWorkers(n int) pipelineTuning {
-	tune := defaultTuning
-	tune.workers = n
-	return tune
+// withWorkers tunes an auto-pipeline for n round trips in flight.
+func withWorkers(n int) func(*pipelineTuning) {
+	return func(tune *pipelineTuning) { tune.workers = n }
 }
 
-// queued is the default tuning with every call sent through the batching
+// queued tunes an auto-pipeline to send every call through the batching
 // dispatchers, so that sequential tests exercise them.
-var queued = func() pipelineTuning { tune := defaultTuning; tune.alwaysQueue = true; return tune }()
+func queued(tune *pipelineTuning) { tune.alwaysQueue = true }
 
 // decideAs decides hits as the request of member id member.
 func decideAs(ctx context.Context, r *Redis, hits []window.Hit, member string) (window.Decision, error) {

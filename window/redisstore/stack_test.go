@@ -211,7 +211,7 @@ func TestRedisNoScriptLoadRefused(t *testing.T) {
 	}
 	for _, ap := range []bool{false, true} {
 		c := newTestClient(t, ClientConfig{Addrs: []string{s.Addr()}, Username: "lim", Password: "pw"})
-		tune := defaultTuning
+		var tune func(*pipelineTuning)
 		if ap {
 			tune = queued // through the batching dispatchers
 		}

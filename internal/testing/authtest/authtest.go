@@ -16,21 +16,22 @@ import (
 
 	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
-	"github.com/flashgate/flashgate/extauthz"
 	"github.com/flashgate/flashgate/host"
 	"github.com/flashgate/flashgate/window"
 )
 
 // StartGRPC serves auth, with health SERVING, on a loopback port until the
-// test ends, on the gRPC server flashgate serves with (package host, with
-// extauthz's codec), and returns its address.
+// test ends, on the gRPC server flashgate serves with (package host's
+// options and limits) and grpc-go's own codec, and returns its address.
+// The codec is grpc-go's, not the ext_authz front-end's: the clients under
+// test send well-formed requests, and a harness imports no front-end.
 func StartGRPC(t testing.TB, auth authv3.AuthorizationServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(host.Options{GRPC: lis, Codec: extauthz.Codec()})
+	h, err := host.New(host.Options{GRPC: lis})
 	if err != nil {
 		t.Fatal(err)
 	}

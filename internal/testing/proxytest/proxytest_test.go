@@ -13,8 +13,8 @@ import (
 )
 
 const (
-	nginxConf = "../../proxy/nginx/flashgate.conf"
-	caddyfile = "../../proxy/caddy/Caddyfile"
+	nginxConf = "../../../proxy/nginx/flashgate.conf"
+	caddyfile = "../../../proxy/caddy/Caddyfile"
 )
 
 func TestRenderReplacesOnlyAddresses(t *testing.T) {
