@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,7 @@ type Core struct {
 
 	// mu guards fronts.
 	mu     sync.Mutex
-	fronts [numFrontEnds]*Front
+	fronts map[string]*Front // by FrontEnd.Name
 }
 
 // New returns a Core with opts, defaulted.
@@ -113,31 +114,41 @@ func (c *Core) Logger() *slog.Logger { return c.opts.Logger }
 func (c *Core) Clock() func() time.Time { return c.opts.Now }
 
 // Front returns the core as front-end fe uses it: its decisions count into
-// fe's metrics, registered on the first call (later calls return the same
-// Front). It fails only if the registry refuses them.
+// fe's metrics, registered on the first call for fe.Name (later calls
+// return the same Front). It fails for an unnamed front-end, a key
+// namespace another front-end holds, or metrics the registry refuses.
 func (c *Core) Front(fe FrontEnd) (*Front, error) {
-	if fe >= numFrontEnds {
-		return nil, errors.New("enforce: unknown front-end")
+	if fe.Name == "" {
+		return nil, errors.New("enforce: a front-end without a name")
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f := c.fronts[fe]; f != nil {
+	if f := c.fronts[fe.Name]; f != nil {
 		return f, nil
 	}
-	m, err := newMetrics(c.opts.Registerer, frontMetrics[fe])
-	if err != nil {
-		return nil, fmt.Errorf("enforce: %s: %w", fe, err)
+	for name, g := range c.fronts {
+		if ns := g.fe.KeyNamespace; ns != "" && fe.KeyNamespace != "" && (strings.HasPrefix(ns, fe.KeyNamespace) || strings.HasPrefix(fe.KeyNamespace, ns)) {
+			return nil, fmt.Errorf("enforce: %s: key namespace %q is %s's", fe.Name, ns, name)
+		}
 	}
-	f := &Front{c: c, m: m}
-	c.fronts[fe] = f
+	m, err := newMetrics(c.opts.Registerer, fe.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("enforce: %s: %w", fe.Name, err)
+	}
+	f := &Front{c: c, m: m, fe: fe}
+	if c.fronts == nil {
+		c.fronts = make(map[string]*Front)
+	}
+	c.fronts[fe.Name] = f
 	return f, nil
 }
 
 // Front is a [Core] as one front-end uses it. Its methods are safe for
 // concurrent use.
 type Front struct {
-	c *Core
-	m *metrics
+	c  *Core
+	m  *metrics
+	fe FrontEnd
 }
 
 // Shadow reports whether every rule is in shadow mode (Options.Shadow).

@@ -15,10 +15,10 @@
 //
 // It counts what it decided in the metrics that belong to the policy, not
 // to a protocol: backend errors by kind, failure-mode decisions, local
-// denials and the backend's latency. Every metric of a front-end is named
-// in one table here, registered once by the core: each front-end has a set
-// of its own, under the names it has always exported (a user contract),
-// see [FrontEnd]. The front-ends count their requests by rule and
+// denials and the backend's latency, under the names the front-end gave
+// when it registered ([Core.Front], [FrontEnd]): the core names no
+// front-end, and a new one brings its own family and key namespace. The
+// front-ends count their requests by rule and
 // decision, their latency and their reloads themselves, in
 // [FrontMetrics]: which rule a request counts under is the protocol's
 // business.
@@ -32,7 +32,7 @@
 // a rate_limit's requests, algorithm and buckets, failure_mode,
 // local_share and ban (the Check functions, each refusing with a
 // [FieldError] that the front-end's parser places at FILE:LINE:COL), and
-// [ValidHeaderName] and [ReservedRulePrefix].
+// [ValidHeaderName].
 //
 // # Rate-limit headers
 //

@@ -444,9 +444,9 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inheri
 			return p.errf(n, "the derived rule name %q is longer than %d characters: set name", r.Name, MaxRuleName)
 		}
 	}
-	if strings.HasPrefix(r.Name, enforce.ReservedRulePrefix) {
+	if strings.HasPrefix(r.Name, ReservedRulePrefix) {
 		// serve's ratelimit service keys its domains' windows rls.<domain>.
-		return p.errf(at, "rule name %q begins with %q, which is reserved for the ratelimit service's domains: set another name", r.Name, enforce.ReservedRulePrefix)
+		return p.errf(at, "rule name %q begins with %q, which is reserved for the ratelimit service's domains: set another name", r.Name, ReservedRulePrefix)
 	}
 	if prev, dup := p.names[r.Name]; dup {
 		return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)

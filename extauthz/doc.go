@@ -87,5 +87,6 @@
 // without a decision (a local fallback decision counts as allowed/denied).
 // The core counts flashgate_backend_errors_total,
 // flashgate_failure_mode_decisions_total, flashgate_local_denials_total and
-// flashgate_redis_duration_seconds (enforce.ExtAuthz).
+// flashgate_redis_duration_seconds, under the names ext_authz registers
+// with it (frontEnd in metrics.go).
 package extauthz

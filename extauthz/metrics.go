@@ -6,6 +6,46 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
+// frontEnd is ext_authz as it registers with the core: its metric family,
+// under the names listed in docs/operations.md (unprefixed). Its limit keys
+// take the rule names of the descriptors file, no namespace of its own.
+var frontEnd = enforce.FrontEnd{Name: "ext_authz", Metrics: enforce.MetricNames{
+	Requests: prometheus.Opts{
+		Name: "flashgate_checks_total",
+		Help: "ext_authz checks by domain, binding rule (empty when no rule matched) and decision.",
+	},
+	Duration: prometheus.Opts{
+		Name: "flashgate_check_duration_seconds",
+		Help: "Time to answer one ext_authz check, mapping and response included.",
+	},
+	Reloads: prometheus.Opts{
+		Name: "flashgate_config_reloads_total",
+		Help: "Descriptors file reloads by result: success or error.",
+	},
+	BackendErrors: prometheus.Opts{
+		Name: "flashgate_backend_errors_total",
+		Help: "Checks the backend could not decide, by kind: timeout, canceled, connection, breaker_open, invalid_hit, fallback, other.",
+	},
+	FailureModes: prometheus.Opts{
+		Name: "flashgate_failure_mode_decisions_total",
+		Help: "Checks decided by a failure mode because the backend failed, by mode: local, allow or deny.",
+	},
+	LocalDenials: prometheus.Opts{
+		Name: "flashgate_local_denials_total",
+		Help: "Denials decided by the local guard without a backend round trip, by reason: full or banned.",
+	},
+	BackendDuration: prometheus.Opts{
+		Name: "flashgate_redis_duration_seconds",
+		Help: "Time spent in the rate-limit backend (Redis, or Memory when embedded) per check that reached it, errors included.",
+	},
+}}
+
+// ReservedRulePrefix begins no rule name of a descriptors file: it is the
+// key namespace of the ratelimit service that serve runs beside ext_authz
+// (--rls-config), which keys a domain's windows under the rule
+// rls.<domain>; a rule of the same name would share them.
+const ReservedRulePrefix = "rls."
+
 // metrics are ext_authz's own Prometheus metrics, listed in docs/operations.md:
 // flashgate_checks_total and flashgate_check_duration_seconds, registered
 // by the core with its own (enforce.FrontMetrics; the Reloader counts

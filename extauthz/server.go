@@ -59,7 +59,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if opts.Core == nil {
 		return nil, errors.New("extauthz: no enforcement core given")
 	}
-	front, err := opts.Core.Front(enforce.ExtAuthz)
+	front, err := opts.Core.Front(frontEnd)
 	if err != nil {
 		return nil, fmt.Errorf("extauthz: %w", err)
 	}

@@ -117,5 +117,6 @@
 // flashgate_rls_config_reloads_total{result}; the core counts
 // flashgate_rls_backend_errors_total{kind},
 // flashgate_rls_failure_mode_decisions_total{mode} and
-// flashgate_rls_local_denials_total{reason} (enforce.RLS).
+// flashgate_rls_local_denials_total{reason}, under the names the RLS
+// registers with it (frontEnd in metrics.go).
 package rls

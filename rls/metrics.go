@@ -8,6 +8,35 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
+// frontEnd is the RLS as it registers with the core: its metric family,
+// flashgate_rls_* (no backend latency), and its key namespace, KeyNamespace.
+var frontEnd = enforce.FrontEnd{Name: "rls", KeyNamespace: KeyNamespace, Metrics: enforce.MetricNames{
+	Requests: prometheus.Opts{
+		Name: "flashgate_rls_requests_total",
+		Help: "ShouldRateLimit calls by domain, binding rule (rate_limit.name, else its descriptor path; empty when none matched) and decision.",
+	},
+	Duration: prometheus.Opts{
+		Name: "flashgate_rls_request_duration_seconds",
+		Help: "Time to answer one ShouldRateLimit call.",
+	},
+	Reloads: prometheus.Opts{
+		Name: "flashgate_rls_config_reloads_total",
+		Help: "ratelimit config directory reloads by result: success or error.",
+	},
+	BackendErrors: prometheus.Opts{
+		Name: "flashgate_rls_backend_errors_total",
+		Help: "ShouldRateLimit calls the backend could not decide, by kind (window.ErrKind, or fallback).",
+	},
+	FailureModes: prometheus.Opts{
+		Name: "flashgate_rls_failure_mode_decisions_total",
+		Help: "ShouldRateLimit calls decided by the failure mode because the backend failed, by mode: local, allow or deny.",
+	},
+	LocalDenials: prometheus.Opts{
+		Name: "flashgate_rls_local_denials_total",
+		Help: "ShouldRateLimit denials decided by the local guard without a backend round trip, by reason: full or banned.",
+	},
+}}
+
 // metrics are the RLS server's own Prometheus metrics:
 // flashgate_rls_requests_total and flashgate_rls_request_duration_seconds,
 // registered by the core with its own (enforce.FrontMetrics; the Reloader

@@ -141,7 +141,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 			*f.name = *f.def
 		}
 	}
-	front, err := opts.Core.Front(enforce.RLS)
+	front, err := opts.Core.Front(frontEnd)
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
 	}
