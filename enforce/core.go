@@ -189,9 +189,12 @@ const (
 	// ViaAllow: the limiter failed and no hit's mode refused or could be
 	// decided locally: admit, without a decision.
 	ViaAllow
+	// ViaRefusal: a rule refused the request before the limiter was asked
+	// (Request.Refusal).
+	ViaRefusal
 )
 
-// Outcome is how Decide decided one request's hits. It is a small value:
+// Outcome is how the core decided one request's hits. It is a small value:
 // deciding allocates nothing for it.
 type Outcome struct {
 	// Decision is the limiter's (ViaLimiter) or the fallback's
@@ -237,11 +240,11 @@ func (o *Outcome) Decided(j int) bool {
 	return false
 }
 
-// Decide decides a request's hits, all or nothing, by one call of the
-// limiter; when it fails, by the failure modes p gives (see the package
-// doc). It counts what it did in the front-end's metrics. With no hits it
-// admits, asking nothing.
-func (f *Front) Decide(ctx context.Context, hits []window.Hit, p Policies) Outcome {
+// decideHits decides a request's hits, all or nothing, by one call of
+// the limiter; when it fails, by the failure modes p gives (see the
+// package doc). It counts what it did in the core's metrics. With no hits
+// it admits, asking nothing.
+func (f *Front) decideHits(ctx context.Context, hits []window.Hit, p Policies) Outcome {
 	if len(hits) == 0 {
 		return Outcome{Decision: window.Decision{Allowed: true, Index: -1, ShadowIndex: -1}}
 	}

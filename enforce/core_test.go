@@ -140,7 +140,7 @@ func TestDecideFailureModes(t *testing.T) {
 			f, reg := newFront(t, opts, extAuthz)
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // the caller gave up: the fallback decides all the same
-			o := f.Decide(ctx, hits(tc.shadow...), tc.modes)
+			o := f.DecideHits(ctx, hits(tc.shadow...), tc.modes)
 			if o.Via != tc.via || !o.Failed() {
 				t.Fatalf("via %d, want %d", o.Via, tc.via)
 			}
@@ -205,7 +205,7 @@ func TestDecideLimiter(t *testing.T) {
 			lim := &limiter{d: tc.d}
 			f, reg := newFront(t, enforce.Options{Limiter: lim, Fallback: &fallback{}}, extAuthz)
 			hs := hits(make([]bool, tc.hits)...)
-			o := f.Decide(context.Background(), hs, modes(make([]enforce.FailureMode, tc.hits)))
+			o := f.DecideHits(context.Background(), hs, modes(make([]enforce.FailureMode, tc.hits)))
 			if o.Via != enforce.ViaLimiter || o.Failed() || o.Decision != tc.d {
 				t.Fatalf("outcome %+v, want the limiter's %+v", o, tc.d)
 			}
@@ -248,7 +248,7 @@ func TestFrontMetrics(t *testing.T) {
 		}
 		fronts[fe.Name] = f
 	}
-	fronts[rlsFront.Name].Decide(context.Background(), hits(false), modes{enforce.FailureDefault})
+	fronts[rlsFront.Name].DecideHits(context.Background(), hits(false), modes{enforce.FailureDefault})
 	for _, f := range fronts { // a CounterVec is gathered once it has a child
 		f.Metrics().Requests.WithLabelValues("d", "r", enforce.DecisionAllowed).Inc()
 	}

@@ -1,9 +1,12 @@
 package enforce
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/flashgate/flashgate/window"
 )
 
 // ProblemWithStatus returns body, a denial's problem, with its status
@@ -19,4 +22,9 @@ func ProblemWithStatus(body string, status int) string {
 		return body
 	}
 	return problemType + strconv.Quote(title) + `,"status":` + strconv.Itoa(status) + "," + rest
+}
+
+// DecideHits decides hits as Decide does once no rule refused the request.
+func (f *Front) DecideHits(ctx context.Context, hits []window.Hit, p Policies) Outcome {
+	return f.decideHits(ctx, hits, p)
 }

@@ -2,6 +2,8 @@ package enforce
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -48,8 +50,8 @@ const (
 	DecisionError = "error"
 )
 
-// Decisions are the four decision labels.
-var Decisions = [...]string{DecisionAllowed, DecisionDenied, DecisionShadowDenied, DecisionError}
+// Decisions are the four decision labels, indexed by Label.
+var Decisions = [numLabels]string{DecisionAllowed, DecisionDenied, DecisionShadowDenied, DecisionError}
 
 // FrontMetrics are the metrics a front-end counts itself, registered by
 // the core with its own under the front-end's names (see [MetricNames]).
@@ -74,6 +76,7 @@ const kindFallback = "fallback"
 // answer during an outage. Labels never carry request values.
 type metrics struct {
 	front                          FrontMetrics
+	series                         *Series
 	backendDur                     prometheus.Histogram // nil: not exported
 	errsByKind                     [window.KindOther + 1]prometheus.Counter
 	fallbackErr                    prometheus.Counter
@@ -90,6 +93,7 @@ func newMetrics(reg prometheus.Registerer, o MetricNames) (*metrics, error) {
 		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: o.Duration.Name, Help: o.Duration.Help, Buckets: durationBuckets}),
 		Reloads:  prometheus.NewCounterVec(prometheus.CounterOpts(o.Reloads), []string{"result"}),
 	}}
+	m.series = &Series{vec: m.front.Requests}
 	cs := []prometheus.Collector{m.front.Requests, m.front.Duration, m.front.Reloads, errs, local, modes}
 	if o.BackendDuration.Name != "" {
 		m.backendDur = prometheus.NewHistogram(prometheus.HistogramOpts{Name: o.BackendDuration.Name, Help: o.BackendDuration.Help, Buckets: durationBuckets})
@@ -118,4 +122,81 @@ func (m *metrics) backendErr(kind window.ErrKind) prometheus.Counter {
 		return m.errsByKind[kind]
 	}
 	return m.errsByKind[window.KindOther]
+}
+
+// RuleLabel is a (domain, rule) pair of a front-end's requests counter.
+type RuleLabel struct{ Domain, Rule string }
+
+// Series keeps a front-end's requests counter to the rules in force: the
+// series of a rule a reload removed go. Its methods are safe for
+// concurrent use.
+type Series struct {
+	vec *prometheus.CounterVec
+
+	// mu guards live.
+	mu   sync.Mutex
+	live map[RuleLabel]*RuleCounters
+}
+
+// Series returns the front-end's requests series.
+func (f *Front) Series() *Series { return f.m.series }
+
+// RuleCounters count one rule's requests into a front-end's requests
+// counter, by Label. Safe for concurrent use.
+type RuleCounters struct {
+	vec   *prometheus.CounterVec
+	label RuleLabel
+	// eager are the children, resolved once; nil: resolved per count.
+	eager   *[numLabels]prometheus.Counter
+	dropped atomic.Bool
+}
+
+// Inc counts one request under l. A count into the series of a rule that
+// a later Install dropped is lost: it never brings the series back.
+func (c *RuleCounters) Inc(l Label) {
+	if c.eager != nil {
+		c.eager[l].Inc()
+		return
+	}
+	if c.dropped.Load() {
+		return
+	}
+	c.vec.WithLabelValues(c.label.Domain, c.label.Rule, Decisions[l]).Inc()
+	if c.dropped.Load() { // dropped meanwhile: drop it again
+		c.vec.DeleteLabelValues(c.label.Domain, c.label.Rule, Decisions[l])
+	}
+}
+
+// Install makes labels the rules in force and returns their counters, for
+// the config being installed, and deletes the series of the labels the
+// previous Install had and labels lacks. Eager exports every label's
+// series from now on, at 0 until counted (a count does no label lookup);
+// otherwise a series appears when first counted.
+func (s *Series) Install(labels []RuleLabel, eager bool) map[RuleLabel]*RuleCounters {
+	cur := make(map[RuleLabel]*RuleCounters, len(labels))
+	for _, l := range labels {
+		if _, ok := cur[l]; ok {
+			continue
+		}
+		c := &RuleCounters{vec: s.vec, label: l}
+		if eager {
+			c.eager = new([numLabels]prometheus.Counter)
+			for k := range c.eager {
+				c.eager[k] = s.vec.WithLabelValues(l.Domain, l.Rule, Decisions[k])
+			}
+		}
+		cur[l] = c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for l, c := range s.live {
+		if _, ok := cur[l]; !ok {
+			c.dropped.Store(true)
+			for _, d := range Decisions {
+				s.vec.DeleteLabelValues(l.Domain, l.Rule, d)
+			}
+		}
+	}
+	s.live = cur
+	return cur
 }

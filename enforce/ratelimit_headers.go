@@ -167,6 +167,10 @@ type Policy struct {
 	// problemTail is the body after the status: violated-policies, error,
 	// rule, and the retry_after_ms member's name.
 	problemTail string
+	// Ref is the front-end's own number for the policy's rule (e.g. its
+	// index in the front-end's rules); the core never reads it. Set it
+	// before the policy is shared.
+	Ref int
 }
 
 // NewPolicy returns the policy of the rule named rule with limit l: quota

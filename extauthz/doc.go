@@ -78,7 +78,7 @@
 // (package window/guard), not the server's. If it fails (an error, a timeout,
 // window.ErrBreakerOpen) the core applies the failure modes: deny if any
 // enforcing hit's mode is deny; else the hits in mode local go to the
-// fallback, told the cause; else allow. Check turns the core's Outcome
+// fallback, told the cause; else allow. Check writes the core's verdict
 // into a response; it never returns a gRPC error.
 //
 // Metrics: flashgate_checks_total{domain,rule,decision} counts

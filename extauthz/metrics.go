@@ -60,45 +60,13 @@ func newMetrics(fm enforce.FrontMetrics) *metrics {
 	return &metrics{checks: fm.Requests, checkDur: fm.Duration}
 }
 
-// ruleCounters are the flashgate_checks_total children of one rule,
-// resolved once per rule set so a check does no label lookup.
-type ruleCounters struct {
-	allowed, denied, shadowDenied, errored prometheus.Counter
-}
-
-func (m *metrics) forRule(domain, rule string) ruleCounters {
-	return ruleCounters{
-		allowed:      m.checks.WithLabelValues(domain, rule, enforce.DecisionAllowed),
-		denied:       m.checks.WithLabelValues(domain, rule, enforce.DecisionDenied),
-		shadowDenied: m.checks.WithLabelValues(domain, rule, enforce.DecisionShadowDenied),
-		errored:      m.checks.WithLabelValues(domain, rule, enforce.DecisionError),
+// seriesOf lists the flashgate_checks_total rule labels of cfg: every
+// rule's and "" (no rule bound), under its domain.
+func seriesOf(cfg *Config) []enforce.RuleLabel {
+	out := make([]enforce.RuleLabel, 0, len(cfg.Rules)+1)
+	out = append(out, enforce.RuleLabel{Domain: cfg.Domain})
+	for _, r := range cfg.Rules {
+		out = append(out, enforce.RuleLabel{Domain: cfg.Domain, Rule: r.Name})
 	}
-}
-
-// dropRules deletes the flashgate_checks_total series of old's rules that
-// cur does not have (old's rule="" series too when the domain changed), so
-// that a reload leaves the series of the rules in force only. Call it after
-// cur is swapped in. A check still running under old counts into a child
-// resolved before the swap: once deleted, that child is no longer exported
-// and its late count is lost; it never brings the series back.
-func (m *metrics) dropRules(old, cur *Config) {
-	keep := make(map[string]struct{}, len(cur.Rules)+1)
-	if old.Domain == cur.Domain {
-		keep[""] = struct{}{}
-		for _, r := range cur.Rules {
-			keep[r.Name] = struct{}{}
-		}
-	}
-	drop := func(rule string) {
-		if _, ok := keep[rule]; ok {
-			return
-		}
-		for _, d := range enforce.Decisions {
-			m.checks.DeleteLabelValues(old.Domain, rule, d)
-		}
-	}
-	drop("")
-	for _, r := range old.Rules {
-		drop(r.Name)
-	}
+	return out
 }

@@ -24,33 +24,14 @@ type Mapping struct {
 
 	// tags[i] is Hits[i]'s Tag: its rule, and the hit's own outcome that
 	// the limiter reports into it.
-	tags []hitTag
-	// answer is the scratch in which the server gathers what its response
-	// says (see plan).
-	answer plan
+	tags []enforce.HitTag
+	// req is what the server asks the core, its answer's storage reused.
+	req enforce.Request
 }
-
-// hitTag is the Tag of a hit: its rule, which names the hit's penalty box
-// and local share to the limiter stack, and the hit's own outcome, which
-// the limiter reports into it (window.HitReporter) for the response's
-// RateLimit field.
-type hitTag struct {
-	*Rule
-	report window.HitReport
-}
-
-var _ window.HitReporter = (*hitTag)(nil)
-
-// ReportHit implements window.HitReporter.
-func (t *hitTag) ReportHit(r window.HitReport) { t.report = r }
 
 // Report returns what the last decision on m's hits reported of Hits[i]'s
 // own window; Known is false when it reported nothing.
-func (m *Mapping) Report(i int) window.HitReport { return m.tags[i].report }
-
-// FailureMode returns the failure mode of Hits[i]'s rule (its own, or
-// enforce.FailureDefault): m is the enforce.Policies of its hits.
-func (m *Mapping) FailureMode(i int) enforce.FailureMode { return m.Rules[i].FailureMode }
+func (m *Mapping) Report(i int) window.HitReport { return m.tags[i].Report }
 
 // Reset empties m, keeping its storage.
 func (m *Mapping) Reset() {
@@ -58,7 +39,6 @@ func (m *Mapping) Reset() {
 	clear(m.Rules)
 	clear(m.tags)
 	m.Hits, m.Rules, m.tags, m.Missing = m.Hits[:0], m.Rules[:0], m.tags[:0], nil
-	m.answer.reset()
 }
 
 // constKeys returns, by rule index, the limit key of every rule whose key
@@ -132,7 +112,7 @@ func (c *Config) mapWith(req *authv3.CheckRequest, keys window.Keys, constKeys [
 			Key: key, Rule: r.Name, Limit: r.Limit, Shadow: r.Shadow || shadowAll,
 		})
 		m.Rules = append(m.Rules, r)
-		m.tags = append(m.tags, hitTag{Rule: r})
+		m.tags = append(m.tags, enforce.HitTag{Rule: r, Mode: r.FailureMode})
 	}
 	// Tagged once the tags stop moving.
 	for i := range m.Hits {

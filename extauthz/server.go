@@ -90,17 +90,15 @@ func (s *Server) SetConfig(cfg *Config) error {
 	return nil
 }
 
-// installLocked swaps in cfg's compiled rules and drops the metric series
-// of the rules it no longer has; installMu is held.
+// installLocked swaps in cfg's compiled rules (newRuleSet drops the
+// metric series of the rules it no longer has); installMu is held.
 func (s *Server) installLocked(cfg *Config) {
 	rs := s.newRuleSet(cfg)
 	if !s.core.HasFallback() && slices.ContainsFunc(cfg.Rules, func(r *Rule) bool { return s.core.Mode(r.FailureMode) == enforce.FailureLocal }) {
 		s.log.Warn("failure mode local has no fallback limiter here: it admits like allow")
 	}
 	s.encoded.Store(rs.encoded)
-	if old := s.rules.Swap(rs); old != nil {
-		s.metrics.dropRules(old.cfg, cfg)
-	}
+	s.rules.Store(rs)
 	s.log.Info("rules loaded", "file", cfg.Name, "domain", cfg.Domain, "rules", len(cfg.Rules))
 }
 
@@ -132,84 +130,9 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	return resp, nil
 }
 
-// decide answers one mapped request.
+// decide answers one mapped request: the core decides and counts it, the
+// verdict's answer becomes the response.
 func (s *Server) decide(ctx context.Context, rs *ruleSet, m *Mapping) *authv3.CheckResponse {
-	shadowMissing := false
-	if r := m.Missing; r != nil {
-		if !r.Shadow && !s.core.Shadow() {
-			rr := &rs.rules[r.idx]
-			rr.counters.denied.Inc()
-			return rs.build(m.refusal(rr))
-		}
-		shadowMissing = true
-	}
-	if len(m.Hits) == 0 {
-		if shadowMissing {
-			rs.rules[m.Missing.idx].counters.shadowDenied.Inc()
-			p := m.plan(rs, nil)
-			p.Shadow = true
-			return rs.build(p)
-		}
-		rs.none.allowed.Inc()
-		return rs.okPlain
-	}
-	o := s.core.Decide(ctx, m.Hits, m)
-	switch o.Via {
-	case enforce.ViaLimiter:
-		return s.respond(rs, m, &o, shadowMissing)
-	case enforce.ViaFallback:
-		return s.respond(rs, m, &o, o.ShadowDeny || shadowMissing)
-	case enforce.ViaDeny:
-		rr := &rs.rules[m.Rules[o.Denier].idx]
-		rr.counters.errored.Inc()
-		return rs.build(m.refusal(rr))
-	}
-	rs.rules[m.Rules[0].idx].counters.errored.Inc()
-	p := m.plan(rs, nil) // admitted without a decision: the policies, no state
-	p.Shadow = o.ShadowDeny || shadowMissing
-	return rs.build(p)
-}
-
-// respond turns o's Decision on m's hits into a response, and counts it.
-func (s *Server) respond(rs *ruleSet, m *Mapping, o *enforce.Outcome, shadow bool) *authv3.CheckResponse {
-	d := &o.Decision
-	rule := func(k int) *ruleResp {
-		if j := o.Hit(k); j >= 0 && j < len(m.Rules) {
-			return &rs.rules[m.Rules[j].idx]
-		}
-		return nil
-	}
-	binding := rule(d.Index)
-	if !d.Allowed {
-		if binding == nil {
-			// A limiter broke its contract; admit rather than guess.
-			rs.none.errored.Inc()
-			return rs.okPlain
-		}
-		binding.counters.denied.Inc()
-		return rs.build(m.plan(rs, o))
-	}
-	if d.Shadowed || shadow {
-		var sr *ruleResp
-		if d.Shadowed {
-			sr = rule(d.ShadowIndex)
-		}
-		switch {
-		case sr != nil:
-			sr.counters.shadowDenied.Inc()
-		case m.Missing != nil:
-			rs.rules[m.Missing.idx].counters.shadowDenied.Inc()
-		default:
-			rs.none.shadowDenied.Inc()
-		}
-		p := m.plan(rs, o)
-		p.Shadow = true
-		return rs.build(p)
-	}
-	if binding == nil {
-		rs.none.allowed.Inc()
-		return rs.okPlain
-	}
-	binding.counters.allowed.Inc()
-	return rs.build(m.plan(rs, o))
+	v := s.core.Decide(ctx, rs.request(m))
+	return rs.answer(v.Answer)
 }
