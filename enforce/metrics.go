@@ -167,12 +167,14 @@ func (c *RuleCounters) Inc(l Label) {
 	}
 }
 
-// Install makes labels the rules in force and returns their counters, for
-// the config being installed, and deletes the series of the labels the
-// previous Install had and labels lacks. Eager exports every label's
-// series from now on, at 0 until counted (a count does no label lookup);
-// otherwise a series appears when first counted.
-func (s *Series) Install(labels []RuleLabel, eager bool) map[RuleLabel]*RuleCounters {
+// Install makes labels the rules in force: it deletes the series of the
+// labels the previous Install had and labels lacks, and calls swap with
+// the labels' counters, for the config being installed to count into.
+// Installs are ordered (swap runs under the Series' lock), so the config
+// swapped in last is the one whose series are live. Eager exports every
+// label's series from now on, at 0 until counted (a count does no label
+// lookup); otherwise a series appears when first counted.
+func (s *Series) Install(labels []RuleLabel, eager bool, swap func(map[RuleLabel]*RuleCounters)) {
 	cur := make(map[RuleLabel]*RuleCounters, len(labels))
 	for _, l := range labels {
 		if _, ok := cur[l]; ok {
@@ -198,5 +200,5 @@ func (s *Series) Install(labels []RuleLabel, eager bool) map[RuleLabel]*RuleCoun
 		}
 	}
 	s.live = cur
-	return cur
+	swap(cur)
 }

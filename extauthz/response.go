@@ -137,8 +137,7 @@ type ruleResp struct {
 	refusal enforce.Refusal
 }
 
-func (s *Server) newRuleSet(cfg *Config) *ruleSet {
-	counters := s.core.Series().Install(seriesOf(cfg), true)
+func (s *Server) newRuleSet(cfg *Config, counters map[enforce.RuleLabel]*enforce.RuleCounters) *ruleSet {
 	rs := &ruleSet{
 		k:         s.resp,
 		cfg:       cfg,

@@ -44,10 +44,6 @@ type Server struct {
 	// encoded is the rule set's encoded map (see ruleSet), for the codec.
 	encoded atomic.Pointer[sync.Map]
 	pool    sync.Pool // *Mapping
-
-	// installMu orders installs: the metric series a rule set drops are
-	// those of the rule set it replaced.
-	installMu sync.Mutex
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
@@ -84,22 +80,16 @@ func (s *Server) SetConfig(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("extauthz: no descriptors config given")
 	}
-	s.installMu.Lock()
-	defer s.installMu.Unlock()
-	s.installLocked(cfg)
-	return nil
-}
-
-// installLocked swaps in cfg's compiled rules (newRuleSet drops the
-// metric series of the rules it no longer has); installMu is held.
-func (s *Server) installLocked(cfg *Config) {
-	rs := s.newRuleSet(cfg)
+	s.core.Series().Install(seriesOf(cfg), true, func(counters map[enforce.RuleLabel]*enforce.RuleCounters) {
+		rs := s.newRuleSet(cfg, counters)
+		s.encoded.Store(rs.encoded)
+		s.rules.Store(rs)
+	})
 	if !s.core.HasFallback() && slices.ContainsFunc(cfg.Rules, func(r *Rule) bool { return s.core.Mode(r.FailureMode) == enforce.FailureLocal }) {
 		s.log.Warn("failure mode local has no fallback limiter here: it admits like allow")
 	}
-	s.encoded.Store(rs.encoded)
-	s.rules.Store(rs)
 	s.log.Info("rules loaded", "file", cfg.Name, "domain", cfg.Domain, "rules", len(cfg.Rules))
+	return nil
 }
 
 // Config returns the rules in force.

@@ -8,7 +8,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -116,10 +115,6 @@ type Server struct {
 	// (Options.ResponseHeaders), lower case: the rate-limit headers leave
 	// out a field of the same name.
 	compat map[string]bool
-
-	// installMu orders installs: the metric series a config drops are
-	// those of the config it replaced.
-	installMu sync.Mutex
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
@@ -153,7 +148,9 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 			s.compat[strings.ToLower(n)] = true
 		}
 	}
-	s.install(cfg)
+	if err := s.SetConfig(cfg); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -175,16 +172,9 @@ func (s *Server) SetConfig(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("rls: no ratelimit config given")
 	}
-	s.installMu.Lock()
-	defer s.installMu.Unlock()
-	s.install(cfg)
-	return nil
-}
-
-// install swaps cfg in and drops the metric series of the rules it no
-// longer has; one install runs at a time.
-func (s *Server) install(cfg *Config) {
-	s.in.Store(&installed{cfg: cfg, counters: s.core.Series().Install(seriesOf(cfg), false)})
+	s.core.Series().Install(seriesOf(cfg), false, func(counters map[enforce.RuleLabel]*enforce.RuleCounters) {
+		s.in.Store(&installed{cfg: cfg, counters: counters})
+	})
 	rules := 0
 	for _, d := range cfg.domains {
 		rules += len(d.rules)
@@ -194,6 +184,7 @@ func (s *Server) install(cfg *Config) {
 		s.log.Warn("quota_mode is enforced as an ordinary limit: these rules refuse a request when over, whatever the other quota rules say",
 			"dir", cfg.Dir, "rules", quota)
 	}
+	return nil
 }
 
 // ShouldRateLimit implements the RateLimitService. As ratelimit, it
