@@ -14,6 +14,12 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
+// ReservedRulePrefix begins no rule name of a descriptors file: it is the
+// key namespace of the ratelimit service that serve runs beside ext_authz
+// (--rls-config), which keys a domain's windows under the rule
+// rls.<domain>; a rule of the same name would share them.
+const ReservedRulePrefix = "rls."
+
 // This file is the descriptors compiler: from the YAML tree of a
 // descriptors file to a Config of Rules, with defaults applied, inherited
 // settings passed down and everything validated.
@@ -444,9 +450,9 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inheri
 			return p.errf(n, "the derived rule name %q is longer than %d characters: set name", r.Name, MaxRuleName)
 		}
 	}
-	if strings.HasPrefix(r.Name, enforce.ReservedRulePrefix) {
+	if strings.HasPrefix(r.Name, ReservedRulePrefix) {
 		// serve's ratelimit service keys its domains' windows rls.<domain>.
-		return p.errf(at, "rule name %q begins with %q, which is reserved for the ratelimit service's domains: set another name", r.Name, enforce.ReservedRulePrefix)
+		return p.errf(at, "rule name %q begins with %q, which is reserved for the ratelimit service's domains: set another name", r.Name, ReservedRulePrefix)
 	}
 	if prev, dup := p.names[r.Name]; dup {
 		return p.errf(at, "rule name %q is already used by the rule on line %d", r.Name, prev.Line)

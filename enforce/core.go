@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,7 @@ type Core struct {
 
 	// mu guards fronts.
 	mu     sync.Mutex
-	fronts [numFrontEnds]*Front
+	fronts map[string]*Front // by FrontEnd.Name
 }
 
 // New returns a Core with opts, defaulted.
@@ -113,31 +114,41 @@ func (c *Core) Logger() *slog.Logger { return c.opts.Logger }
 func (c *Core) Clock() func() time.Time { return c.opts.Now }
 
 // Front returns the core as front-end fe uses it: its decisions count into
-// fe's metrics, registered on the first call (later calls return the same
-// Front). It fails only if the registry refuses them.
+// fe's metrics, registered on the first call for fe.Name (later calls
+// return the same Front). It fails for an unnamed front-end, a key
+// namespace another front-end holds, or metrics the registry refuses.
 func (c *Core) Front(fe FrontEnd) (*Front, error) {
-	if fe >= numFrontEnds {
-		return nil, errors.New("enforce: unknown front-end")
+	if fe.Name == "" {
+		return nil, errors.New("enforce: a front-end without a name")
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f := c.fronts[fe]; f != nil {
+	if f := c.fronts[fe.Name]; f != nil {
 		return f, nil
 	}
-	m, err := newMetrics(c.opts.Registerer, frontMetrics[fe])
-	if err != nil {
-		return nil, fmt.Errorf("enforce: %s: %w", fe, err)
+	for name, g := range c.fronts {
+		if ns := g.fe.KeyNamespace; ns != "" && fe.KeyNamespace != "" && (strings.HasPrefix(ns, fe.KeyNamespace) || strings.HasPrefix(fe.KeyNamespace, ns)) {
+			return nil, fmt.Errorf("enforce: %s: key namespace %q is %s's", fe.Name, ns, name)
+		}
 	}
-	f := &Front{c: c, m: m}
-	c.fronts[fe] = f
+	m, err := newMetrics(c.opts.Registerer, fe.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("enforce: %s: %w", fe.Name, err)
+	}
+	f := &Front{c: c, m: m, fe: fe}
+	if c.fronts == nil {
+		c.fronts = make(map[string]*Front)
+	}
+	c.fronts[fe.Name] = f
 	return f, nil
 }
 
 // Front is a [Core] as one front-end uses it. Its methods are safe for
 // concurrent use.
 type Front struct {
-	c *Core
-	m *metrics
+	c  *Core
+	m  *metrics
+	fe FrontEnd
 }
 
 // Shadow reports whether every rule is in shadow mode (Options.Shadow).
@@ -178,9 +189,12 @@ const (
 	// ViaAllow: the limiter failed and no hit's mode refused or could be
 	// decided locally: admit, without a decision.
 	ViaAllow
+	// ViaRefusal: a rule refused the request before the limiter was asked
+	// (Request.Refusal).
+	ViaRefusal
 )
 
-// Outcome is how Decide decided one request's hits. It is a small value:
+// Outcome is how the core decided one request's hits. It is a small value:
 // deciding allocates nothing for it.
 type Outcome struct {
 	// Decision is the limiter's (ViaLimiter) or the fallback's
@@ -226,11 +240,11 @@ func (o *Outcome) Decided(j int) bool {
 	return false
 }
 
-// Decide decides a request's hits, all or nothing, by one call of the
-// limiter; when it fails, by the failure modes p gives (see the package
-// doc). It counts what it did in the front-end's metrics. With no hits it
-// admits, asking nothing.
-func (f *Front) Decide(ctx context.Context, hits []window.Hit, p Policies) Outcome {
+// decideHits decides a request's hits, all or nothing, by one call of
+// the limiter; when it fails, by the failure modes p gives (see the
+// package doc). It counts what it did in the core's metrics. With no hits
+// it admits, asking nothing.
+func (f *Front) decideHits(ctx context.Context, hits []window.Hit, p Policies) Outcome {
 	if len(hits) == 0 {
 		return Outcome{Decision: window.Decision{Allowed: true, Index: -1, ShadowIndex: -1}}
 	}

@@ -72,6 +72,28 @@ func newFront(t *testing.T, opts enforce.Options, fe enforce.FrontEnd) (*enforce
 	return f, reg
 }
 
+// extAuthz and rlsFront are two front-ends' families, as extauthz and rls
+// register them.
+var (
+	extAuthz = enforce.FrontEnd{Name: "ext_authz", Metrics: enforce.MetricNames{
+		Requests:        prometheus.Opts{Name: "flashgate_checks_total", Help: "h"},
+		Duration:        prometheus.Opts{Name: "flashgate_check_duration_seconds", Help: "h"},
+		Reloads:         prometheus.Opts{Name: "flashgate_config_reloads_total", Help: "h"},
+		BackendErrors:   prometheus.Opts{Name: "flashgate_backend_errors_total", Help: "h"},
+		FailureModes:    prometheus.Opts{Name: "flashgate_failure_mode_decisions_total", Help: "h"},
+		LocalDenials:    prometheus.Opts{Name: "flashgate_local_denials_total", Help: "h"},
+		BackendDuration: prometheus.Opts{Name: "flashgate_redis_duration_seconds", Help: "h"},
+	}}
+	rlsFront = enforce.FrontEnd{Name: "rls", KeyNamespace: "rls.", Metrics: enforce.MetricNames{
+		Requests:      prometheus.Opts{Name: "flashgate_rls_requests_total", Help: "h"},
+		Duration:      prometheus.Opts{Name: "flashgate_rls_request_duration_seconds", Help: "h"},
+		Reloads:       prometheus.Opts{Name: "flashgate_rls_config_reloads_total", Help: "h"},
+		BackendErrors: prometheus.Opts{Name: "flashgate_rls_backend_errors_total", Help: "h"},
+		FailureModes:  prometheus.Opts{Name: "flashgate_rls_failure_mode_decisions_total", Help: "h"},
+		LocalDenials:  prometheus.Opts{Name: "flashgate_rls_local_denials_total", Help: "h"},
+	}}
+)
+
 var errDown = fmt.Errorf("redis decide: %w", context.DeadlineExceeded)
 
 // TestDecideFailureModes: when the limiter fails, deny wins if an enforcing
@@ -115,10 +137,10 @@ func TestDecideFailureModes(t *testing.T) {
 			if !tc.noFallback {
 				opts.Fallback = fb
 			}
-			f, reg := newFront(t, opts, enforce.ExtAuthz)
+			f, reg := newFront(t, opts, extAuthz)
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // the caller gave up: the fallback decides all the same
-			o := f.Decide(ctx, hits(tc.shadow...), tc.modes)
+			o := f.DecideHits(ctx, hits(tc.shadow...), tc.modes)
 			if o.Via != tc.via || !o.Failed() {
 				t.Fatalf("via %d, want %d", o.Via, tc.via)
 			}
@@ -181,9 +203,9 @@ func TestDecideLimiter(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			lim := &limiter{d: tc.d}
-			f, reg := newFront(t, enforce.Options{Limiter: lim, Fallback: &fallback{}}, enforce.ExtAuthz)
+			f, reg := newFront(t, enforce.Options{Limiter: lim, Fallback: &fallback{}}, extAuthz)
 			hs := hits(make([]bool, tc.hits)...)
-			o := f.Decide(context.Background(), hs, modes(make([]enforce.FailureMode, tc.hits)))
+			o := f.DecideHits(context.Background(), hs, modes(make([]enforce.FailureMode, tc.hits)))
 			if o.Via != enforce.ViaLimiter || o.Failed() || o.Decision != tc.d {
 				t.Fatalf("outcome %+v, want the limiter's %+v", o, tc.d)
 			}
@@ -215,18 +237,18 @@ func TestFrontMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fronts := map[enforce.FrontEnd]*enforce.Front{}
-	for _, fe := range []enforce.FrontEnd{enforce.ExtAuthz, enforce.RLS, enforce.ExtAuthz} {
+	fronts := map[string]*enforce.Front{}
+	for _, fe := range []enforce.FrontEnd{extAuthz, rlsFront, extAuthz} {
 		f, err := c.Front(fe)
 		if err != nil {
-			t.Fatalf("%s: %v", fe, err)
+			t.Fatalf("%s: %v", fe.Name, err)
 		}
-		if g, ok := fronts[fe]; ok && g != f {
-			t.Errorf("%s: a second Front, want the first", fe)
+		if g, ok := fronts[fe.Name]; ok && g != f {
+			t.Errorf("%s: a second Front, want the first", fe.Name)
 		}
-		fronts[fe] = f
+		fronts[fe.Name] = f
 	}
-	fronts[enforce.RLS].Decide(context.Background(), hits(false), modes{enforce.FailureDefault})
+	fronts[rlsFront.Name].DecideHits(context.Background(), hits(false), modes{enforce.FailureDefault})
 	for _, f := range fronts { // a CounterVec is gathered once it has a child
 		f.Metrics().Requests.WithLabelValues("d", "r", enforce.DecisionAllowed).Inc()
 	}

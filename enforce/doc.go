@@ -2,26 +2,32 @@
 // that every front-end (ext_authz, the ratelimit service) applies to the
 // hits it makes of a request, written once.
 //
-// A front-end translates a request into window.Hits, asks its [Front] to
-// [Front.Decide] them, and translates the [Outcome] into its protocol's
-// answer. Decide asks the limiter once, all or nothing; when the limiter
-// fails it applies the failure modes, each hit's rule's own or the core's
-// default (see [FailureMode]):
+// A front-end is a codec: it translates a request into a [Request] (its
+// window.Hits, each tagged with its rule's policy, failure mode and
+// counters; a rule that refuses without a hit: on_missing: deny, a limit
+// that can never admit), asks its [Front] to [Front.Decide] it, and writes
+// the [Verdict] in its protocol's answer. Decide refuses by a Refusal
+// without asking; else it asks the limiter once, all or nothing; when the
+// limiter fails it applies the failure modes, each hit's rule's own or the
+// core's default (see [FailureMode]):
 //
 //  1. deny if an enforcing (non-shadow) hit's mode is deny;
 //  2. else the hits of mode local by the in-process [Fallback], told the
 //     cause (it never waits, and decides even after the caller gave up);
 //  3. else allow.
 //
+// A denial that names no hit (a limiter that broke its contract) admits.
+// The verdict's [Answer] is what every front-end's answer says (below);
+// its [Label] is the decision Decide counted, under the rule that bound
+// it, in the front-end's requests counter (the [Series] of the rules in
+// force, whose series a reload drops).
+//
 // It counts what it decided in the metrics that belong to the policy, not
 // to a protocol: backend errors by kind, failure-mode decisions, local
-// denials and the backend's latency. Every metric of a front-end is named
-// in one table here, registered once by the core: each front-end has a set
-// of its own, under the names it has always exported (a user contract),
-// see [FrontEnd]. The front-ends count their requests by rule and
-// decision, their latency and their reloads themselves, in
-// [FrontMetrics]: which rule a request counts under is the protocol's
-// business.
+// denials and the backend's latency, under the names the front-end gave
+// when it registered ([Core.Front], [FrontEnd]): the core names no
+// front-end, and a new one brings its own family and key namespace. The
+// front-ends count their latency themselves, in [FrontMetrics].
 //
 // A [Reloader] keeps a front-end's config in step with its file or
 // directory (file-system notifications and a poll, one last-good rule,
@@ -32,7 +38,7 @@
 // a rate_limit's requests, algorithm and buckets, failure_mode,
 // local_share and ban (the Check functions, each refusing with a
 // [FieldError] that the front-end's parser places at FILE:LINE:COL), and
-// [ValidHeaderName] and [ReservedRulePrefix].
+// [ValidHeaderName].
 //
 // # Rate-limit headers
 //

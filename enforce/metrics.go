@@ -2,108 +2,39 @@ package enforce
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate/window"
 )
 
-// FrontEnd names a front-end in the core's metrics. Each front-end counts
-// into a set of its own, under the names it has always exported (a user
-// contract, in docs/operations.md): ext_authz's unprefixed, the ratelimit
-// service's flashgate_rls_*.
-type FrontEnd uint8
-
-const (
-	// ExtAuthz: flashgate_backend_errors_total{kind},
-	// flashgate_failure_mode_decisions_total{mode},
-	// flashgate_local_denials_total{reason},
-	// flashgate_redis_duration_seconds.
-	ExtAuthz FrontEnd = iota
-	// RLS: flashgate_rls_backend_errors_total{kind},
-	// flashgate_rls_failure_mode_decisions_total{mode},
-	// flashgate_rls_local_denials_total{reason}; no backend latency.
-	RLS
-	numFrontEnds
-)
-
-// String returns "ext_authz" or "rls".
-func (f FrontEnd) String() string {
-	switch f {
-	case ExtAuthz:
-		return "ext_authz"
-	case RLS:
-		return "rls"
-	}
-	return fmt.Sprintf("FrontEnd(%d)", uint8(f))
+// FrontEnd is how a front-end registers with the core when it is built
+// ([Core.Front]): its name, the names of its metric family (a user
+// contract, kept by the front-end) and the key namespace it keeps for
+// itself.
+type FrontEnd struct {
+	// Name names the front-end in errors; Core.Front returns the same
+	// Front for the same Name.
+	Name string
+	// Metrics names the front-end's metric family.
+	Metrics MetricNames
+	// KeyNamespace, when not empty, is the rule prefix of the limit keys
+	// the front-end makes (window.Keys.Key's rule) that no other front-end
+	// may use: Core.Front refuses a namespace another front-end holds.
+	KeyNamespace string
 }
 
-// metricOpts name one front-end's metrics; a zero backendDur exports no
-// backend latency.
-type metricOpts struct {
-	// The front-end's own, counted by it (FrontMetrics).
-	requests, duration, reloads prometheus.Opts
-	// The core's, counted by Decide.
-	backendErrs, failureModes, localDenials, backendDur prometheus.Opts
-}
-
-var frontMetrics = [numFrontEnds]metricOpts{
-	ExtAuthz: {
-		requests: prometheus.Opts{
-			Name: "flashgate_checks_total",
-			Help: "ext_authz checks by domain, binding rule (empty when no rule matched) and decision.",
-		},
-		duration: prometheus.Opts{
-			Name: "flashgate_check_duration_seconds",
-			Help: "Time to answer one ext_authz check, mapping and response included.",
-		},
-		reloads: prometheus.Opts{
-			Name: "flashgate_config_reloads_total",
-			Help: "Descriptors file reloads by result: success or error.",
-		},
-		backendErrs: prometheus.Opts{
-			Name: "flashgate_backend_errors_total",
-			Help: "Checks the backend could not decide, by kind: timeout, canceled, connection, breaker_open, invalid_hit, fallback, other.",
-		},
-		failureModes: prometheus.Opts{
-			Name: "flashgate_failure_mode_decisions_total",
-			Help: "Checks decided by a failure mode because the backend failed, by mode: local, allow or deny.",
-		},
-		localDenials: prometheus.Opts{
-			Name: "flashgate_local_denials_total",
-			Help: "Denials decided by the local guard without a backend round trip, by reason: full or banned.",
-		},
-		backendDur: prometheus.Opts{
-			Name: "flashgate_redis_duration_seconds",
-			Help: "Time spent in the rate-limit backend (Redis, or Memory when embedded) per check that reached it, errors included.",
-		},
-	},
-	RLS: {
-		requests: prometheus.Opts{
-			Name: "flashgate_rls_requests_total",
-			Help: "ShouldRateLimit calls by domain, binding rule (rate_limit.name, else its descriptor path; empty when none matched) and decision.",
-		},
-		duration: prometheus.Opts{
-			Name: "flashgate_rls_request_duration_seconds",
-			Help: "Time to answer one ShouldRateLimit call.",
-		},
-		reloads: prometheus.Opts{
-			Name: "flashgate_rls_config_reloads_total",
-			Help: "ratelimit config directory reloads by result: success or error.",
-		},
-		backendErrs: prometheus.Opts{
-			Name: "flashgate_rls_backend_errors_total",
-			Help: "ShouldRateLimit calls the backend could not decide, by kind (window.ErrKind, or fallback).",
-		},
-		failureModes: prometheus.Opts{
-			Name: "flashgate_rls_failure_mode_decisions_total",
-			Help: "ShouldRateLimit calls decided by the failure mode because the backend failed, by mode: local, allow or deny.",
-		},
-		localDenials: prometheus.Opts{
-			Name: "flashgate_rls_local_denials_total",
-			Help: "ShouldRateLimit denials decided by the local guard without a backend round trip, by reason: full or banned.",
-		},
-	},
+// MetricNames name one front-end's metrics (with their help). A zero
+// BackendDuration exports no backend latency.
+type MetricNames struct {
+	// The front-end's own, counted by it (FrontMetrics): requests by
+	// domain, rule and decision, their latency, and the config reloads.
+	Requests, Duration, Reloads prometheus.Opts
+	// The core's, counted by Decide: backend errors by kind, failure-mode
+	// decisions by mode, local denials by reason, backend latency.
+	BackendErrors, FailureModes, LocalDenials, BackendDuration prometheus.Opts
 }
 
 // durationBuckets are the buckets of the latency histograms, in seconds.
@@ -119,15 +50,11 @@ const (
 	DecisionError = "error"
 )
 
-// Decisions are the four decision labels.
-var Decisions = [...]string{DecisionAllowed, DecisionDenied, DecisionShadowDenied, DecisionError}
+// Decisions are the four decision labels, indexed by Label.
+var Decisions = [numLabels]string{DecisionAllowed, DecisionDenied, DecisionShadowDenied, DecisionError}
 
 // FrontMetrics are the metrics a front-end counts itself, registered by
-// the core with its own under the front-end's names (see [FrontEnd]):
-// ext_authz's flashgate_checks_total, flashgate_check_duration_seconds and
-// flashgate_config_reloads_total; the RLS's flashgate_rls_requests_total,
-// flashgate_rls_request_duration_seconds and
-// flashgate_rls_config_reloads_total.
+// the core with its own under the front-end's names (see [MetricNames]).
 type FrontMetrics struct {
 	// Requests counts requests by domain, binding rule and decision (one
 	// of Decisions); labels come from the config, never from requests.
@@ -149,6 +76,7 @@ const kindFallback = "fallback"
 // answer during an outage. Labels never carry request values.
 type metrics struct {
 	front                          FrontMetrics
+	series                         *Series
 	backendDur                     prometheus.Histogram // nil: not exported
 	errsByKind                     [window.KindOther + 1]prometheus.Counter
 	fallbackErr                    prometheus.Counter
@@ -156,18 +84,19 @@ type metrics struct {
 	failLocal, failAllow, failDeny prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, o metricOpts) (*metrics, error) {
-	errs := prometheus.NewCounterVec(prometheus.CounterOpts(o.backendErrs), []string{"kind"})
-	modes := prometheus.NewCounterVec(prometheus.CounterOpts(o.failureModes), []string{"mode"})
-	local := prometheus.NewCounterVec(prometheus.CounterOpts(o.localDenials), []string{"reason"})
+func newMetrics(reg prometheus.Registerer, o MetricNames) (*metrics, error) {
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts(o.BackendErrors), []string{"kind"})
+	modes := prometheus.NewCounterVec(prometheus.CounterOpts(o.FailureModes), []string{"mode"})
+	local := prometheus.NewCounterVec(prometheus.CounterOpts(o.LocalDenials), []string{"reason"})
 	m := &metrics{front: FrontMetrics{
-		Requests: prometheus.NewCounterVec(prometheus.CounterOpts(o.requests), []string{"domain", "rule", "decision"}),
-		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: o.duration.Name, Help: o.duration.Help, Buckets: durationBuckets}),
-		Reloads:  prometheus.NewCounterVec(prometheus.CounterOpts(o.reloads), []string{"result"}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts(o.Requests), []string{"domain", "rule", "decision"}),
+		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: o.Duration.Name, Help: o.Duration.Help, Buckets: durationBuckets}),
+		Reloads:  prometheus.NewCounterVec(prometheus.CounterOpts(o.Reloads), []string{"result"}),
 	}}
+	m.series = &Series{vec: m.front.Requests}
 	cs := []prometheus.Collector{m.front.Requests, m.front.Duration, m.front.Reloads, errs, local, modes}
-	if o.backendDur.Name != "" {
-		m.backendDur = prometheus.NewHistogram(prometheus.HistogramOpts{Name: o.backendDur.Name, Help: o.backendDur.Help, Buckets: durationBuckets})
+	if o.BackendDuration.Name != "" {
+		m.backendDur = prometheus.NewHistogram(prometheus.HistogramOpts{Name: o.BackendDuration.Name, Help: o.BackendDuration.Help, Buckets: durationBuckets})
 		cs = append(cs, m.backendDur)
 	}
 	for _, c := range cs {
@@ -193,4 +122,83 @@ func (m *metrics) backendErr(kind window.ErrKind) prometheus.Counter {
 		return m.errsByKind[kind]
 	}
 	return m.errsByKind[window.KindOther]
+}
+
+// RuleLabel is a (domain, rule) pair of a front-end's requests counter.
+type RuleLabel struct{ Domain, Rule string }
+
+// Series keeps a front-end's requests counter to the rules in force: the
+// series of a rule a reload removed go. Its methods are safe for
+// concurrent use.
+type Series struct {
+	vec *prometheus.CounterVec
+
+	// mu guards live.
+	mu   sync.Mutex
+	live map[RuleLabel]*RuleCounters
+}
+
+// Series returns the front-end's requests series.
+func (f *Front) Series() *Series { return f.m.series }
+
+// RuleCounters count one rule's requests into a front-end's requests
+// counter, by Label. Safe for concurrent use.
+type RuleCounters struct {
+	vec   *prometheus.CounterVec
+	label RuleLabel
+	// eager are the children, resolved once; nil: resolved per count.
+	eager   *[numLabels]prometheus.Counter
+	dropped atomic.Bool
+}
+
+// Inc counts one request under l. A count into the series of a rule that
+// a later Install dropped is lost: it never brings the series back.
+func (c *RuleCounters) Inc(l Label) {
+	if c.eager != nil {
+		c.eager[l].Inc()
+		return
+	}
+	if c.dropped.Load() {
+		return
+	}
+	c.vec.WithLabelValues(c.label.Domain, c.label.Rule, Decisions[l]).Inc()
+	if c.dropped.Load() { // dropped meanwhile: drop it again
+		c.vec.DeleteLabelValues(c.label.Domain, c.label.Rule, Decisions[l])
+	}
+}
+
+// Install makes labels the rules in force: it deletes the series of the
+// labels the previous Install had and labels lacks, and calls swap with
+// the labels' counters, for the config being installed to count into.
+// Installs are ordered (swap runs under the Series' lock), so the config
+// swapped in last is the one whose series are live. Eager exports every
+// label's series from now on, at 0 until counted (a count does no label
+// lookup); otherwise a series appears when first counted.
+func (s *Series) Install(labels []RuleLabel, eager bool, swap func(map[RuleLabel]*RuleCounters)) {
+	cur := make(map[RuleLabel]*RuleCounters, len(labels))
+	for _, l := range labels {
+		if _, ok := cur[l]; ok {
+			continue
+		}
+		c := &RuleCounters{vec: s.vec, label: l}
+		if eager {
+			c.eager = new([numLabels]prometheus.Counter)
+			for k := range c.eager {
+				c.eager[k] = s.vec.WithLabelValues(l.Domain, l.Rule, Decisions[k])
+			}
+		}
+		cur[l] = c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for l, c := range s.live {
+		if _, ok := cur[l]; !ok {
+			c.dropped.Store(true)
+			for _, d := range Decisions {
+				s.vec.DeleteLabelValues(l.Domain, l.Rule, d)
+			}
+		}
+	}
+	s.live = cur
+	swap(cur)
 }

@@ -2,7 +2,6 @@ package enforce
 
 import (
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -40,9 +39,7 @@ const (
 	// ProblemType is the problem type of a denial's body: the draft's
 	// quota-exceeded.
 	ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	// ProblemTitle is the title member of a 429 denial's body; a denial
-	// answered with another status is titled by that status's reason
-	// phrase (see [ProblemWithStatus]).
+	// ProblemTitle is the title member of a denial's body.
 	ProblemTitle = "Too Many Requests"
 )
 
@@ -170,6 +167,10 @@ type Policy struct {
 	// problemTail is the body after the status: violated-policies, error,
 	// rule, and the retry_after_ms member's name.
 	problemTail string
+	// Ref is the front-end's own number for the policy's rule (e.g. its
+	// index in the front-end's rules); the core never reads it. Set it
+	// before the policy is shared.
+	Ref int
 }
 
 // NewPolicy returns the policy of the rule named rule with limit l: quota
@@ -318,21 +319,6 @@ func (p *Policy) ProblemLen() int {
 		n += len(p.problemTail)
 	}
 	return n
-}
-
-// ProblemWithStatus returns body, a denial's problem, with its status
-// member set to status and its title to that status's reason phrase (a
-// front-end that answers a denial with another status than 429, e.g. 403
-// for nginx's auth_request); a body that is not one of
-// [Policy.AppendProblem]'s, or a status without a reason phrase, returns
-// body as it is.
-func ProblemWithStatus(body string, status int) string {
-	rest, ok := strings.CutPrefix(body, problemHead+"429,")
-	title := http.StatusText(status)
-	if !ok || title == "" {
-		return body
-	}
-	return problemType + strconv.Quote(title) + `,"status":` + strconv.Itoa(status) + "," + rest
 }
 
 // State is one policy's state in an answer, its RateLimit item: the

@@ -57,7 +57,7 @@ func (c *textConfig) source() enforce.Source[[]byte] {
 // config on a bad or unreadable one, and counts each bad content and each
 // read error once; Reload reports and counts every time.
 func TestReloader(t *testing.T) {
-	f, reg := newFront(t, enforce.Options{Limiter: &limiter{}}, enforce.ExtAuthz)
+	f, reg := newFront(t, enforce.Options{Limiter: &limiter{}}, extAuthz)
 	path := filepath.Join(t.TempDir(), "c.txt")
 	write := func(s string) {
 		t.Helper()
@@ -126,7 +126,7 @@ func TestReloader(t *testing.T) {
 // still installed, told by a file-system notification: a write in place, a
 // file renamed over the config, and a ConfigMap's ..data symlink swap.
 func TestReloaderNotified(t *testing.T) {
-	f, _ := newFront(t, enforce.Options{Limiter: &limiter{}}, enforce.ExtAuthz)
+	f, _ := newFront(t, enforce.Options{Limiter: &limiter{}}, extAuthz)
 	dir := t.TempDir()
 	// The ConfigMap layout: c.txt -> ..data/c.txt, ..data -> ..v1.
 	version := func(name, s string) {

@@ -2,12 +2,6 @@ package enforce
 
 import "strings"
 
-// ReservedRulePrefix begins no rule name of a descriptors file: the
-// ratelimit service that serve runs beside ext_authz (--rls-config) keys a
-// domain's windows under the rule rls.<domain>, and a rule of the same name
-// would share them.
-const ReservedRulePrefix = "rls."
-
 // ValidHeaderName reports whether s is an HTTP header name (RFC 9110
 // token, at most 256 bytes), or an HTTP/2 pseudo-header such as :authority.
 func ValidHeaderName(s string) bool {

@@ -40,7 +40,7 @@
 // (package window/guard), not the server's. If it fails (an error, a timeout,
 // window.ErrBreakerOpen) the core applies the failure modes: deny if any
 // enforcing hit's mode is deny; else the hits in mode local go to the
-// fallback, told the cause; else allow. Check turns the core's Outcome
+// fallback, told the cause; else allow. Check writes the core's verdict
 // into a response; it never returns a gRPC error.
 //
 // Metrics: flashgate_checks_total{domain,rule,decision} counts
@@ -49,5 +49,6 @@
 // without a decision (a local fallback decision counts as allowed/denied).
 // The core counts flashgate_backend_errors_total,
 // flashgate_failure_mode_decisions_total, flashgate_local_denials_total and
-// flashgate_redis_duration_seconds (enforce.ExtAuthz).
+// flashgate_redis_duration_seconds, under the names ext_authz registers
+// with it (frontEnd in metrics.go).
 package extauthz

@@ -34,7 +34,7 @@ func (r *recorder) Decide(ctx context.Context, hits []window.Hit) (window.Decisi
 	defer r.mu.Unlock()
 	r.reports = r.reports[:0]
 	for _, h := range hits {
-		r.reports = append(r.reports, h.Tag.(*hitTag).report)
+		r.reports = append(r.reports, h.Tag.(*enforce.HitTag).Report)
 	}
 	return d, err
 }
@@ -246,14 +246,12 @@ descriptors:
 		rs := e.srv.rules.Load()
 		for name, tc := range plans {
 			t.Run(f.String()+"/"+name, func(t *testing.T) {
-				m := newMapping()
-				p := &m.answer
-				p.reset()
+				p := &enforce.Answer{Binding: -1}
 				for _, i := range tc.rules {
-					p.addPolicy(&rs.rules[i])
+					p.Policies = append(p.Policies, rs.rules[i].policy)
 				}
 				for _, s := range tc.states {
-					p.addState(&rs.rules[s.rule], s.remaining, s.t)
+					p.States = append(p.States, enforce.State{Policy: rs.rules[s.rule].policy, Remaining: s.remaining, T: s.t})
 				}
 				p.Binding, p.Denied, p.RetryAfter, p.Shadow = tc.bind, tc.denied, tc.retry, tc.shadow
 				var want []string

@@ -20,42 +20,22 @@ type mapping struct {
 
 	// tags[i] is Hits[i]'s Tag: its rule, and the hit's own outcome that
 	// the limiter reports into it.
-	tags []hitTag
-	// answer is the scratch in which the server gathers what its response
-	// says (see plan).
-	answer plan
+	tags []enforce.HitTag
+	// req is what the server asks the core, its answer's storage reused.
+	req enforce.Request
 	// grpc is the CheckRequest being checked, as the rules read it.
 	grpc checkAttrs
 }
 
-// hitTag is the Tag of a hit: its rule, which names the hit's penalty box
-// and local share to the limiter stack, and the hit's own outcome, which
-// the limiter reports into it (window.HitReporter) for the response's
-// RateLimit field.
-type hitTag struct {
-	*descriptors.Rule
-	report window.HitReport
-}
-
-var _ window.HitReporter = (*hitTag)(nil)
-
-// ReportHit implements window.HitReporter.
-func (t *hitTag) ReportHit(r window.HitReport) { t.report = r }
-
 // Report returns what the last decision on m's hits reported of Hits[i]'s
 // own window; Known is false when it reported nothing.
-func (m *mapping) Report(i int) window.HitReport { return m.tags[i].report }
-
-// FailureMode returns the failure mode of Hits[i]'s rule (its own, or
-// enforce.FailureDefault): m is the enforce.Policies of its hits.
-func (m *mapping) FailureMode(i int) enforce.FailureMode { return m.Rules[i].FailureMode }
+func (m *mapping) Report(i int) window.HitReport { return m.tags[i].Report }
 
 // Reset empties m, keeping its storage.
 func (m *mapping) Reset() {
 	m.Mapping.Reset()
 	clear(m.tags)
 	m.tags = m.tags[:0]
-	m.answer.reset()
 	m.grpc = checkAttrs{}
 }
 
@@ -63,7 +43,7 @@ func (m *mapping) Reset() {
 func (m *mapping) mapRequest(p *descriptors.Mapper, req descriptors.Request, shadowAll bool) {
 	p.Map(req, shadowAll, &m.Mapping)
 	for _, r := range m.Rules {
-		m.tags = append(m.tags, hitTag{Rule: r})
+		m.tags = append(m.tags, enforce.HitTag{Rule: r, Mode: r.FailureMode})
 	}
 	// Tagged once the tags stop moving.
 	for i := range m.Hits {

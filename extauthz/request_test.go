@@ -8,6 +8,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/flashgate/flashgate/descriptors"
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
 	"github.com/flashgate/flashgate/window/guard"
@@ -134,7 +135,7 @@ func TestMappingTag(t *testing.T) {
 		t.Fatal("no hits")
 	}
 	for i, h := range m.Hits {
-		if tag, ok := h.Tag.(*hitTag); !ok || tag.Rule != m.Rules[i] {
+		if tag, ok := h.Tag.(*enforce.HitTag); !ok || tag.Rule != m.Rules[i] {
 			t.Errorf("hit %s: tag %v, want its rule", h.Rule, h.Tag)
 		}
 		r, ok := h.Tag.(window.HitReporter)

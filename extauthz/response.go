@@ -19,8 +19,8 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// Responses. What an answer says is gathered per check into a plan (an
-// enforce.Answer and the rules behind it, in the pooled mapping); the
+// Responses. What an answer says is the core's verdict, an enforce.Answer
+// (whose policies name their rules by Ref), kept in the pooled mapping; the
 // headers enforce names for it are assembled from parts built once: every
 // rule's RateLimit-Policy item, x-ratelimit-limit and -remaining headers
 // and RateLimit items of one state, the retry-after and x-ratelimit-reset
@@ -103,7 +103,7 @@ type ruleSet struct {
 	rules []ruleResp // by Rule.Index
 	// mapper maps requests under cfg.
 	mapper  *descriptors.Mapper
-	none    ruleCounters
+	none    *enforce.RuleCounters
 	okPlain *authv3.CheckResponse
 	// fields is what the rules read of a request: all Check decodes of one
 	// its codec kept as bytes.
@@ -131,16 +131,19 @@ type ruleResp struct {
 	// seconds, at most maxCachedSeconds) and remaining below stateRows.
 	states    []atomic.Pointer[corev3.HeaderValueOption]
 	stateRows int
-	counters  ruleCounters
+	counters  *enforce.RuleCounters
+	// refusal is the rule's refusal of a request that lacks one of its
+	// values (on_missing: deny).
+	refusal enforce.Refusal
 }
 
-func (s *Server) newRuleSet(cfg *descriptors.Config) *ruleSet {
+func (s *Server) newRuleSet(cfg *descriptors.Config, counters map[enforce.RuleLabel]*enforce.RuleCounters) *ruleSet {
 	rs := &ruleSet{
 		k:      s.resp,
 		cfg:    cfg,
 		mapper: descriptors.NewMapper(cfg, s.opts.Keys),
 		fields: fieldsOf(cfg),
-		none:   s.metrics.forRule(cfg.Domain, ""),
+		none:   counters[enforce.RuleLabel{Domain: cfg.Domain}],
 		okPlain: &authv3.CheckResponse{
 			Status:       s.resp.statusOK,
 			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{}},
@@ -155,6 +158,7 @@ func (s *Server) newRuleSet(cfg *descriptors.Config) *ruleSet {
 		rr := &rs.rules[i]
 		rr.idx = i
 		rr.policy = enforce.NewPolicy(r.Name, r.Limit)
+		rr.policy.Ref = i
 		rr.policyHdr = header(enforce.HeaderRateLimitPolicy, rr.policy.Item())
 		rr.limit = header(enforce.HeaderLimit, rr.policy.Limit())
 		rr.remaining = make([]*corev3.HeaderValueOption, min(r.Limit.Requests, maxCachedRemaining)+1)
@@ -165,7 +169,8 @@ func (s *Server) newRuleSet(cfg *descriptors.Config) *ruleSet {
 			rr.stateRows = min(r.Limit.Requests+1, max(maxCachedStates/w, 1))
 			rr.states = make([]atomic.Pointer[corev3.HeaderValueOption], rr.stateRows*w)
 		}
-		rr.counters = s.metrics.forRule(cfg.Domain, r.Name)
+		rr.counters = counters[enforce.RuleLabel{Domain: cfg.Domain, Rule: r.Name}]
+		rr.refusal = enforce.Refusal{Policy: rr.policy, Counters: rr.counters, RetryAfter: time.Second, Shadow: r.Shadow}
 	}
 	return rs
 }
@@ -205,100 +210,42 @@ func preEncode(encoded *sync.Map, r *authv3.CheckResponse) {
 	}
 }
 
-// plan is what one response says: an enforce.Answer, with the rule behind
-// each of its policies and states. It lives in a mapping, reused.
-type plan struct {
-	enforce.Answer
-	rules      []*ruleResp // of Answer.Policies
-	stateRules []*ruleResp // of Answer.States
-}
-
-func (p *plan) reset() {
-	clear(p.Policies)
-	clear(p.States)
-	clear(p.rules)
-	clear(p.stateRules)
-	p.Answer = enforce.Answer{Policies: p.Policies[:0], States: p.States[:0], Binding: -1}
-	p.rules, p.stateRules = p.rules[:0], p.stateRules[:0]
-}
-
-func (p *plan) addPolicy(rr *ruleResp) {
-	p.Policies = append(p.Policies, rr.policy)
-	p.rules = append(p.rules, rr)
-}
-
-func (p *plan) addState(rr *ruleResp, remaining int, t int64) {
-	p.States = append(p.States, enforce.State{Policy: rr.policy, Remaining: remaining, T: t})
-	p.stateRules = append(p.stateRules, rr)
-}
-
 func newMapping() *mapping {
 	const n = 8
-	m := &mapping{Mapping: descriptors.Mapping{Hits: make([]window.Hit, 0, n), Rules: make([]*descriptors.Rule, 0, n)}, tags: make([]hitTag, 0, n)}
-	m.answer = plan{
-		Answer: enforce.Answer{Policies: make([]*enforce.Policy, 0, n), States: make([]enforce.State, 0, n), Binding: -1},
-		rules:  make([]*ruleResp, 0, n), stateRules: make([]*ruleResp, 0, n),
+	return &mapping{
+		Mapping: descriptors.Mapping{Hits: make([]window.Hit, 0, n), Rules: make([]*descriptors.Rule, 0, n)},
+		tags:    make([]enforce.HitTag, 0, n),
 	}
-	return m
 }
 
-// plan returns what the response to m's request says after o (nil: no
-// decision, a failure mode's admission): the policies of every hit's rule;
-// the state of each hit o decided whose window was counted, the binding
-// hit's as o's Decision says it; the x family of the binding hit; o's
-// denial.
-func (m *mapping) plan(rs *ruleSet, o *enforce.Outcome) *plan {
-	p := &m.answer
-	p.reset()
-	bind := -1
-	var d *window.Decision
-	if o != nil {
-		d = &o.Decision
-		bind = o.Hit(d.Index)
-		p.Denied, p.RetryAfter = !d.Allowed, d.RetryAfter
+// request makes m's request for the core under rs: each hit's policy and
+// counters, the refusal of a rule whose value is missing.
+func (rs *ruleSet) request(m *mapping) *enforce.Request {
+	r := &m.req
+	r.Hits, r.Tags, r.None, r.Refusal = m.Hits, m.tags, rs.none, nil
+	for j, rule := range m.Rules {
+		rr := &rs.rules[rule.Index()]
+		m.tags[j].Policy, m.tags[j].Counters = rr.policy, rr.counters
 	}
-	for j, r := range m.Rules {
-		rr := &rs.rules[r.Index()]
-		p.addPolicy(rr)
-		if o == nil {
-			continue
-		}
-		var st enforce.State
-		switch rep := m.tags[j].report; {
-		case j == bind && !d.Allowed:
-			st = rr.policy.Decided(d)
-		case rep.Known && o.Decided(j):
-			st = rr.policy.Reported(rep) // a shadow hit over its limit: its would-be state
-		case j == bind:
-			st = rr.policy.Decided(d)
-		default:
-			continue
-		}
-		if j == bind {
-			p.Binding = len(p.States)
-		}
-		p.addState(rr, st.Remaining, st.T)
+	if mr := m.Missing; mr != nil {
+		r.Refusal = &rs.rules[mr.Index()].refusal
 	}
-	return p
+	return r
 }
 
-// refusal is the plan of a refusal by rr without a decision (on_missing:
-// deny, failure mode deny): rr's policy alone, nothing remaining, retry
-// after a second.
-func (m *mapping) refusal(rr *ruleResp) *plan {
-	p := &m.answer
-	p.reset()
-	p.Denied, p.RetryAfter = true, time.Second
-	p.addPolicy(rr)
-	p.Binding = 0
-	p.addState(rr, 0, enforce.RetrySeconds(time.Second))
-	return p
+// answer returns the response of p: the plain OK when it says nothing,
+// else built.
+func (rs *ruleSet) answer(p *enforce.Answer) *authv3.CheckResponse {
+	if !p.Denied && !p.Shadow && len(p.Policies) == 0 {
+		return rs.okPlain
+	}
+	return rs.build(p)
 }
 
 // build returns the response p describes: shared when its key fits, else
 // assembled.
-func (rs *ruleSet) build(p *plan) *authv3.CheckResponse {
-	key, ok := p.key()
+func (rs *ruleSet) build(p *enforce.Answer) *authv3.CheckResponse {
+	key, ok := rs.key(p)
 	if !ok {
 		return rs.assemble(p)
 	}
@@ -339,18 +286,18 @@ type msgHeaders struct {
 // same): shared parts where rs keeps them; what must be formatted (a
 // denial's body, a RateLimit of several items or beyond the kept ones) in
 // one string.
-func (rs *ruleSet) assemble(p *plan) *authv3.CheckResponse {
+func (rs *ruleSet) assemble(p *enforce.Answer) *authv3.CheckResponse {
 	k := rs.k
 	var bind *ruleResp
 	var bst *enforce.State
 	if p.Binding >= 0 {
-		bind, bst = p.stateRules[p.Binding], &p.States[p.Binding]
+		bind, bst = rs.ruleOf(p.States[p.Binding].Policy), &p.States[p.Binding]
 	}
 	var rlHdr *corev3.HeaderValueOption
 	buildRL := false
 	if k.families.IETF() && len(p.States) > 0 {
 		if len(p.States) == 1 {
-			rlHdr = p.stateRules[0].stateHeader(&p.States[0])
+			rlHdr = rs.ruleOf(p.States[0].Policy).stateHeader(&p.States[0])
 		}
 		buildRL = rlHdr == nil
 	}
@@ -393,7 +340,7 @@ func (rs *ruleSet) assemble(p *plan) *authv3.CheckResponse {
 }
 
 // fill lists the headers of fields into h and returns the list.
-func (h *msgHeaders) fill(rs *ruleSet, p *plan, fields []enforce.Field, bind *ruleResp, bst *enforce.State,
+func (h *msgHeaders) fill(rs *ruleSet, p *enforce.Answer, fields []enforce.Field, bind *ruleResp, bst *enforce.State,
 	rlHdr *corev3.HeaderValueOption, rlValue string) []*corev3.HeaderValueOption {
 	k := rs.k
 	list := h.list[:0]
@@ -440,6 +387,9 @@ func (h *msgHeaders) fill(rs *ruleSet, p *plan, fields []enforce.Field, bind *ru
 	return list
 }
 
+// ruleOf returns the rule of p, one of rs's policies.
+func (rs *ruleSet) ruleOf(p *enforce.Policy) *ruleResp { return &rs.rules[p.Ref] }
+
 // maxKeyRules bounds the rules of a response that respKey fits.
 const maxKeyRules = 4
 
@@ -468,7 +418,7 @@ func (k respKey) hash() uint64 {
 // key returns the key of p's response; false when p does not fit one: more
 // than maxKeyRules rules, a t or a retry-after above maxCachedSeconds, a
 // remaining count above 65535.
-func (p *plan) key() (respKey, bool) {
+func (rs *ruleSet) key(p *enforce.Answer) (respKey, bool) {
 	var key respKey
 	n := len(p.Policies)
 	if n > maxKeyRules || len(p.States) > n || p.Binding >= maxKeyRules {
@@ -486,12 +436,12 @@ func (p *plan) key() (respKey, bool) {
 		key.kind |= 2
 	}
 	k := 0 // the next state
-	for i, rr := range p.rules {
-		if rr.idx > 0xffff {
+	for i, pol := range p.Policies {
+		if pol.Ref > 0xffff {
 			return key, false
 		}
-		key.idx[i] = uint16(rr.idx)
-		if k == len(p.States) || p.stateRules[k] != rr {
+		key.idx[i] = uint16(pol.Ref)
+		if k == len(p.States) || p.States[k].Policy != pol {
 			continue
 		}
 		s := &p.States[k]
@@ -528,14 +478,14 @@ func (k policyKey) hash() uint64 {
 }
 
 // policyHeader returns the RateLimit-Policy header of p's policies.
-func (rs *ruleSet) policyHeader(p *plan) *corev3.HeaderValueOption {
-	if len(p.rules) == 1 {
-		return p.rules[0].policyHdr
+func (rs *ruleSet) policyHeader(p *enforce.Answer) *corev3.HeaderValueOption {
+	if len(p.Policies) == 1 {
+		return rs.ruleOf(p.Policies[0]).policyHdr
 	}
-	key, ok := policyKey{n: uint8(len(p.rules))}, len(p.rules) <= maxKeyPolicies
-	for i := 0; ok && i < len(p.rules); i++ {
-		ok = p.rules[i].idx <= 0xffff
-		key.idx[i] = uint16(p.rules[i].idx)
+	key, ok := policyKey{n: uint8(len(p.Policies))}, len(p.Policies) <= maxKeyPolicies
+	for i := 0; ok && i < len(p.Policies); i++ {
+		ok = p.Policies[i].Ref <= 0xffff
+		key.idx[i] = uint16(p.Policies[i].Ref)
 	}
 	if ok {
 		if h, found := rs.policies.get(key); found {

@@ -45,10 +45,6 @@ type Server struct {
 	// encoded is the rule set's encoded map (see ruleSet), for the codec.
 	encoded atomic.Pointer[sync.Map]
 	pool    sync.Pool // *mapping
-
-	// installMu orders installs: the metric series a rule set drops are
-	// those of the rule set it replaced.
-	installMu sync.Mutex
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
@@ -60,7 +56,7 @@ func NewServer(cfg *descriptors.Config, opts Options) (*Server, error) {
 	if opts.Core == nil {
 		return nil, errors.New("extauthz: no enforcement core given")
 	}
-	front, err := opts.Core.Front(enforce.ExtAuthz)
+	front, err := opts.Core.Front(frontEnd)
 	if err != nil {
 		return nil, fmt.Errorf("extauthz: %w", err)
 	}
@@ -85,24 +81,16 @@ func (s *Server) SetConfig(cfg *descriptors.Config) error {
 	if cfg == nil {
 		return errors.New("extauthz: no descriptors config given")
 	}
-	s.installMu.Lock()
-	defer s.installMu.Unlock()
-	s.installLocked(cfg)
-	return nil
-}
-
-// installLocked swaps in cfg's compiled rules and drops the metric series
-// of the rules it no longer has; installMu is held.
-func (s *Server) installLocked(cfg *descriptors.Config) {
-	rs := s.newRuleSet(cfg)
+	s.core.Series().Install(seriesOf(cfg), true, func(counters map[enforce.RuleLabel]*enforce.RuleCounters) {
+		rs := s.newRuleSet(cfg, counters)
+		s.encoded.Store(rs.encoded)
+		s.rules.Store(rs)
+	})
 	if !s.core.HasFallback() && slices.ContainsFunc(cfg.Rules, func(r *descriptors.Rule) bool { return s.core.Mode(r.FailureMode) == enforce.FailureLocal }) {
 		s.log.Warn("failure mode local has no fallback limiter here: it admits like allow")
 	}
-	s.encoded.Store(rs.encoded)
-	if old := s.rules.Swap(rs); old != nil {
-		s.metrics.dropRules(old.cfg, cfg)
-	}
 	s.log.Info("rules loaded", "file", cfg.Name, "domain", cfg.Domain, "rules", len(cfg.Rules))
+	return nil
 }
 
 // Config returns the rules in force.
@@ -129,84 +117,9 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	return s.check(ctx, rs, &m.grpc, m, start), nil
 }
 
-// decide answers one mapped request.
+// decide answers one mapped request: the core decides and counts it, the
+// verdict's answer becomes the response.
 func (s *Server) decide(ctx context.Context, rs *ruleSet, m *mapping) *authv3.CheckResponse {
-	shadowMissing := false
-	if r := m.Missing; r != nil {
-		if !r.Shadow && !s.core.Shadow() {
-			rr := &rs.rules[r.Index()]
-			rr.counters.denied.Inc()
-			return rs.build(m.refusal(rr))
-		}
-		shadowMissing = true
-	}
-	if len(m.Hits) == 0 {
-		if shadowMissing {
-			rs.rules[m.Missing.Index()].counters.shadowDenied.Inc()
-			p := m.plan(rs, nil)
-			p.Shadow = true
-			return rs.build(p)
-		}
-		rs.none.allowed.Inc()
-		return rs.okPlain
-	}
-	o := s.core.Decide(ctx, m.Hits, m)
-	switch o.Via {
-	case enforce.ViaLimiter:
-		return s.respond(rs, m, &o, shadowMissing)
-	case enforce.ViaFallback:
-		return s.respond(rs, m, &o, o.ShadowDeny || shadowMissing)
-	case enforce.ViaDeny:
-		rr := &rs.rules[m.Rules[o.Denier].Index()]
-		rr.counters.errored.Inc()
-		return rs.build(m.refusal(rr))
-	}
-	rs.rules[m.Rules[0].Index()].counters.errored.Inc()
-	p := m.plan(rs, nil) // admitted without a decision: the policies, no state
-	p.Shadow = o.ShadowDeny || shadowMissing
-	return rs.build(p)
-}
-
-// respond turns o's Decision on m's hits into a response, and counts it.
-func (s *Server) respond(rs *ruleSet, m *mapping, o *enforce.Outcome, shadow bool) *authv3.CheckResponse {
-	d := &o.Decision
-	rule := func(k int) *ruleResp {
-		if j := o.Hit(k); j >= 0 && j < len(m.Rules) {
-			return &rs.rules[m.Rules[j].Index()]
-		}
-		return nil
-	}
-	binding := rule(d.Index)
-	if !d.Allowed {
-		if binding == nil {
-			// A limiter broke its contract; admit rather than guess.
-			rs.none.errored.Inc()
-			return rs.okPlain
-		}
-		binding.counters.denied.Inc()
-		return rs.build(m.plan(rs, o))
-	}
-	if d.Shadowed || shadow {
-		var sr *ruleResp
-		if d.Shadowed {
-			sr = rule(d.ShadowIndex)
-		}
-		switch {
-		case sr != nil:
-			sr.counters.shadowDenied.Inc()
-		case m.Missing != nil:
-			rs.rules[m.Missing.Index()].counters.shadowDenied.Inc()
-		default:
-			rs.none.shadowDenied.Inc()
-		}
-		p := m.plan(rs, o)
-		p.Shadow = true
-		return rs.build(p)
-	}
-	if binding == nil {
-		rs.none.allowed.Inc()
-		return rs.okPlain
-	}
-	binding.counters.allowed.Inc()
-	return rs.build(m.plan(rs, o))
+	v := s.core.Decide(ctx, rs.request(m))
+	return rs.answer(v.Answer)
 }

@@ -48,12 +48,19 @@ func (c *Config) quotaRules() []string {
 	return out
 }
 
+// KeyNamespace begins the rule part of every limit key the RLS makes: a
+// domain's windows are keyed under the rule KeyNamespace+domain. The RLS
+// registers it with the core; the descriptors file refuses rule names
+// that begin with it (descriptors.ReservedRulePrefix), so that no ext_authz
+// rule shares a domain's windows.
+const KeyNamespace = "rls."
+
 // Domain is one domain: the descriptors of one file.
 type Domain struct {
 	Name string
 	File string
-	// keyRule is the rule part of the domain's limit keys: "rls." and the
-	// domain (window.Keys hashes it if it is long or unsafe).
+	// keyRule is the rule part of the domain's limit keys: KeyNamespace
+	// and the domain (window.Keys hashes it if it is long or unsafe).
 	keyRule string
 	root    node
 	// rules lists every rate_limit of the domain, in file order.

@@ -112,10 +112,12 @@
 // RateLimit-Remaining and RateLimit-Reset, unless Options.HeaderNames says
 // otherwise; a name of ours they take is sent once, as theirs.
 //
-// Metrics (labels from the config only): flashgate_rls_requests_total
-// {domain,rule,decision}, flashgate_rls_request_duration_seconds,
+// Metrics (labels from the config only):
+// flashgate_rls_request_duration_seconds,
 // flashgate_rls_config_reloads_total{result}; the core counts
-// flashgate_rls_backend_errors_total{kind},
+// flashgate_rls_requests_total{domain,rule,decision} (under the rule that
+// bound the call), flashgate_rls_backend_errors_total{kind},
 // flashgate_rls_failure_mode_decisions_total{mode} and
-// flashgate_rls_local_denials_total{reason} (enforce.RLS).
+// flashgate_rls_local_denials_total{reason}, under the names the RLS
+// registers with it (frontEnd in metrics.go).
 package rls

@@ -327,7 +327,7 @@ func parseFile(f File) (*Domain, []*ConfigError) {
 	if y.Domain == "" && !topRefused { // else likely the refused key
 		p.note(p.errAt("$", "config file cannot have an empty domain"))
 	}
-	d := &Domain{Name: y.Domain, File: f.Name, keyRule: enforce.ReservedRulePrefix + y.Domain, root: *newNode()}
+	d := &Domain{Name: y.Domain, File: f.Name, keyRule: KeyNamespace + y.Domain, root: *newNode()}
 	p.note(p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}))
 	// A value decoded as null in place of one of the wrong type is likely
 	// why a check of its mapping failed: such errors are left out.

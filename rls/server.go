@@ -8,7 +8,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -111,15 +110,11 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	metrics *metrics
-	cfg     atomic.Pointer[Config]
+	in      atomic.Pointer[installed]
 	// compat are the names of ratelimit's response headers
 	// (Options.ResponseHeaders), lower case: the rate-limit headers leave
 	// out a field of the same name.
 	compat map[string]bool
-
-	// installMu orders installs: the metric series a config drops are
-	// those of the config it replaced.
-	installMu sync.Mutex
 }
 
 // NewServer returns a Server enforcing cfg with opts. It registers the
@@ -141,7 +136,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 			*f.name = *f.def
 		}
 	}
-	front, err := opts.Core.Front(enforce.RLS)
+	front, err := opts.Core.Front(frontEnd)
 	if err != nil {
 		return nil, fmt.Errorf("rls: %w", err)
 	}
@@ -153,7 +148,9 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 			s.compat[strings.ToLower(n)] = true
 		}
 	}
-	s.install(cfg)
+	if err := s.SetConfig(cfg); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -161,25 +158,23 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 // service on r (a gRPC server, before it serves).
 func (s *Server) Register(r grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(r, s) }
 
+// installed is a config in force with the counters its calls count into.
+type installed struct {
+	cfg      *Config
+	counters map[enforce.RuleLabel]*enforce.RuleCounters
+}
+
 // Config returns the config in force.
-func (s *Server) Config() *Config { return s.cfg.Load() }
+func (s *Server) Config() *Config { return s.in.Load().cfg }
 
 // SetConfig swaps cfg in: calls already running finish with the old one.
 func (s *Server) SetConfig(cfg *Config) error {
 	if cfg == nil {
 		return errors.New("rls: no ratelimit config given")
 	}
-	s.installMu.Lock()
-	defer s.installMu.Unlock()
-	s.install(cfg)
-	return nil
-}
-
-// install swaps cfg in and drops the metric series of the rules it no
-// longer has; one install runs at a time.
-func (s *Server) install(cfg *Config) {
-	s.metrics.setRules(cfg)
-	s.cfg.Store(cfg)
+	s.core.Series().Install(seriesOf(cfg), false, func(counters map[enforce.RuleLabel]*enforce.RuleCounters) {
+		s.in.Store(&installed{cfg: cfg, counters: counters})
+	})
 	rules := 0
 	for _, d := range cfg.domains {
 		rules += len(d.rules)
@@ -189,6 +184,7 @@ func (s *Server) install(cfg *Config) {
 		s.log.Warn("quota_mode is enforced as an ordinary limit: these rules refuse a request when over, whatever the other quota rules say",
 			"dir", cfg.Dir, "rules", quota)
 	}
+	return nil
 }
 
 // ShouldRateLimit implements the RateLimitService. As ratelimit, it
@@ -215,15 +211,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			return nil, status.Errorf(codes.InvalidArgument, "rate limit descriptor %d has %d entries, more than flashgate's %d", i, n, MaxEntries)
 		}
 	}
-	cfg := s.cfg.Load()
-	dom := cfg.domains[req.GetDomain()]
+	in := s.in.Load()
+	dom := in.cfg.domains[req.GetDomain()]
 	if dom == nil {
-		s.metrics.requests.WithLabelValues("", "", enforce.DecisionAllowed).Inc()
+		in.counters[enforce.RuleLabel{}].Inc(enforce.LabelAllowed)
 		return okForAll(len(req.GetDescriptors())), nil
 	}
-	c := s.newCall(dom, req)
-	c.cfg = cfg
-	c.decide(ctx)
+	c := s.newCall(in, dom, req)
+	c.v = s.core.Decide(ctx, &c.r)
 	return c.respond(), nil
 }
 
@@ -237,68 +232,33 @@ func okForAll(n int) *rlsv3.RateLimitResponse {
 	return resp
 }
 
-// outcome is how a call was decided.
-type outcome uint8
-
-const (
-	decided     outcome = iota // by the limiter (or the local fallback)
-	blocked                    // a descriptor that can never fit refused it; nothing asked
-	failedAllow                // the backend failed; admitted without a decision
-	failedDeny                 // the backend failed; refused without a decision
-)
-
-// outcomeOf is how the core's o decided a call.
-func outcomeOf(o *enforce.Outcome) outcome {
-	switch o.Via {
-	case enforce.ViaDeny:
-		return failedDeny
-	case enforce.ViaAllow:
-		return failedAllow
-	}
-	return decided
-}
-
 // call is one ShouldRateLimit in progress.
 type call struct {
 	s     *Server
-	cfg   *Config // the config dom belongs to
 	dom   *Domain
 	req   *rlsv3.RateLimitRequest
 	ms    []match
 	hitOf []int // hit index of each descriptor, -1 for none
-	hits  []window.Hit
-	// tags[j] is hits[j]'s Tag: its rule, and what the decision learnt of
-	// its own window (Known false where it learnt nothing).
-	tags []hitTag
 	// never marks the descriptors that can never be admitted: a limit of
 	// 0, or a hits_addend above window.MaxRequests (more than any window
-	// holds). blockedAt is the first enforcing one, -1; shadowZero the
-	// first shadow one, -1.
-	never                 []bool
-	blockedAt, shadowZero int
-	out                   outcome
-	// o is the core's outcome (not asked when blocked); d is its Decision.
-	o enforce.Outcome
-	d window.Decision
+	// holds). blockedAt is the first enforcing one, -1; the core refuses
+	// the call by it (r.Refusal).
+	never     []bool
+	blockedAt int
+	// r is what the call asks the core; r.Tags[j] is r.Hits[j]'s Tag: its
+	// rule, and what the decision learnt of its own window.
+	r enforce.Request
+	v enforce.Verdict
 }
 
-// hitTag is the Tag of a call's hit: its rule, which names the hit's
-// penalty box and local share to the limiter stack, and the hit's own
-// outcome, which the store reports into it (window.HitReporter).
-type hitTag struct {
-	*Rule
-	report window.HitReport
-}
-
-var _ window.HitReporter = (*hitTag)(nil)
-
-// ReportHit implements window.HitReporter.
-func (t *hitTag) ReportHit(r window.HitReport) { t.report = r }
-
-func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
+func (s *Server) newCall(in *installed, dom *Domain, req *rlsv3.RateLimitRequest) *call {
 	descs := req.GetDescriptors()
 	c := &call{s: s, dom: dom, req: req, ms: make([]match, len(descs)), hitOf: make([]int, len(descs)),
-		never: make([]bool, len(descs)), blockedAt: -1, shadowZero: -1}
+		never: make([]bool, len(descs)), blockedAt: -1}
+	c.r.None = in.counters[enforce.RuleLabel{Domain: dom.Name}]
+	counters := func(r *Rule) *enforce.RuleCounters {
+		return in.counters[enforce.RuleLabel{Domain: dom.Name, Rule: r.Label()}]
+	}
 	for i, d := range descs {
 		c.ms[i] = dom.lookup(d)
 	}
@@ -315,14 +275,19 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 			switch {
 			case !c.shadow(r) && c.blockedAt < 0:
 				c.blockedAt = i
-			case c.shadow(r) && c.shadowZero < 0:
-				c.shadowZero = i
+				// It never admits: retry no sooner than a window.
+				c.r.Refusal = &enforce.Refusal{Policy: r.policyOf(), Counters: counters(r), RetryAfter: r.Window}
+			case c.shadow(r):
+				c.r.Never = append(c.r.Never, enforce.Never{At: len(c.r.Hits), Policy: r.policyOf()})
+				if c.r.Refusal == nil {
+					c.r.Refusal = &enforce.Refusal{Policy: r.policyOf(), Counters: counters(r), RetryAfter: r.Window, Shadow: true}
+				}
 			}
 			continue
 		}
-		c.hitOf[i] = len(c.hits)
-		c.tags = append(c.tags, hitTag{Rule: r})
-		c.hits = append(c.hits, window.Hit{
+		c.hitOf[i] = len(c.r.Hits)
+		c.r.Tags = append(c.r.Tags, enforce.HitTag{Rule: r, Mode: r.FailureMode, Policy: r.policyOf(), Counters: counters(r)})
+		c.r.Hits = append(c.r.Hits, window.Hit{
 			Key:    s.opts.Keys.Key(dom.keyRule, c.ms[i].value),
 			Rule:   r.Label(),
 			Limit:  r.WindowLimit(),
@@ -332,8 +297,8 @@ func (s *Server) newCall(dom *Domain, req *rlsv3.RateLimitRequest) *call {
 	}
 	// Tagged once the tags stop moving: each hit's rule, and its own
 	// outcome for its descriptor's status (see status).
-	for j := range c.hits {
-		c.hits[j].Tag = &c.tags[j]
+	for j := range c.r.Hits {
+		c.r.Hits[j].Tag = &c.r.Tags[j]
 	}
 	return c
 }
@@ -352,10 +317,6 @@ func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor)
 }
 
 func (c *call) shadow(r *Rule) bool { return r.Shadow || c.s.core.Shadow() }
-
-// FailureMode is the failure mode of hits[j]'s rule: c is the
-// enforce.Policies of its hits.
-func (c *call) FailureMode(j int) enforce.FailureMode { return c.tags[j].FailureMode }
 
 // applyReplaces drops the rules that another matched rule replaces, as
 // ratelimit does: a rule named in some match's replaces applies to none of
@@ -380,19 +341,7 @@ func applyReplaces(ms []match) {
 	}
 }
 
-// decide asks the core once for all hits, unless a descriptor that can
-// never fit already refused the request (then nothing is recorded
-// anywhere, as for any denial).
-func (c *call) decide(ctx context.Context) {
-	if c.blockedAt >= 0 {
-		c.out = blocked
-		return
-	}
-	c.o = c.s.core.Decide(ctx, c.hits, c)
-	c.out, c.d = outcomeOf(&c.o), c.o.Decision
-}
-
-// respond builds the response and counts it.
+// respond builds the response from the core's verdict.
 func (c *call) respond() *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.ms))}
 	for i := range c.ms {
@@ -402,15 +351,14 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	if over {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	c.count()
-	a := c.answer(over)
+	a := *c.v.Answer
 	extras := !c.s.opts.OmitExtras
 	if !extras {
 		// Neither the denial's fields nor the shadow mark: the header
 		// families alone.
 		a.Denied, a.Shadow = false, false
 	}
-	compat := c.s.opts.ResponseHeaders && c.out != failedAllow && c.out != failedDeny
+	compat := c.s.opts.ResponseHeaders && c.v.Via != enforce.ViaAllow && c.v.Via != enforce.ViaDeny
 	a.Headers(c.s.core.Headers(), func(k, v string) {
 		if !compat || !c.s.compat[k] {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: v})
@@ -423,69 +371,6 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 		resp.RawBody = []byte(a.Problem())
 	}
 	return resp
-}
-
-// answer is what the call's rate-limit headers say (see the package doc):
-// the policy of every descriptor with a limit; the state of each whose
-// window the decision counted, the binding one's as the Decision says
-// it, which the x family reports; a refusal without a decision (a limit
-// that can never fit, failure mode deny) names the refusing descriptor's
-// alone.
-func (c *call) answer(over bool) enforce.Answer {
-	a := enforce.Answer{Binding: -1, Denied: over}
-	refusal := func(r *Rule, retry time.Duration) enforce.Answer {
-		p := r.policyOf()
-		a.Policies, a.Binding, a.RetryAfter = []*enforce.Policy{p}, 0, retry
-		a.States = []enforce.State{{Policy: p, T: enforce.RetrySeconds(retry)}}
-		return a
-	}
-	switch c.out {
-	case blocked:
-		// It never admits: retry no sooner than a window.
-		return refusal(c.ms[c.blockedAt].limit(), c.ms[c.blockedAt].limit().Window)
-	case failedDeny:
-		for i, j := range c.hitOf {
-			if j == c.o.Denier {
-				return refusal(c.ms[i].limit(), time.Second)
-			}
-		}
-	}
-	bind := c.binding()
-	d := &c.d
-	a.RetryAfter = d.RetryAfter
-	a.Shadow = !over && (d.Shadowed || c.o.ShadowDeny || c.shadowZero >= 0)
-	for i := range c.ms {
-		r := c.ms[i].limit()
-		if r == nil || r.Unlimited {
-			continue
-		}
-		p := r.policyOf()
-		a.Policies = append(a.Policies, p)
-		if c.never[i] { // a shadow limit that never fits: its would-be state
-			a.States = append(a.States, enforce.State{Policy: p, T: p.Window()})
-			continue
-		}
-		j := c.hitOf[i]
-		if c.out != decided || !c.o.Decided(j) {
-			continue
-		}
-		var st enforce.State
-		switch rep := c.tags[j].report; {
-		case i == bind && !d.Allowed:
-			st = p.Decided(d)
-		case rep.Known:
-			st = p.Reported(rep) // a shadow limit over: its would-be state
-		case i == bind:
-			st = p.Decided(d)
-		default:
-			continue
-		}
-		if i == bind {
-			a.Binding = len(a.States)
-		}
-		a.States = append(a.States, st)
-	}
-	return a
 }
 
 // status is descriptor i's status: its own window's numbers where the
@@ -530,40 +415,40 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 		st.Code = overCode
 		return st
 	}
-	j := c.hitOf[i]
+	j, o, d := c.hitOf[i], &c.v.Outcome, &c.v.Decision
 	switch {
-	case c.out == failedDeny:
-		if !c.hits[j].Shadow && c.s.core.Mode(r.FailureMode) == enforce.FailureDeny {
+	case o.Via == enforce.ViaDeny:
+		if !c.r.Hits[j].Shadow && c.s.core.Mode(r.FailureMode) == enforce.FailureDeny {
 			st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, untilReset(time.Second)
 			return st
 		}
 		return uncounted(0)
-	case c.out != decided:
-		// blocked or admitted without a decision: nothing was counted.
+	case o.Via != enforce.ViaLimiter && o.Via != enforce.ViaFallback:
+		// refused or admitted without a decision: nothing was counted.
 		return uncounted(0)
-	case !c.o.Decided(j):
+	case !o.Decided(j):
 		// the backend failed and this rule's failure mode is allow
 		return uncounted(0)
-	case c.tags[j].report.Known:
+	case c.r.Tags[j].Report.Known:
 		// The backend (or the fallback) counted this descriptor's own
 		// window: its numbers are exact, whichever hit was binding.
-		if rep := &c.tags[j].report; rep.Over {
+		if rep := &c.r.Tags[j].Report; rep.Over {
 			st.Code, st.DurationUntilReset = overCode, untilReset(rep.RetryAfter)
 		} else {
 			st.LimitRemaining = uint32(max(min(rep.Remaining, int(r.RequestsPerUnit)), 0))
 			st.DurationUntilReset = admitReset(rep.Reset, r.Window)
 		}
-	case !c.d.Allowed && j == c.o.Hit(c.d.Index):
-		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, untilReset(c.d.RetryAfter)
-	case c.d.Shadowed && j == c.o.Hit(c.d.ShadowIndex):
+	case !d.Allowed && j == o.Hit(d.Index):
+		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, untilReset(d.RetryAfter)
+	case d.Shadowed && j == o.Hit(d.ShadowIndex):
 		// over its limit, but in shadow mode: nothing remaining
 		st.Code = overCode
-	case c.d.Allowed && j == c.o.Hit(c.d.Index):
-		st.LimitRemaining = uint32(max(min(c.d.Remaining, int(r.RequestsPerUnit)), 0))
-		st.DurationUntilReset = admitReset(c.d.Reset, r.Window)
-	case c.d.Allowed:
+	case d.Allowed && j == o.Hit(d.Index):
+		st.LimitRemaining = uint32(max(min(d.Remaining, int(r.RequestsPerUnit)), 0))
+		st.DurationUntilReset = admitReset(d.Reset, r.Window)
+	case d.Allowed:
 		// Not counted by this decision: the binding hit's remaining.
-		return uncounted(c.d.Remaining)
+		return uncounted(d.Remaining)
 	default:
 		// refused by another descriptor (the guard refused on its full
 		// window, or its penalty box): nothing counted here.
@@ -573,9 +458,7 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 }
 
 // refused reports whether the call's answer is OVER_LIMIT.
-func (c *call) refused() bool {
-	return c.out == blocked || c.out == failedDeny || c.out == decided && !c.d.Allowed
-}
+func (c *call) refused() bool { return c.v.Denied() }
 
 // untilReset is d as duration_until_reset: whole seconds, rounded up, at
 // least 1 (ratelimit sends whole seconds, and Envoy's x-ratelimit-reset
@@ -601,41 +484,13 @@ func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
 	return l
 }
 
-// count adds the call to flashgate_rls_requests_total under its binding
-// rule.
-func (c *call) count() {
-	s := c.s
-	rule, decision := "", enforce.DecisionAllowed
-	ruleOfHit := func(k int) string {
-		if j := c.o.Hit(k); j >= 0 && j < len(c.hits) {
-			return c.hits[j].Rule
-		}
-		return ""
-	}
-	switch {
-	case c.out == blocked:
-		rule, decision = c.ms[c.blockedAt].limit().Label(), enforce.DecisionDenied
-	case c.out == failedAllow || c.out == failedDeny:
-		rule, decision = c.hits[0].Rule, enforce.DecisionError
-	case !c.d.Allowed:
-		rule, decision = ruleOfHit(c.d.Index), enforce.DecisionDenied
-	case c.d.Shadowed:
-		rule, decision = ruleOfHit(c.d.ShadowIndex), enforce.DecisionShadowDenied
-	case c.shadowZero >= 0:
-		rule, decision = c.ms[c.shadowZero].limit().Label(), enforce.DecisionShadowDenied
-	default:
-		rule = ruleOfHit(c.d.Index)
-	}
-	s.metrics.count(c.cfg, c.dom.Name, rule, decision)
-}
-
 // binding returns the descriptor whose numbers are exact: the one that
 // refused the request, else the decision's binding hit's; -1 for none.
 func (c *call) binding() int {
-	if c.out == blocked {
+	if c.v.Via == enforce.ViaRefusal {
 		return c.blockedAt
 	}
-	if j := c.o.Hit(c.d.Index); c.out == decided && j >= 0 {
+	if j := c.v.Hit(c.v.Decision.Index); (c.v.Via == enforce.ViaLimiter || c.v.Via == enforce.ViaFallback) && j >= 0 {
 		for i, h := range c.hitOf {
 			if h == j {
 				return i

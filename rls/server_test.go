@@ -519,8 +519,8 @@ func TestRuleFailureModes(t *testing.T) {
 // A hit's tag names its rule's penalty box to the Guard and its local share
 // to the Fallback.
 var (
-	_ guard.RuleBan      = (*hitTag)(nil)
-	_ fallback.RuleShare = (*hitTag)(nil)
+	_ guard.RuleBan      = (*enforce.HitTag)(nil)
+	_ fallback.RuleShare = (*enforce.HitTag)(nil)
 )
 
 // TestHitSettings: ban and local_share reach the window stack's hits; a

@@ -13,7 +13,6 @@ import (
 
 	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/descriptors"
-	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
 )
@@ -53,7 +52,7 @@ func (p *ops) names(key string) keyNames {
 	seg, value, _ := splitKey(p.keys, key)
 	n := keyNames{Rule: seg, Key: key, Value: value}
 	// No rule of a descriptors file is named so (the prefix is reserved).
-	if d, ok := strings.CutPrefix(seg, enforce.ReservedRulePrefix); ok {
+	if d, ok := strings.CutPrefix(seg, rls.KeyNamespace); ok {
 		n.Rule, n.Domain = "", d
 	}
 	return n
@@ -185,7 +184,7 @@ func (p *ops) ruleSegment(rule, domain string) (string, error) {
 			return "", fmt.Errorf("%w %q: the ratelimit config has no such domain", rls.ErrUnknownDomain, domain)
 		}
 		// The ratelimit service keys a domain's windows under this rule.
-		name = enforce.ReservedRulePrefix + domain
+		name = rls.KeyNamespace + domain
 	default:
 		return "", nil
 	}
