@@ -7,7 +7,7 @@ PKGS     ?= ./...
 MODULES  ?= $(sort $(dir $(shell git ls-files --cached --others --exclude-standard go.mod '*/go.mod' 2>/dev/null || find . -name go.mod)))
 # An execution count, not a duration: with a duration Go 1.26's fuzz coordinator can fail a target at the
 # deadline with "context deadline exceeded" and no failing input on a loaded machine (go.dev/issue/75804,
-# fixed in Go 1.27); a count has no deadline to race. 30000 runs take 10-30 s per target on 2 cores.
+# fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME ?= 30000x
 # What `flashgate version` prints, stamped by build and image (the image's build context has no .git).
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)

@@ -53,8 +53,8 @@
 -- counters it reads anyway. Every function and table the top level makes is made again on every
 -- call, so the functions live in helpers() and buckets(), made by the first request that needs
 -- them, and a one-key request is decided in place, with its fresh key's ZADD and PEXPIRE inline:
--- folding it into the several-keys loop or its key into the helpers costs a lone call more than
--- 5% of its instructions (BENCHMARKS.md, "Redis cost per check": the one-key path).
+-- folding it into the several-keys loop or its key into the helpers costs a lone call measurably
+-- more (BENCHMARKS.md, "Redis cost per check": the one-key path).
 
 -- helpers returns the functions of every path but a one-key request's fresh exact key, made by
 -- a call's first request that needs one. Its field B, the bucketed keys' functions, is made by
