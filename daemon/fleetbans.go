@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/window/bans"
 	"github.com/flashgate/flashgate/window/guard"
 	"github.com/flashgate/flashgate/window/redisstore"
 )
@@ -140,7 +141,7 @@ func (m *banMetrics) label(rule string) string {
 }
 
 // Raised implements redisstore.BanEvents.
-func (m *banMetrics) Raised(rule string, by redisstore.BanOrigin) {
+func (m *banMetrics) Raised(rule string, by bans.Origin) {
 	m.raised.WithLabelValues(m.label(rule), by.String()).Inc()
 }
 

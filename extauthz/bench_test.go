@@ -108,7 +108,6 @@ func BenchmarkCheckGuardDeny(b *testing.B) {
 	for range 6 {
 		_, _ = s.Check(ctx, r)
 	}
-	g.Wait()
 	resp, _ := s.Check(ctx, r)
 	if resp.GetDeniedResponse() == nil {
 		b.Fatal("not denied")

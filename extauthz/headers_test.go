@@ -125,7 +125,6 @@ func TestHeadersAdmittedAndDenied(t *testing.T) {
 			checkAnswer(t, a, f, enforcetest.Want{Policies: both, Binding: "per_uid", Denied: true, RetryAfter: 30,
 				States: []enforcetest.State{{Name: "per_uid", Remaining: 0, T: 30}, {Name: "per_ip", Remaining: 7, T: ti}}})
 			// Refused by the Guard, which knows only the refusing window.
-			g.Wait()
 			e.clock.Advance(5 * time.Second)
 			a = e.check(r)
 			checkAnswer(t, a, f, enforcetest.Want{Policies: both, Binding: "per_uid", Denied: true, RetryAfter: 25,

@@ -47,7 +47,6 @@ descriptors:
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.Wait()
 		return resp
 	}
 	burst := func(key string) {

@@ -14,7 +14,7 @@ import (
 	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/rls"
-	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/bans"
 )
 
 func newBansCmd(e env) *cobra.Command {
@@ -136,13 +136,13 @@ func runBansList(ctx context.Context, w io.Writer, o *opsOptions, rule, domain s
 	if err != nil {
 		return err
 	}
-	bans, err := p.bans.List(ctx)
+	list, err := p.bans.List(ctx)
 	if err != nil {
 		return err
 	}
 	now := p.now()
 	rows := []banRow{}
-	for _, b := range bans {
+	for _, b := range list {
 		if seg, _, _ := splitKey(p.keys, b.Key); only == "" || seg == only {
 			rows = append(rows, p.row(b.Key, b.Until, now))
 		}
@@ -224,11 +224,8 @@ at most 8760h (one year).`,
 }
 
 func runBansAdd(ctx context.Context, e env, o *opsOptions, k *keyOptions, dur time.Duration) error {
-	if dur <= 0 {
-		return fmt.Errorf("--for %s: must be positive", dur)
-	}
-	if dur > window.MaxBanDuration {
-		return fmt.Errorf("--for %s: longer than the maximum of %s (one year)", dur, window.MaxBanDuration)
+	if err := bans.CheckDuration(dur); err != nil {
+		return fmt.Errorf("--for %s: %w", dur, err)
 	}
 	p, t, err := openTarget(o, k, true)
 	if err != nil {

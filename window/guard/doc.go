@@ -16,9 +16,12 @@
 // Ban.Window (local refusals included) is refused for Ban.Duration, Ban
 // being the one the hit's rule asks for (read from Hit.Tag through
 // [RuleBan]), its unset fields taken from GuardOptions.Ban; a rule that
-// does not ask is never banned. Only enforcing hits are refused locally. The cache is a hint, never the source of truth: it lives in a
-// fixed budget (ristretto, which may drop or reject entries), and a key it
-// forgot is decided by the store again.
+// does not ask is never banned. When to ban, renew and lift is the policy
+// of window/bans, which the fleet's bans follow too. Only enforcing hits
+// are refused locally, and a refusal learnt holds for the checks that start
+// after the Decide that learnt it returns. The cache is a hint, never the
+// source of truth: it lives in a fixed budget (ristretto, which may drop or
+// reject entries), and a key it forgot is decided by the store again.
 //
 // The Breaker is driven by the failure rate over a short window and by
 // connection errors, not by a run of consecutive failures: a reply that

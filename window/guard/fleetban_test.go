@@ -112,7 +112,6 @@ func TestGuardReportsDenials(t *testing.T) {
 		t.Fatalf("an admission reported %d denials", n)
 	}
 	mustDecide(t, g, h) // the backend denies
-	g.Wait()
 	mustDecide(t, g, h) // refused locally: full
 	if n := rep.count("k"); n != 2 {
 		t.Fatalf("%d denials reported, want 2 (the backend's and the local refusal)", n)

@@ -10,6 +10,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/bans"
 )
 
 // DefaultGuardBudget is the default memory budget of a [Guard], in bytes.
@@ -68,19 +69,24 @@ type Guard struct {
 // guardEntry is what the Guard knows of one key; fields are updated in
 // place with atomics, so concurrent requests share one entry.
 type guardEntry struct {
-	requests    int64 // the limit the entry was made for; 0: none yet (a ban learnt by Ban)
-	window      int64
-	ban         window.Ban   // the penalty box the entry was made under
-	fullUntil   atomic.Int64 // UnixNano; refuse before this
-	bannedUntil atomic.Int64 // UnixNano; refuse before this
-	denyStart   atomic.Int64 // UnixNano start of the current denial count
-	denials     atomic.Int64
+	limit     window.Limit // the limit the entry was made for; zero: none yet (a ban learnt by Ban)
+	ban       window.Ban   // the penalty box the entry was made under
+	fullUntil atomic.Int64 // UnixNano; refuse before this
+	tally     bans.Tally   // the key's denials and ban
 }
 
 // madeFor reports whether e was made for limit l ("full until" holds only
 // for the limit it was measured under).
 func (e *guardEntry) madeFor(l window.Limit) bool {
-	return e.requests == int64(l.Requests) && e.window == int64(l.Window)
+	return e.limit.Requests == l.Requests && e.limit.Window == l.Window
+}
+
+// newEntry returns an entry for h's limit and its rule's box b, its count
+// begun at now.
+func newEntry(h *window.Hit, b window.Ban, now int64) *guardEntry {
+	e := &guardEntry{limit: window.Limit{Requests: h.Limit.Requests, Window: h.Limit.Window}, ban: b}
+	e.tally.Begin(now)
+	return e
 }
 
 // NewGuard returns a Guard in front of next.
@@ -119,12 +125,9 @@ func NewGuard(next window.Limiter, opts GuardOptions) (*Guard, error) {
 // request to the backend.
 func (g *Guard) Close() { g.cache.Close() }
 
-// Wait blocks until the cache's pending writes are applied: a refusal the
-// Guard just learnt is then in effect (tests call it before asserting one).
-func (g *Guard) Wait() { g.cache.Wait() }
-
 // Decide implements [window.Limiter]: a local refusal if any enforcing hit is known
-// full or banned, else the backend's decision, remembered when it denies.
+// full or banned, else the backend's decision, remembered when it denies: a
+// refusal learnt holds for the checks that start after Decide returns.
 func (g *Guard) Decide(ctx context.Context, hits []window.Hit) (window.Decision, error) {
 	now := g.now().UnixNano() // the send time: "full until" counts from here
 	if d, refused := g.local(hits, now); refused {
@@ -140,14 +143,15 @@ func (g *Guard) remote(ctx context.Context, hits []window.Hit, now int64) (windo
 		return d, err
 	}
 	h := &hits[d.Index]
+	ban := g.banOf(h)
 	e, ok := g.cache.Get(h.Key)
-	if !ok || e == nil || !e.madeFor(h.Limit) || e.ban != g.banOf(h) {
+	fresh := !ok || e == nil || !e.madeFor(h.Limit) || e.ban != ban
+	if fresh {
 		// First denial, or the rule changed: a fresh entry for the rule as
 		// it is now, keeping a ban that still holds.
-		ne := &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window), ban: g.banOf(h)}
-		ne.denyStart.Store(now)
-		if ok && e != nil && g.banHolds(e, h) {
-			ne.bannedUntil.Store(e.bannedUntil.Load())
+		ne := newEntry(h, ban, now)
+		if ok && e != nil && bans.Holds(ban, e.limit, h.Limit) {
+			ne.tally.Carry(&e.tally, false)
 		}
 		e = ne
 	}
@@ -159,13 +163,17 @@ func (g *Guard) remote(ctx context.Context, hits []window.Hit, now int64) (windo
 		}
 	}
 	g.denied(h, e, now)
-	g.store(h, e)
+	if fresh {
+		g.set(h.Key, e)
+	} else {
+		g.store(h, e)
+	}
 	return d, nil
 }
 
 // local looks every enforcing hit up in the cache. "Full until" holds only
 // for the limit it was measured under; a ban holds until it expires unless
-// a reload made the rule more lenient (see banHolds).
+// a reload made the rule more lenient (bans.Holds).
 func (g *Guard) local(hits []window.Hit, now int64) (window.Decision, bool) {
 	for i := range hits {
 		h := &hits[i]
@@ -176,8 +184,8 @@ func (g *Guard) local(hits []window.Hit, now int64) (window.Decision, bool) {
 		if !ok || e == nil {
 			continue
 		}
-		if until := e.bannedUntil.Load(); now < until && g.banHolds(e, h) {
-			if e.requests == 0 {
+		if until := e.tally.Until(); now < until && bans.Holds(g.banOf(h), e.limit, h.Limit) {
+			if e.limit.Requests == 0 {
 				e = g.adopt(h, e)
 			}
 			g.denied(h, e, now)
@@ -194,23 +202,8 @@ func (g *Guard) local(hits []window.Hit, now int64) (window.Decision, bool) {
 	return window.Decision{}, false
 }
 
-// banHolds reports whether a ban earned under e's limit still applies to h
-// after a reload: it is lifted when h's rule disables the penalty box or
-// allows a higher rate than the one it was earned under; tightening the
-// rules (a lower limit, another box) keeps it.
-func (g *Guard) banHolds(e *guardEntry, h *window.Hit) bool {
-	if !g.banOf(h).Enabled() {
-		return false
-	}
-	// A ban learnt from the fleet before any hit (requests 0) holds: the
-	// first hit it refuses adopts the hit's limit (see adopt).
-	// Requests/Window > e.requests/e.window, in floats: the products of
-	// int64 nanoseconds and counts can overflow.
-	return float64(h.Limit.Requests)*float64(e.window) <= float64(e.requests)*float64(h.Limit.Window)
-}
-
-// denied counts a denial of h's key for the penalty box, banning the key
-// when it crosses the threshold.
+// denied counts a denial of h's key for the penalty box (bans.Tally),
+// banning the key when it crosses the threshold.
 func (g *Guard) denied(h *window.Hit, e *guardEntry, now int64) {
 	ban := g.banOf(h)
 	if !ban.Enabled() {
@@ -219,33 +212,19 @@ func (g *Guard) denied(h *window.Hit, e *guardEntry, now int64) {
 	if g.reporter != nil {
 		g.reporter.Denied(h.Key, ban)
 	}
-	if start := e.denyStart.Load(); now-start > int64(ban.Window) {
-		if e.denyStart.CompareAndSwap(start, now) {
-			e.denials.Store(0)
-		}
-	}
-	if e.denials.Add(1) > int64(ban.Threshold) {
-		until := now + int64(ban.Duration)
-		if cur := e.bannedUntil.Load(); cur < until-int64(time.Second) || cur <= now {
-			// (Re)ban; refreshing at most once a second keeps the cache quiet.
-			e.bannedUntil.Store(until)
-			e.denials.Store(0)
-			e.denyStart.Store(now)
-			g.store(h, e)
-		}
+	if e.tally.Deny(ban, now) {
+		g.store(h, e)
 	}
 }
 
 // adopt replaces e, an entry made by Ban for a key the Guard had no limit
 // for, by one made for h's limit and rule, keeping its ban and denial
 // count: so a reload that loosens the rule lifts it as it lifts a ban the
-// Guard raised itself (banHolds).
+// Guard raised itself (bans.Holds).
 func (g *Guard) adopt(h *window.Hit, e *guardEntry) *guardEntry {
-	ne := &guardEntry{requests: int64(h.Limit.Requests), window: int64(h.Limit.Window), ban: g.banOf(h)}
-	ne.bannedUntil.Store(e.bannedUntil.Load())
-	ne.denyStart.Store(e.denyStart.Load())
-	ne.denials.Store(e.denials.Load())
-	g.store(h, ne)
+	ne := &guardEntry{limit: window.Limit{Requests: h.Limit.Requests, Window: h.Limit.Window}, ban: g.banOf(h)}
+	ne.tally.Carry(&e.tally, true)
+	g.set(h.Key, ne)
 	return ne
 }
 
@@ -262,12 +241,12 @@ func (g *Guard) adopt(h *window.Hit, e *guardEntry) *guardEntry {
 func (g *Guard) Ban(key string, until time.Time) {
 	u := unixNano(until)
 	if e, ok := g.cache.Get(key); ok && e != nil {
-		e.bannedUntil.Store(u)
+		e.tally.Ban(u)
 		return
 	}
 	e := &guardEntry{}
-	e.bannedUntil.Store(u)
-	e.denyStart.Store(g.now().UnixNano())
+	e.tally.Ban(u)
+	e.tally.Begin(g.now().UnixNano())
 	g.set(key, e)
 }
 
@@ -281,10 +260,8 @@ func (g *Guard) Lift(key string) {
 	if !ok || e == nil {
 		return
 	}
-	e.bannedUntil.Store(0)
+	e.tally.Lift(g.now().UnixNano())
 	e.fullUntil.Store(0)
-	e.denials.Store(0)
-	e.denyStart.Store(g.now().UnixNano())
 }
 
 // set inserts e for key and waits until it is in effect: a Set that the

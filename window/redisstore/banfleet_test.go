@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/bans"
 	"github.com/flashgate/flashgate/window/testclock"
 )
 
@@ -166,7 +167,7 @@ type events struct {
 	lifted []string
 }
 
-func (e *events) Raised(rule string, by BanOrigin) {
+func (e *events) Raised(rule string, by bans.Origin) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.raised = append(e.raised, rule+"/"+by.String())

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/bans"
 )
 
 // DefaultReportInterval is how often a [Reporter] flushes its denials.
@@ -19,10 +20,6 @@ const DefaultReportInterval = 100 * time.Millisecond
 
 // DefaultReportKeys is the default of ReporterOptions.MaxKeys.
 const DefaultReportKeys = 10_000
-
-// renewEvery is the least time between two reports of a banned key: a ban
-// is renewed at most once a second (reportLua holds the same bound).
-const renewEvery = time.Second
 
 // reportShards spreads the Reporter's pending denials over locks, so that
 // the check path's Denied calls of different keys rarely meet.
@@ -70,7 +67,7 @@ type Reporter struct {
 
 	// unsent holds the bans a flush raised but could not index and
 	// publish; the next flush tries again. Only Run's goroutine uses it.
-	unsent []BanEntry
+	unsent []bans.Entry
 
 	sent, dropped, failed, raised, renewed atomic.Uint64
 }
@@ -86,7 +83,7 @@ type reportShard struct {
 type pendingDenials struct {
 	n    int
 	ban  window.Ban
-	hold time.Time // not reported before this (a banned key's renewal second)
+	hold time.Time // not reported before this: a banned key waits out bans.RenewEvery
 }
 
 // NewReporter returns a Reporter flushing to b; call Run to flush.
@@ -209,14 +206,14 @@ func (r *Reporter) Flush(ctx context.Context) {
 	for i, rep := range batch {
 		calls[i] = scriptCall{
 			keys: []string{rep.key + counterSuffix, rep.key + banSuffix},
-			args: []any{rep.n, rep.ban.Threshold, ceilMs(rep.ban.Window), ceilMs(rep.ban.Duration), nowArg},
+			args: []any{rep.n, rep.ban.Threshold, ceilMs(rep.ban.Window), ceilMs(rep.ban.Duration), nowArg, bans.RenewEvery.Milliseconds()},
 		}
 	}
 	var cmds []*redis.Cmd
 	if len(calls) > 0 {
 		cmds = r.fleet.report.evalEach(ctx, r.fleet.client, calls)
 	}
-	bans := r.unsent
+	raised := r.unsent
 	r.unsent = nil
 	for i, cmd := range cmds {
 		until, state, err := parseReport(cmd)
@@ -226,7 +223,7 @@ func (r *Reporter) Flush(ctx context.Context) {
 		}
 		r.sent.Add(uint64(batch[i].n))
 		if until > 0 {
-			r.holdUntil(batch[i].key, now.Add(renewEvery))
+			r.holdUntil(batch[i].key, now.Add(bans.RenewEvery))
 		}
 		switch state {
 		case 1:
@@ -236,15 +233,15 @@ func (r *Reporter) Flush(ctx context.Context) {
 		default:
 			continue
 		}
-		bans = append(bans, BanEntry{Key: batch[i].key, Until: time.UnixMilli(until)})
+		raised = append(raised, bans.Entry{Key: batch[i].key, Until: time.UnixMilli(until)})
 	}
-	if len(bans) == 0 {
+	if len(raised) == 0 {
 		return
 	}
-	if err := r.fleet.announce(ctx, bans); err != nil {
+	if err := r.fleet.announce(ctx, raised); err != nil {
 		// Tried again by the next flush, the ones still in force, within
 		// the key bound.
-		for _, b := range bans {
+		for _, b := range raised {
 			if b.Until.After(now) && len(r.unsent) < r.perShard*reportShards {
 				r.unsent = append(r.unsent, b)
 			}

@@ -2,7 +2,8 @@ package redisstore
 
 // Fleet-wide bans: the Redis layout and the operator's API (Add, Lift, List,
 // Get). The denial reporter is in banreport.go, the subscriber that keeps a
-// sidecar's Guard in step in bansync.go; doc.go tells the whole story.
+// sidecar's Guard in step in bansync.go; doc.go tells the whole story, and
+// window/bans decides when a ban is raised, renewed, kept and lifted.
 //
 // Every key derives from a limit key K (window.Keys.Key) and reuses its
 // {tag}, so it lives in K's Cluster slot:
@@ -29,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/bans"
 )
 
 // Suffixes of the keys a ban adds beside its limit key.
@@ -44,53 +46,6 @@ const epochPrefix = "~"
 // banCallTimeout bounds one Redis call of the fleet's background work (a
 // flush, a sync) when the caller's context has no deadline.
 const banCallTimeout = 2 * time.Second
-
-// BanEntry is one ban in force: its limit key and when it ends.
-type BanEntry struct {
-	Key   string
-	Until time.Time
-}
-
-// Rule returns the rule segment of the ban's key ("<prefix>:{tag}:<rule>:
-// <value>"): the rule's name as window.Keys wrote it (hashed when it is not
-// a safe name; the RLS's keys hold "rls.<domain>").
-func (e BanEntry) Rule() string { return keyRule(e.Key) }
-
-// Value returns the value segment of the ban's key when the key holds it
-// verbatim; ok is false when it holds a hash (a long or unsafe value is
-// never recoverable from its key).
-func (e BanEntry) Value() (v string, ok bool) {
-	i := strings.Index(e.Key, "}:")
-	if i < 0 {
-		return "", false
-	}
-	rest := e.Key[i+2:]
-	j := strings.IndexByte(rest, ':')
-	if j < 0 || strings.HasPrefix(rest[j+1:], "#") {
-		return "", false
-	}
-	return rest[j+1:], true
-}
-
-// BanOrigin tells how a ban was raised: by the fleet's denials crossing a
-// rule's threshold, or by hand (an operator's Add).
-type BanOrigin uint8
-
-const (
-	// ByThreshold: the fleet's denials of the key crossed its rule's
-	// threshold within the rule's ban window.
-	ByThreshold BanOrigin = iota
-	// ByHand: an operator added it ([FleetBans.Add]).
-	ByHand
-)
-
-// String returns "threshold" or "hand".
-func (o BanOrigin) String() string {
-	if o == ByHand {
-		return "hand"
-	}
-	return "threshold"
-}
 
 // FleetBansOptions configures [NewFleetBans]. The zero value is valid.
 type FleetBansOptions struct {
@@ -160,23 +115,19 @@ func (b *FleetBans) checkKey(key string) error {
 
 // Add bans key until until on every sidecar: it sets K!ban, indexes it and
 // publishes it. An existing ban of key is replaced (shortened too). until
-// must be in the future and at most window.MaxBanDuration away.
+// must be in the future, within bans.CheckDuration.
 func (b *FleetBans) Add(ctx context.Context, key string, until time.Time) error {
 	if err := b.checkKey(key); err != nil {
 		return err
 	}
-	now := b.now()
-	if !until.After(now) {
-		return fmt.Errorf("fleet bans: ban of %s ends at %s, not after now", key, until.Format(time.RFC3339))
-	}
-	if until.Sub(now) > window.MaxBanDuration {
-		return fmt.Errorf("fleet bans: ban of %s ends at %s, more than the maximum of %s away", key, until.Format(time.RFC3339), window.MaxBanDuration)
+	if err := bans.CheckDuration(until.Sub(b.now())); err != nil {
+		return fmt.Errorf("fleet bans: ban of %s ending %s: %w", key, until.Format(time.RFC3339), err)
 	}
 	ms := until.UnixMilli()
 	pipe := b.client.Pipeline()
 	pipe.Do(ctx, "SET", key+banSuffix, ms, "PXAT", ms)
 	pipe.ZAdd(ctx, b.index, redis.Z{Score: float64(ms), Member: key})
-	pipe.Publish(ctx, b.index, banMessage(ms, key, ByHand))
+	pipe.Publish(ctx, b.index, banMessage(ms, key, bans.ByHand))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("fleet bans: add %s: %w", key, err)
 	}
@@ -205,7 +156,7 @@ func (b *FleetBans) Lift(ctx context.Context, key string, resetWindow bool) erro
 
 // List returns the bans in force, soonest to end first, after pruning the
 // index of the ended ones.
-func (b *FleetBans) List(ctx context.Context) ([]BanEntry, error) {
+func (b *FleetBans) List(ctx context.Context) ([]bans.Entry, error) {
 	now := b.now().UnixMilli()
 	pipe := b.client.Pipeline()
 	pipe.ZRemRangeByScore(ctx, b.index, "-inf", "("+strconv.FormatInt(now, 10))
@@ -217,14 +168,14 @@ func (b *FleetBans) List(ctx context.Context) ([]BanEntry, error) {
 }
 
 // entries turns index rows into bans, skipping the epoch member.
-func (b *FleetBans) entries(rows []redis.Z) []BanEntry {
-	out := make([]BanEntry, 0, len(rows))
+func (b *FleetBans) entries(rows []redis.Z) []bans.Entry {
+	out := make([]bans.Entry, 0, len(rows))
 	for _, z := range rows {
 		k, ok := z.Member.(string)
 		if !ok || strings.HasPrefix(k, epochPrefix) || math.IsInf(z.Score, 0) {
 			continue
 		}
-		out = append(out, BanEntry{Key: k, Until: time.UnixMilli(int64(z.Score))})
+		out = append(out, bans.Entry{Key: k, Until: time.UnixMilli(int64(z.Score))})
 	}
 	return out
 }
@@ -252,21 +203,21 @@ func (b *FleetBans) Get(ctx context.Context, key string) (until time.Time, banne
 // announce indexes bans set by a script (a threshold crossed, a lost ban
 // written back) and publishes them, in one pipeline; an index entry is
 // only moved later (ZADD GT).
-func (b *FleetBans) announce(ctx context.Context, bans []BanEntry) error {
+func (b *FleetBans) announce(ctx context.Context, list []bans.Entry) error {
 	pipe := b.client.Pipeline()
-	for _, e := range bans {
+	for _, e := range list {
 		ms := e.Until.UnixMilli()
 		pipe.ZAddArgs(ctx, b.index, redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(ms), Member: e.Key}}})
-		pipe.Publish(ctx, b.index, banMessage(ms, e.Key, ByThreshold))
+		pipe.Publish(ctx, b.index, banMessage(ms, e.Key, bans.ByThreshold))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("fleet bans: index and publish %d bans: %w", len(bans), err)
+		return fmt.Errorf("fleet bans: index and publish %d bans: %w", len(list), err)
 	}
 	return nil
 }
 
 // banMessage is the channel's message that bans key until ms.
-func banMessage(ms int64, key string, by BanOrigin) string {
+func banMessage(ms int64, key string, by bans.Origin) string {
 	return "ban " + strconv.FormatInt(ms, 10) + " " + key + " " + by.String()
 }
 
@@ -275,7 +226,7 @@ type banEvent struct {
 	lift  bool
 	key   string
 	until time.Time
-	by    BanOrigin
+	by    bans.Origin
 }
 
 // parseBanMessage reads a channel message; ok is false for anything else.
@@ -291,26 +242,26 @@ func parseBanMessage(msg string) (ev banEvent, ok bool) {
 		}
 		ev := banEvent{key: f[2], until: time.UnixMilli(ms)}
 		if len(f) == 4 && f[3] == "hand" {
-			ev.by = ByHand
+			ev.by = bans.ByHand
 		}
 		return ev, true
 	}
 	return banEvent{}, false
 }
 
-// reportLua counts a key's denials toward a ban and raises or renews it.
+// reportLua is bans.Tally.Deny on Redis, for the fleet's count: atomic, so
+// that the sidecars' reports of one key meet in one counter.
 //
 //	KEYS[1]: K!bc, KEYS[2]: K!ban.
 //	ARGV: denials n, threshold, ban window (ms), ban duration (ms), now in
-//	  ms as a decimal string or "" for Redis TIME.
+//	  ms as a decimal string or "" for Redis TIME, bans.RenewEvery (ms).
 //	Reply: {count, until, state}: count, the counter after adding n (0 once
 //	  it raised a ban: it is reset); until, the ban's end in Unix ms (0: no
 //	  ban); state 0: nothing changed, 1: raised, 2: renewed.
 //
 // The counter lives one ban window from its first denial. When it passes
-// the threshold the ban is set to now + duration, unless a ban in force
-// already ends later than that minus one second (so a hammered key is
-// renewed at most once a second); the counter is then reset.
+// the threshold the ban is set to now + duration when bans.Due says so; the
+// counter is then reset.
 const reportLua = `local c = redis.call('INCRBY', KEYS[1], ARGV[1])
 if c == tonumber(ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -330,7 +281,7 @@ if c <= tonumber(ARGV[2]) then
   return { c, cur, 0 }
 end
 local untl = now + tonumber(ARGV[4])
-if cur >= untl - 1000 then
+if cur >= untl - tonumber(ARGV[6]) then
   return { c, cur, 0 }
 end
 local s = string.format('%d', untl)

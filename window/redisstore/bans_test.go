@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/bans"
 )
 
 // newTestBans starts a redis-server and returns a FleetBans on it, with its
@@ -126,7 +127,7 @@ func TestBanEntryRuleValue(t *testing.T) {
 		"unsafe":   {"per_ip", "2001:db8::1", false},
 		"rls":      {"rls.flashsale", "k1_v1", true},
 	} {
-		e := BanEntry{Key: keys.Key(tc.rule, tc.value)}
+		e := bans.Entry{Key: keys.Key(tc.rule, tc.value)}
 		if got := e.Rule(); got != tc.rule {
 			t.Errorf("%s: Rule() = %q, want %q", name, got, tc.rule)
 		}
@@ -188,7 +189,7 @@ func TestBanMessages(t *testing.T) {
 		want banEvent
 	}{
 		"threshold": {"ban 1700000000000 fg:{abcdef}:r:v threshold", true, banEvent{key: "fg:{abcdef}:r:v", until: time.UnixMilli(1700000000000)}},
-		"hand":      {"ban 1700000000000 fg:{abcdef}:r:v hand", true, banEvent{key: "fg:{abcdef}:r:v", until: time.UnixMilli(1700000000000), by: ByHand}},
+		"hand":      {"ban 1700000000000 fg:{abcdef}:r:v hand", true, banEvent{key: "fg:{abcdef}:r:v", until: time.UnixMilli(1700000000000), by: bans.ByHand}},
 		"bare":      {"ban 1700000000000 fg:{abcdef}:r:v", true, banEvent{key: "fg:{abcdef}:r:v", until: time.UnixMilli(1700000000000)}},
 		"lift":      {"lift fg:{abcdef}:r:v", true, banEvent{lift: true, key: "fg:{abcdef}:r:v"}},
 		"bad time":  {"ban soon fg:{abcdef}:r:v", false, banEvent{}},

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window/bans"
 )
 
 // DefaultMaxBans is the default of SubscriberOptions.MaxBans.
@@ -44,7 +44,7 @@ type BanApplier interface {
 type BanEvents interface {
 	// Raised: a ban the sidecar did not hold took effect, learnt from the
 	// channel (a sync applies the bans it missed without counting them).
-	Raised(rule string, by BanOrigin)
+	Raised(rule string, by bans.Origin)
 	// Lifted: a ban in force was lifted.
 	Lifted(rule string)
 }
@@ -78,27 +78,19 @@ type SubscriberOptions struct {
 //
 // The index carries an epoch, a member that only Redis losing the index
 // removes (a restart without persistence, a flush, a failover to a replica
-// that had not received it). A sync that finds the epoch it last saw
-// treats the index as the truth: a ban the subscriber holds that is missing
-// was lifted meanwhile, and is lifted here. A sync that finds another epoch
-// (or none: it then makes one) knows Redis lost the bans: it writes back
-// the ones it holds that are still in force, each with its own end, over a
-// shorter one a fresh count raised since (a later ban is kept), so that a
-// restarted Redis pardons no abuser and shortens no ban. While Redis is down the bans held
+// that had not received it). A sync tells the sidecar's bans.Book whether
+// the epoch changed (Redis lost the bans), and writes back or lifts what
+// the Book decides (bans.Book.Reconcile). While Redis is down the bans held
 // stay in force locally, each until its end.
 type Subscriber struct {
 	fleet   *FleetBans
 	apply   BanApplier
-	maxBans int
+	book    *bans.Book
 	resync  time.Duration
 	events  BanEvents
 	onError func(error)
 	synced  chan struct{}
-
-	// mu guards the fields below; only Run's goroutine writes them.
-	mu    sync.Mutex
-	held  map[string]time.Time // the bans known, by key: their end
-	epoch string               // the index's epoch last seen
+	epoch   string // the index's epoch last seen; only Run's goroutine uses it
 }
 
 // NewSubscriber returns a Subscriber applying b's bans to apply; call Run.
@@ -116,8 +108,8 @@ func (b *FleetBans) NewSubscriber(apply BanApplier, opts SubscriberOptions) (*Su
 		opts.Resync = DefaultResync
 	}
 	return &Subscriber{
-		fleet: b, apply: apply, maxBans: opts.MaxBans, resync: opts.Resync, events: opts.Events,
-		onError: opts.OnError, synced: make(chan struct{}), held: make(map[string]time.Time),
+		fleet: b, apply: apply, book: bans.NewBook(opts.MaxBans), resync: opts.Resync, events: opts.Events,
+		onError: opts.OnError, synced: make(chan struct{}),
 	}, nil
 }
 
@@ -127,20 +119,7 @@ func (s *Subscriber) Synced() <-chan struct{} { return s.synced }
 
 // InForce calls fn with the number of bans in force the subscriber holds,
 // per rule segment of their keys.
-func (s *Subscriber) InForce(fn func(rule string, n int)) {
-	now := s.fleet.now()
-	counts := make(map[string]int)
-	s.mu.Lock()
-	for k, until := range s.held {
-		if until.After(now) {
-			counts[keyRule(k)]++
-		}
-	}
-	s.mu.Unlock()
-	for r, n := range counts {
-		fn(r, n)
-	}
-}
+func (s *Subscriber) InForce(fn func(rule string, n int)) { s.book.InForce(s.fleet.now(), fn) }
 
 // Run subscribes and applies the fleet's bans until ctx ends, reconnecting
 // with backoff.
@@ -237,71 +216,43 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// handle applies one channel message. A ban raised by a threshold that
-// ends before the ban the subscriber holds for the key means Redis lost the
-// held one (a reset: a fresh count then raised the rule's shorter box): the
-// held end stands here and is written back (see keepHeld). A ban by hand
-// replaces the held one, shorter too.
+// handle applies one channel message, as the Book decides: a ban raised by
+// a count that the ban held outlasts is written back (Redis lost the held
+// one), any other ban is learnt and applied, a lift forgets and lifts.
 func (s *Subscriber) handle(ctx context.Context, payload string) {
 	ev, ok := parseBanMessage(payload)
 	if !ok || s.fleet.checkKey(ev.key) != nil {
 		return
 	}
+	now := s.fleet.now()
 	if ev.lift {
-		s.mu.Lock()
-		until, held := s.held[ev.key]
-		delete(s.held, ev.key)
-		s.mu.Unlock()
+		inForce := s.book.Forget(ev.key, now)
 		s.apply.Lift(ev.key)
-		if held && until.After(s.fleet.now()) && s.events != nil {
-			s.events.Lifted(keyRule(ev.key))
+		if inForce && s.events != nil {
+			s.events.Lifted(bans.KeyRule(ev.key))
 		}
 		return
 	}
-	if !ev.until.After(s.fleet.now()) {
+	if !ev.until.After(now) {
 		return
 	}
-	if ev.by == ByThreshold {
-		s.mu.Lock()
-		held, ok := s.held[ev.key]
-		s.mu.Unlock()
-		if ok && held.After(ev.until) {
-			s.keepHeld(ctx, []BanEntry{{Key: ev.key, Until: held}})
-			return
-		}
+	if held, ok := s.book.Outlasts(ev.key, ev.until, ev.by); ok {
+		s.keepHeld(ctx, []bans.Entry{{Key: ev.key, Until: held}})
+		return
 	}
 	if !s.learn(ev.key, ev.until) && s.events != nil {
-		s.events.Raised(keyRule(ev.key), ev.by)
+		s.events.Raised(bans.KeyRule(ev.key), ev.by)
 	}
 }
 
-// learn applies a ban and remembers it (within MaxBans); it reports
-// whether the subscriber already held a ban of key in force.
+// learn records a ban in the Book and applies it unless it is in force
+// already; it reports whether a ban of key in force was held.
 func (s *Subscriber) learn(key string, until time.Time) (known bool) {
-	now := s.fleet.now()
-	s.mu.Lock()
-	old, ok := s.held[key]
-	known = ok && old.After(now)
-	if ok || len(s.held) < s.maxBans || s.pruneLocked(now) {
-		s.held[key] = until
-	}
-	s.mu.Unlock()
-	if !known || !old.Equal(until) {
+	known, apply := s.book.Learn(key, until, s.fleet.now())
+	if apply {
 		s.apply.Ban(key, until)
 	}
 	return known
-}
-
-// pruneLocked forgets the bans that ended; it reports whether room was
-// made.
-func (s *Subscriber) pruneLocked(now time.Time) bool {
-	n := len(s.held)
-	for k, until := range s.held {
-		if !until.After(now) {
-			delete(s.held, k)
-		}
-	}
-	return len(s.held) < n
 }
 
 // sync reads the index and applies it (see Subscriber): the epoch first,
@@ -322,81 +273,49 @@ func (s *Subscriber) sync(ctx context.Context, full bool) error {
 	if e == "" {
 		return fmt.Errorf("fleet bans: sync: the epoch script replied %v", epoch)
 	}
-	s.mu.Lock()
-	same := e == s.epoch
-	s.mu.Unlock()
-	if same && !full {
+	last := s.epoch
+	if e == last && !full {
 		return nil
 	}
 	list, err := s.fleet.List(ctx)
 	if err != nil {
 		return fmt.Errorf("fleet bans: sync: %w", err)
 	}
-	now := s.fleet.now()
-	indexed := make(map[string]time.Time, len(list))
-	for _, b := range list {
-		indexed[b.Key] = b.Until
-	}
-	s.mu.Lock()
-	lost := s.epoch != "" && e != s.epoch
-	var missing []BanEntry
-	s.pruneLocked(now)
-	for k, until := range s.held {
-		// Redis lost the index: a ban held that it indexes shorter was
-		// raised again by a fresh count since, and the held end stands.
-		if in, ok := indexed[k]; !ok || lost && in.Before(until) {
-			missing = append(missing, BanEntry{Key: k, Until: until})
-		}
-	}
-	s.mu.Unlock()
-	if lost && len(missing) > 0 {
-		if err := s.restore(ctx, missing); err != nil {
+	restore, lift, learn := s.book.Reconcile(list, last != "" && e != last, s.fleet.now())
+	if len(restore) > 0 {
+		if err := s.restore(ctx, restore); err != nil {
 			return err // the epoch is kept: the next sync tries again
 		}
-	} else {
-		for _, b := range missing {
-			s.mu.Lock()
-			delete(s.held, b.Key)
-			s.mu.Unlock()
-			s.apply.Lift(b.Key)
-			if s.events != nil {
-				s.events.Lifted(keyRule(b.Key))
-			}
+	}
+	for _, b := range lift {
+		s.apply.Lift(b.Key)
+		if s.events != nil {
+			s.events.Lifted(bans.KeyRule(b.Key))
 		}
 	}
-	for _, b := range list {
-		if lost {
-			s.mu.Lock()
-			held := s.held[b.Key]
-			s.mu.Unlock()
-			if held.After(b.Until) {
-				continue // written back above
-			}
-		}
+	for _, b := range learn {
 		s.learn(b.Key, b.Until)
 	}
-	s.mu.Lock()
 	s.epoch = e
-	s.mu.Unlock()
 	return nil
 }
 
 // keepHeld writes back bans the subscriber holds that Redis lost, within
 // banCallTimeout; a failure is reported and left to the next sync (the
 // held bans stay in force here meanwhile).
-func (s *Subscriber) keepHeld(ctx context.Context, bans []BanEntry) {
+func (s *Subscriber) keepHeld(ctx context.Context, held []bans.Entry) {
 	rctx, cancel := context.WithTimeout(ctx, banCallTimeout)
 	defer cancel()
-	if err := s.restore(rctx, bans); err != nil {
+	if err := s.restore(rctx, held); err != nil {
 		s.fail(err)
 	}
 }
 
 // restore writes back bans Redis lost: each unless a later one is there,
 // indexed and published for the sidecars that did not hold it.
-func (s *Subscriber) restore(ctx context.Context, bans []BanEntry) error {
-	calls := make([]scriptCall, len(bans))
-	for i, b := range bans {
+func (s *Subscriber) restore(ctx context.Context, lost []bans.Entry) error {
+	calls := make([]scriptCall, len(lost))
+	for i, b := range lost {
 		calls[i] = scriptCall{keys: []string{b.Key + banSuffix}, args: []any{b.Until.UnixMilli()}}
 	}
 	for _, cmd := range s.fleet.restore.evalEach(ctx, s.fleet.client, calls) {
@@ -404,18 +323,5 @@ func (s *Subscriber) restore(ctx context.Context, bans []BanEntry) error {
 			return fmt.Errorf("fleet bans: write back lost bans: %w", err)
 		}
 	}
-	return s.fleet.announce(ctx, bans)
-}
-
-// keyRule returns a limit key's rule segment: "<prefix>:{tag}:<rule>:…".
-func keyRule(key string) string {
-	i := strings.Index(key, "}:")
-	if i < 0 {
-		return ""
-	}
-	rest := key[i+2:]
-	if j := strings.IndexByte(rest, ':'); j >= 0 {
-		return rest[:j]
-	}
-	return rest
+	return s.fleet.announce(ctx, lost)
 }

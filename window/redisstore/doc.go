@@ -128,7 +128,9 @@
 // # Fleet-wide bans
 //
 // A Guard's penalty box is per process; [FleetBans] makes it the fleet's,
-// off the check path. Beside each limit key K, in K's slot, K!bc counts the
+// off the check path, by the policy of window/bans: this package stores the
+// bans, counts the fleet's denials (reportLua, the policy's count made
+// atomic on Redis) and carries the changes. Beside each limit key K, in K's slot, K!bc counts the
 // fleet's denials of K within the rule's ban window and K!ban holds a ban's
 // end (it expires then); the index "<prefix>:bans" (a sorted set by end)
 // lists the bans in force, and the channel of the same name carries "ban"
@@ -143,9 +145,9 @@
 // and syncs with the index after each (re)subscription (and when a check
 // of the index every 30 s finds it lost), so a sidecar that starts or
 // reconnects learns the bans in force; the index's
-// epoch member tells a sync whether Redis lost the bans (then it writes
-// back those it holds) or a ban missing from it was lifted (then it lifts
-// it). Checks never wait for any of it: a banned key is refused from the
+// epoch member tells a sync whether Redis lost the bans, and the sidecar's
+// bans.Book decides what follows: write back those it holds, or lift one
+// missing from the index. Checks never wait for any of it: a banned key is refused from the
 // Guard's memory, and while Redis is down every sidecar keeps the bans it
 // knows and bans by its own count.
 package redisstore

@@ -138,7 +138,6 @@ func TestStackRedisDown(t *testing.T) {
 		t.Fatalf("third on a 2/min key: %+v, want Redis's denial", d)
 	}
 	mustDecide(t, g, warm) // 1 of 4
-	g.Wait()
 	s.Stop()
 	var last error
 	for range guard.DefaultBreakerConnFailures + 1 {
