@@ -535,6 +535,11 @@ func moveAllSlots(t *testing.T, from, to string) {
 	if err != nil {
 		t.Fatalf("CLUSTER SLOTS: %v", err)
 	}
+	// dst's claim must win over from's in gossip: without a newer config
+	// epoch, from's older one can take the slots back.
+	if err := dst.Do(ctx, "CLUSTER", "BUMPEPOCH").Err(); err != nil {
+		t.Fatalf("CLUSTER BUMPEPOCH: %v", err)
+	}
 	for _, s := range slots {
 		if len(s.Nodes) == 0 || s.Nodes[0].Addr != from {
 			continue
