@@ -31,7 +31,7 @@ func newHTTPFront(o *Options, srv *extauthz.Server, cfg *descriptors.Config, reg
 	if o.HTTPAuthzAddr == "" {
 		return nil, nil
 	}
-	h, err := httpauthz.New(httpauthz.Options{Checker: srv, PathPrefix: o.HTTPAuthzPathPrefix, Registerer: reg, Logger: log})
+	h, err := httpauthz.New(httpauthz.Options{Decider: srv, PathPrefix: o.HTTPAuthzPathPrefix, Registerer: reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}

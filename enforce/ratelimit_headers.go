@@ -300,9 +300,23 @@ const (
 // retry_after_ms are the body flashgate sent before the problem). A nil p
 // appends the body without a policy: violated-policies empty, rule "".
 func (p *Policy) AppendProblem(b []byte, retryAfter time.Duration) []byte {
+	return p.AppendProblemAs(b, retryAfter, 429, ProblemTitle)
+}
+
+// AppendProblemAs appends p's problem as [Policy.AppendProblem] does, for
+// a denial answered with status instead of 429 (nginx's auth_request
+// passes only 401 and 403): its status member status, its title member
+// title, the status's reason phrase.
+func (p *Policy) AppendProblemAs(b []byte, retryAfter time.Duration, status int, title string) []byte {
 	ms := max(int64((retryAfter+time.Millisecond-1)/time.Millisecond), 1)
-	b = append(b, problemHead...)
-	b = append(b, "429"...)
+	if status == 429 && title == ProblemTitle {
+		b = append(b, problemHead...)
+	} else {
+		b = append(b, problemType...)
+		b = strconv.AppendQuote(b, title)
+		b = append(b, `,"status":`...)
+	}
+	b = strconv.AppendInt(b, int64(status), 10)
 	if p == nil {
 		b = append(b, `,"violated-policies":[],"error":"too_many_requests","rule":"","retry_after_ms":`...)
 	} else {
@@ -375,27 +389,40 @@ func (a *Answer) Value(k Field) string {
 	switch k {
 	case FieldRetryAfter:
 		return strconv.FormatInt(a.RetryAfterSeconds(), 10)
-	case FieldPolicy:
-		return string(AppendPolicies(nil, a.Policies))
-	case FieldRateLimit:
-		return string(AppendStates(nil, a.States))
-	case FieldLimit, FieldRemaining, FieldReset:
-		s := a.binding()
-		switch {
-		case s == nil:
-			return ""
-		case k == FieldLimit:
+	case FieldLimit:
+		if s := a.binding(); s != nil {
 			return s.Policy.limit
-		case k == FieldRemaining:
-			return strconv.Itoa(max(s.Remaining, 0))
 		}
-		return strconv.FormatInt(s.T, 10)
+		return ""
 	case FieldShadow:
 		return "1"
 	case FieldContentType:
 		return ProblemContentType
 	}
-	return ""
+	return string(a.AppendValue(nil, k))
+}
+
+// AppendValue appends field k's value in a ([Answer.Value]) to b, for a
+// front-end that writes it without a string of its own.
+func (a *Answer) AppendValue(b []byte, k Field) []byte {
+	switch k {
+	case FieldRetryAfter:
+		return strconv.AppendInt(b, a.RetryAfterSeconds(), 10)
+	case FieldPolicy:
+		return AppendPolicies(b, a.Policies)
+	case FieldRateLimit:
+		return AppendStates(b, a.States)
+	case FieldRemaining, FieldReset:
+		s := a.binding()
+		switch {
+		case s == nil:
+			return b
+		case k == FieldRemaining:
+			return strconv.AppendInt(b, int64(max(s.Remaining, 0)), 10)
+		}
+		return strconv.AppendInt(b, s.T, 10)
+	}
+	return append(b, a.Value(k)...)
 }
 
 // AppendPolicies appends the RateLimit-Policy value of ps: their items, in
@@ -451,9 +478,20 @@ func (a *Answer) Headers(f Families, add func(name, value string)) {
 // Problem returns a denial's body (see [Policy.AppendProblem]) for the
 // binding state's policy.
 func (a *Answer) Problem() string {
-	var p *Policy
-	if b := a.binding(); b != nil {
-		p = b.Policy
-	}
+	p := a.bindingPolicy()
 	return string(p.AppendProblem(make([]byte, 0, p.ProblemLen()), a.RetryAfter))
+}
+
+// AppendProblem appends a denial's body for the binding state's policy,
+// answered with status and titled title (see [Policy.AppendProblemAs]).
+func (a *Answer) AppendProblem(b []byte, status int, title string) []byte {
+	return a.bindingPolicy().AppendProblemAs(b, a.RetryAfter, status, title)
+}
+
+// bindingPolicy returns the binding state's policy, or nil.
+func (a *Answer) bindingPolicy() *Policy {
+	if b := a.binding(); b != nil {
+		return b.Policy
+	}
+	return nil
 }

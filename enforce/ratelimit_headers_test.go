@@ -2,6 +2,7 @@ package enforce_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -193,13 +194,36 @@ func TestProblem(t *testing.T) {
 	if got := enforcetest.CheckProblem(t, h, body, 429, `odd "rule"`); got.RetryAfterMS != 1235 {
 		t.Errorf("retry_after_ms %d, want 1235", got.RetryAfterMS)
 	}
-	enforcetest.CheckProblem(t, h, enforce.ProblemWithStatus(body, 403), 403, `odd "rule"`)
-	if got := enforce.ProblemWithStatus("not a problem", 403); got != "not a problem" {
-		t.Errorf("ProblemWithStatus changed a foreign body: %s", got)
+	for _, status := range []int{401, 403} {
+		as := string(p.AppendProblemAs(nil, 1234567*time.Microsecond, status, http.StatusText(status)))
+		enforcetest.CheckProblem(t, h, as, status, `odd "rule"`)
+		want := strings.Replace(body, `"title":"Too Many Requests","status":429`,
+			`"title":"`+http.StatusText(status)+`","status":`+strconv.Itoa(status), 1)
+		if as != want {
+			t.Errorf("answered %d: %s, want the 429 body with its status and title %s", status, as, want)
+		}
 	}
 	var nilPolicy *enforce.Policy
 	if b := string(nilPolicy.AppendProblem(nil, 0)); !strings.Contains(b, `"violated-policies":[]`) || !strings.HasSuffix(b, `"retry_after_ms":1}`) {
 		t.Errorf("body without a policy: %s", b)
+	}
+}
+
+// TestAppendValue: every field's appended value is its Value, after what
+// the buffer held.
+func TestAppendValue(t *testing.T) {
+	p := enforce.NewPolicy("r", window.Limit{Requests: 7, Window: time.Minute})
+	q := enforce.NewPolicy("q", window.Limit{Requests: 2, Window: time.Second})
+	for name, a := range map[string]enforce.Answer{
+		"denied": {Policies: []*enforce.Policy{p, q}, Binding: 1, Denied: true, RetryAfter: 1500 * time.Millisecond,
+			States: []enforce.State{{Policy: p, Remaining: 3, T: 40}, {Policy: q, T: 2}}},
+		"no binding": {Policies: []*enforce.Policy{p}, Binding: -1, Shadow: true},
+	} {
+		for k := enforce.Field(0); int(k) < enforce.MaxFields; k++ {
+			if got, want := string(a.AppendValue([]byte("pre:"), k)), "pre:"+a.Value(k); got != want {
+				t.Errorf("%s: field %s: %q, want %q", name, k.Name(), got, want)
+			}
+		}
 	}
 }
 

@@ -29,8 +29,9 @@
 // The rules, and how a request maps to hits under them, are package
 // descriptors'; Check reads a CheckRequest into the descriptors.Request
 // they map (headers from the headers map, else header_map; the peer from
-// source.address; context_extensions). [Server.CheckAttributes] decides a
-// request another front-end read into one.
+// source.address; context_extensions). [Server.Decide] decides a request
+// another front-end read into one, and gives it the core's answer to write
+// in its own wire form.
 //
 // # Decisions
 //

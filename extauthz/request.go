@@ -51,23 +51,50 @@ func (m *mapping) mapRequest(p *descriptors.Mapper, req descriptors.Request, sha
 	}
 }
 
-// CheckAttributes decides the request req describes as Check decides a
-// CheckRequest: the same rules, decisions, metrics and response, which
-// may be shared (read it, never modify it). The HTTP front-end asks it.
-// It never returns an error.
-func (s *Server) CheckAttributes(ctx context.Context, req descriptors.Request) (*authv3.CheckResponse, error) {
+// Decide decides the request req describes as Check decides a
+// CheckRequest (the same rules, decisions and metrics) and makes a the
+// core's answer, its storage reused; a holds no part of the Server's.
+// The HTTP front-end asks it. Its error is always nil: the failure modes
+// decide backend trouble.
+func (s *Server) Decide(ctx context.Context, req descriptors.Request, a *enforce.Answer) error {
 	start := s.now()
-	return s.check(ctx, s.rules.Load(), req, s.pool.Get().(*mapping), start), nil
+	m := s.pool.Get().(*mapping)
+	copyAnswer(a, s.decide(ctx, s.rules.Load(), req, m))
+	s.release(m, start)
+	return nil
 }
+
+// Headers returns the families of rate-limit header fields the answers
+// carry (enforce.Options.Headers).
+func (s *Server) Headers() enforce.Families { return s.core.Headers() }
 
 // check answers req under rs, mapped in m, which it returns to the pool.
 func (s *Server) check(ctx context.Context, rs *ruleSet, req descriptors.Request, m *mapping, start time.Time) *authv3.CheckResponse {
+	resp := rs.answer(s.decide(ctx, rs, req, m))
+	s.release(m, start)
+	return resp
+}
+
+// decide maps req under rs into m and returns the core's answer, valid
+// until m is reset: the core decides and counts it.
+func (s *Server) decide(ctx context.Context, rs *ruleSet, req descriptors.Request, m *mapping) *enforce.Answer {
 	m.mapRequest(rs.mapper, req, s.core.Shadow())
-	resp := s.decide(ctx, rs, m)
+	return s.core.Decide(ctx, rs.request(m)).Answer
+}
+
+// release returns m to the pool and observes the check's duration since
+// start.
+func (s *Server) release(m *mapping, start time.Time) {
 	m.Reset()
 	s.pool.Put(m)
 	s.metrics.checkDur.Observe(s.now().Sub(start).Seconds())
-	return resp
+}
+
+// copyAnswer makes dst a copy of src, reusing dst's storage.
+func copyAnswer(dst, src *enforce.Answer) {
+	ps, ss := dst.Policies[:0], dst.States[:0]
+	*dst = *src
+	dst.Policies, dst.States = append(ps, src.Policies...), append(ss, src.States...)
 }
 
 // checkAttrs reads a CheckRequest as the rules read a request

@@ -116,10 +116,3 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	m.grpc.set(req)
 	return s.check(ctx, rs, &m.grpc, m, start), nil
 }
-
-// decide answers one mapped request: the core decides and counts it, the
-// verdict's answer becomes the response.
-func (s *Server) decide(ctx context.Context, rs *ruleSet, m *mapping) *authv3.CheckResponse {
-	v := s.core.Decide(ctx, rs.request(m))
-	return rs.answer(v.Answer)
-}

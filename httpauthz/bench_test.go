@@ -49,7 +49,7 @@ descriptors:
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := httpauthz.New(httpauthz.Options{Checker: srv})
+	h, err := httpauthz.New(httpauthz.Options{Decider: srv})
 	if err != nil {
 		b.Fatal(err)
 	}

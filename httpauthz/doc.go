@@ -3,13 +3,14 @@
 // (auth_request), Caddy (forward_auth) and Traefik (ForwardAuth). Every
 // request it serves is a check: it reads the request into the attributes
 // the rules map (a descriptors.Request, as the gRPC front-end reads a
-// CheckRequest into one), asks a [Checker] (the ext_authz server,
-// *extauthz.Server, is one), and writes its answer back as HTTP. So every
-// decision and every response header is the ext_authz server's: rules,
-// failure modes, shadow, reload and metrics are the same on both
-// front-ends.
+// CheckRequest into one), asks a [Decider] (the ext_authz server,
+// *extauthz.Server, is one) for the enforcement core's answer
+// (enforce.Answer), and writes that answer as HTTP. So every decision is
+// the ext_authz server's (rules, failure modes, shadow, reload and metrics
+// are the same on both front-ends), and every header field the one the
+// gRPC front-end sends, both made by package enforce.
 //
-//	h, err := httpauthz.New(httpauthz.Options{Checker: srv, PathPrefix: "/authz", Registerer: reg})
+//	h, err := httpauthz.New(httpauthz.Options{Decider: srv, PathPrefix: "/authz", Registerer: reg})
 //	// serve h on its own listener (package host: Options.HTTPAuthz)
 //
 // # The checked request
@@ -41,22 +42,20 @@
 //
 // # The answer
 //
-// Allowed: 200 with the OK response's headers (response_headers_to_add and
-// headers), no body. Denied: the denied response's status (Envoy's 403
-// when it has none; a status below 300 is answered 403 too, so that a
-// denial never reads as allowed), its headers and its body. The request
-// header X-Flashgate-Deny-Status: 401 or 403 (which nginx's auth_request
-// needs: it passes only 2xx, 401 and 403) answers a denial with that
-// status instead; headers and body stay, except that a JSON body's
-// top-level "status" member follows the status sent. Any other value is
-// ignored.
+// Allowed: 200 with the answer's rate-limit header fields, no body.
+// Denied: 429 with Retry-After, the rate-limit fields and the RFC 9457
+// problem body (application/problem+json). The request header
+// X-Flashgate-Deny-Status: 401 or 403 (which nginx's auth_request needs:
+// it passes only 2xx, 401 and 403) answers a denial with that status
+// instead; the header fields stay, and the body's "status" and "title"
+// members follow the status sent. Any other value is ignored.
 //
 // A request that is no check (a method or URI that cannot be the original
 // request's, a path outside PathPrefix, headers above [MaxHeaderBytes]) is
 // answered 400 with a plain-text reason and counted in
-// flashgate_http_authz_rejected_total{reason}. A Checker error, which the
-// ext_authz server never returns for a request built here (it decides
-// backend trouble by its failure modes), is answered 503, counted under
+// flashgate_http_authz_rejected_total{reason}. A Decider error, which the
+// ext_authz server never returns (it decides backend trouble by its
+// failure modes), is answered 503, counted under
 // reason check_failed, and logged: a proxy reads a 5xx as "the authorizer
 // failed" (Envoy applies its failure_mode_allow), never as over limit.
 package httpauthz

@@ -2,38 +2,37 @@ package httpauthz
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
 
 	"github.com/flashgate/flashgate/descriptors"
+	"github.com/flashgate/flashgate/enforce"
 )
 
-// Checker decides the request req describes and answers as Envoy's
-// ext_authz Check does; *extauthz.Server is one. It must be safe for
-// concurrent use, must not keep req once it has returned, and its answer
-// is only read.
-type Checker interface {
-	CheckAttributes(ctx context.Context, req descriptors.Request) (*authv3.CheckResponse, error)
+// Decider decides the request req describes and makes a the enforcement
+// core's answer, which the handler writes as HTTP; *extauthz.Server is one.
+// It must be safe for concurrent use and must not keep req or a once it
+// has returned. An error is answered 503.
+type Decider interface {
+	Decide(ctx context.Context, req descriptors.Request, a *enforce.Answer) error
+	// Headers returns the families of rate-limit header fields the
+	// answers carry.
+	Headers() enforce.Families
 }
 
-// Options configure a [Handler]. Only Checker is required.
+// Options configure a [Handler]. Only Decider is required.
 type Options struct {
-	// Checker decides the checks.
-	Checker Checker
+	// Decider decides the checks.
+	Decider Decider
 	// PathPrefix is Envoy http_service's path_prefix: stripped, at a "/"
 	// boundary, from the path of a request that carries no original URI
 	// header. "" (or "/") for none.
@@ -41,7 +40,7 @@ type Options struct {
 	// Registerer takes flashgate_http_authz_rejected_total; nil registers
 	// it nowhere.
 	Registerer prometheus.Registerer
-	// Logger logs Checker errors; nil discards them.
+	// Logger logs Decider errors; nil discards them.
 	Logger *slog.Logger
 }
 
@@ -49,22 +48,33 @@ type Options struct {
 // as a check (see the package comment). Build it with [New]; it is safe
 // for concurrent use.
 type Handler struct {
-	checker  Checker
+	decider  Decider
+	families enforce.Families
 	prefix   string
 	log      *slog.Logger
 	rejected map[string]prometheus.Counter // by reason, every reason present
-	attrs    sync.Pool                     // *attrs
+	checks   sync.Pool                     // *check
 	names    names                         // canonical request header names
-	out      outHeaders                    // response headers in the server's form
+	keys     [enforce.MaxFields]string     // each answer field's name, canonical
+	values   values                        // answer field values in the server's form
 }
 
 var _ http.Handler = (*Handler)(nil)
 
-// New returns a Handler on opts. It fails without a Checker, for a
+// check is the scratch of one check: the request as the rules read it,
+// the answer, and the buffer a value or the body is formatted in. A
+// Handler pools them.
+type check struct {
+	attrs  attrs
+	answer enforce.Answer
+	buf    []byte
+}
+
+// New returns a Handler on opts. It fails without a Decider, for a
 // PathPrefix that is not a path, and when its metric cannot be registered.
 func New(opts Options) (*Handler, error) {
-	if opts.Checker == nil {
-		return nil, errors.New("httpauthz: no checker given")
+	if opts.Decider == nil {
+		return nil, errors.New("httpauthz: no decider given")
 	}
 	prefix, err := NormalizePrefix(opts.PathPrefix)
 	if err != nil {
@@ -79,12 +89,16 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("httpauthz: register metrics: %w", err)
 		}
 	}
-	h := &Handler{checker: opts.Checker, prefix: prefix, log: opts.Logger, rejected: map[string]prometheus.Counter{}}
+	h := &Handler{decider: opts.Decider, families: opts.Decider.Headers(), prefix: prefix, log: opts.Logger,
+		rejected: map[string]prometheus.Counter{}}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	for _, r := range reasons {
 		h.rejected[r] = vec.WithLabelValues(r)
+	}
+	for k := range h.keys {
+		h.keys[k] = http.CanonicalHeaderKey(enforce.Field(k).Name())
 	}
 	return h, nil
 }
@@ -93,23 +107,21 @@ func New(opts Options) (*Handler, error) {
 // and answers the decision.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body := readBody(r)
-	a, _ := h.attrs.Get().(*attrs)
-	if a == nil {
-		a = &attrs{}
+	c, _ := h.checks.Get().(*check)
+	if c == nil {
+		c = &check{}
 	}
-	err := a.fill(r, h.prefix, &h.names)
-	var resp *authv3.CheckResponse
+	err := c.attrs.fill(r, h.prefix, &h.names)
 	if err == nil {
-		resp, err = h.check(r, a)
+		err = h.decide(r, c)
 	}
-	*a = attrs{}
-	h.attrs.Put(a)
+	c.attrs = attrs{}
 	body.settle(w)
 	switch {
 	case errors.Is(err, errCheckFailed):
 		plain(w, http.StatusServiceUnavailable, errCheckFailedMsg)
 	case err == nil:
-		h.write(w, resp, denyStatus(r.Header))
+		h.write(w, c, denyStatus(r.Header))
 	default:
 		var rej *rejection
 		if !errors.As(err, &rej) {
@@ -118,27 +130,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.rejected[rej.reason].Inc()
 		plain(w, http.StatusBadRequest, rej.msg)
 	}
+	clear(c.answer.Policies)
+	clear(c.answer.States)
+	h.checks.Put(c)
 }
 
-// errCheckFailed is check's error for a Checker that failed (logged and
+// errCheckFailed is decide's error for a Decider that failed (logged and
 // counted): answered 503.
 var errCheckFailed = errors.New("check failed")
 
-// check asks the Checker about req: its answer, or errCheckFailed when it
-// fails.
-func (h *Handler) check(r *http.Request, req descriptors.Request) (*authv3.CheckResponse, error) {
-	resp, err := h.checker.CheckAttributes(r.Context(), req)
-	if err == nil && resp == nil {
-		err = errors.New("the checker returned no response")
-	}
-	if err != nil {
+// decide asks the Decider about c's request, its answer into c; it
+// returns errCheckFailed when the Decider fails.
+func (h *Handler) decide(r *http.Request, c *check) error {
+	if err := h.decider.Decide(r.Context(), &c.attrs, &c.answer); err != nil {
 		h.rejected[ReasonCheckFailed].Inc()
 		if r.Context().Err() == nil {
 			h.log.Warn("http_authz: check failed; answered 503", "error", err)
 		}
-		return nil, errCheckFailed
+		return errCheckFailed
 	}
-	return resp, nil
+	return nil
 }
 
 // maxBody is how much of a request's body is read (and dropped) while the
@@ -220,212 +231,55 @@ func denyStatus(h http.Header) int {
 	return 0
 }
 
-// write writes resp as HTTP: OK → 200 with the OK response's headers;
-// anything else → the denied response (see the package comment), with
-// status override (0: none).
-func (h *Handler) write(w http.ResponseWriter, resp *authv3.CheckResponse, override int) {
-	hd := w.Header()
-	if codes.Code(resp.GetStatus().GetCode()) == codes.OK {
-		ok := resp.GetOkResponse()
-		h.out.add(hd, ok.GetHeaders())
-		h.out.add(hd, ok.GetResponseHeadersToAdd())
+// write writes c's answer as HTTP: an admission as 200 with its header
+// fields and no body; a denial as 429, or override (0: none), with its
+// header fields and its problem body, whose status and title follow the
+// status sent. The fields and their order are enforce's
+// (Families.AppendFields, Answer.AppendValue).
+func (h *Handler) write(w http.ResponseWriter, c *check, override int) {
+	a, hd := &c.answer, w.Header()
+	var fields [enforce.MaxFields]enforce.Field
+	for _, k := range h.families.AppendFields(fields[:0], a.Denied, a.Shadow) {
+		if c.buf = a.AppendValue(c.buf[:0], k); len(c.buf) > 0 {
+			hd[h.keys[k]] = h.values.get(c.buf)
+		}
+	}
+	if !a.Denied {
 		hd["Content-Length"] = zeroLength
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	denied := resp.GetDeniedResponse()
-	status := int(denied.GetStatus().GetCode())
-	if status < 300 || status > 599 {
-		status = http.StatusForbidden // Envoy's default; a 2xx would read as allowed
-	}
-	h.out.add(hd, denied.GetHeaders())
-	body := denied.GetBody()
+	status, title := http.StatusTooManyRequests, enforce.ProblemTitle
 	if override != 0 {
-		if body != "" && isJSON(hd.Get("Content-Type")) {
-			body = withStatusMember(body, status, override)
-		}
-		status = override
+		status, title = override, http.StatusText(override)
 	}
-	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	c.buf = a.AppendProblem(c.buf[:0], status, title)
+	var n [20]byte
+	hd["Content-Length"] = h.values.get(strconv.AppendInt(n[:0], int64(len(c.buf)), 10))
 	w.WriteHeader(status)
-	if body != "" {
-		_, _ = w.Write([]byte(body))
-	}
+	_, _ = w.Write(c.buf)
 }
 
 // zeroLength is the Content-Length of a body-less answer; shared, never
 // modified.
 var zeroLength = []string{"0"}
 
-// outHeaders interns the response headers a Checker answers with (most
-// are the same few names and values on every check) in the form the HTTP
-// server writes: the canonical name, and the value as a one-element slice
-// (whose capacity is its length, so that an append never writes into it).
-type outHeaders struct {
-	t intern[headerKV, outHeader]
+// values interns the answers' header values (most are the same few on
+// every check) in the form the HTTP server writes: a one-element slice
+// whose capacity is its length, so that an append never writes into it.
+type values struct {
+	t intern[string, []string]
 }
 
-// headerKV is a response header as the Checker gives it.
-type headerKV struct{ key, value string }
-
-// outHeader is a response header in the HTTP server's form; skip is set
-// for one the server writes itself (see framing).
-type outHeader struct {
-	key  string
-	vals []string
-	skip bool
+// get returns b's value, interned; b is not kept.
+func (v *values) get(b []byte) []string {
+	if m := v.t.m.Load(); m != nil {
+		if vs, ok := (*m)[string(b)]; ok {
+			return vs
+		}
+	}
+	s := string(b)
+	return v.t.get(s, len(s), oneValue)
 }
 
-func newOutHeader(kv headerKV) outHeader {
-	if kv.key == "" || kv.key[0] == ':' {
-		return outHeader{skip: true}
-	}
-	k := http.CanonicalHeaderKey(kv.key)
-	return outHeader{key: k, vals: []string{kv.value}, skip: framing(k)}
-}
-
-// add applies opts to h as Envoy applies them to a response, except the
-// pseudo-headers and the headers of the message's framing, which the HTTP
-// server writes itself.
-func (o *outHeaders) add(h http.Header, opts []*corev3.HeaderValueOption) {
-	for _, opt := range opts {
-		hv := opt.GetHeader()
-		if hv == nil {
-			continue
-		}
-		kv := headerKV{hv.GetKey(), hv.GetValue()}
-		var oh outHeader
-		if kv.value == "" && len(hv.GetRawValue()) > 0 {
-			kv.value = string(hv.GetRawValue())
-			oh = newOutHeader(kv)
-		} else {
-			oh = o.t.get(kv, len(kv.key)+len(kv.value), newOutHeader)
-		}
-		if oh.skip {
-			continue
-		}
-		k := oh.key
-		_, exists := h[k]
-		switch appendAction(opt) {
-		case corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
-			h[k] = append(h[k], oh.vals...)
-		case corev3.HeaderValueOption_ADD_IF_ABSENT:
-			if !exists {
-				h[k] = oh.vals
-			}
-		case corev3.HeaderValueOption_OVERWRITE_IF_EXISTS:
-			if exists {
-				h[k] = oh.vals
-			}
-		default: // OVERWRITE_IF_EXISTS_OR_ADD
-			h[k] = oh.vals
-		}
-	}
-}
-
-// appendAction returns o's action, the deprecated append flag read as
-// Envoy reads it when set.
-func appendAction(o *corev3.HeaderValueOption) corev3.HeaderValueOption_HeaderAppendAction {
-	if a := o.GetAppend(); a != nil {
-		if a.GetValue() {
-			return corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
-		}
-		return corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-	}
-	return o.GetAppendAction()
-}
-
-// framing reports whether the canonical header name k frames the message
-// or the connection.
-func framing(k string) bool {
-	switch k {
-	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade":
-		return true
-	}
-	return false
-}
-
-// isJSON reports whether the media type ct is JSON (application/json or a
-// +json type such as application/problem+json).
-func isJSON(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
-}
-
-// withStatusMember returns the JSON object body of a denial answered
-// with from with its top-level "status" member, when that is a number, set
-// to status, and its top-level "title" member, when that is from's reason
-// phrase (an RFC 9457 problem titled by its status), set to status's;
-// body itself when it has no numeric status or is no JSON object. The
-// rest of the body is kept byte for byte.
-func withStatusMember(body string, from, status int) string {
-	dec := json.NewDecoder(strings.NewReader(body))
-	dec.UseNumber()
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return body
-	}
-	// span is a member's value in body, and what replaces it.
-	type span struct {
-		start, end int
-		with       string
-	}
-	var st, title *span
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return body
-		}
-		key, _ := t.(string)
-		after := int(dec.InputOffset())
-		v, err := dec.Token()
-		if err != nil {
-			return body
-		}
-		if d, ok := v.(json.Delim); ok && (d == '{' || d == '[') {
-			for depth := 1; depth > 0; {
-				t, err := dec.Token()
-				if err != nil {
-					return body
-				}
-				switch t {
-				case json.Delim('{'), json.Delim('['):
-					depth++
-				case json.Delim('}'), json.Delim(']'):
-					depth--
-				}
-			}
-			continue
-		}
-		end := int(dec.InputOffset())
-		start := after + strings.IndexFunc(body[after:end], func(c rune) bool {
-			return c != ':' && c != ' ' && c != '\t' && c != '\n' && c != '\r'
-		})
-		if start < after {
-			return body
-		}
-		switch v := v.(type) {
-		case json.Number:
-			if key == "status" && st == nil {
-				st = &span{start, end, strconv.Itoa(status)}
-			}
-		case string:
-			if key == "title" && title == nil && v == http.StatusText(from) && http.StatusText(status) != "" {
-				title = &span{start, end, strconv.Quote(http.StatusText(status))}
-			}
-		}
-	}
-	if st == nil {
-		return body
-	}
-	spans := []*span{st}
-	if title != nil {
-		spans = append(spans, title)
-		if title.start > st.start {
-			spans[0], spans[1] = title, st
-		}
-	}
-	for _, sp := range spans { // the later one first
-		body = body[:sp.start] + sp.with + body[sp.end:]
-	}
-	return body
-}
+func oneValue(s string) []string { return []string{s} }

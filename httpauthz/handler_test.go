@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate/descriptors"
@@ -60,7 +59,7 @@ func TestLimitThroughEachProxyStyle(t *testing.T) {
 				if r.status != http.StatusOK {
 					t.Fatalf("request %d: %s, want 200", i+1, r)
 				}
-				mirrors(t, r, e.rec.lastResponse(), 0)
+				mirrors(t, r, e.rec.lastAnswer(), 0)
 				checkGrammar(t, r)
 				if got := r.header.Get("X-Ratelimit-Remaining"); got != string(rune('0'+4-i)) {
 					t.Errorf("request %d: x-ratelimit-remaining %q", i+1, got)
@@ -70,7 +69,7 @@ func TestLimitThroughEachProxyStyle(t *testing.T) {
 			if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" || !strings.Contains(r.body, `"coupon_per_uid"`) {
 				t.Fatalf("6th request: %s, want 429 with retry-after and the rule", r)
 			}
-			mirrors(t, r, e.rec.lastResponse(), 0)
+			mirrors(t, r, e.rec.lastAnswer(), 0)
 			checkGrammar(t, r)
 			if r := e.ask(s, "POST", "/api/coupon/1", "X-Uid", "bob"); r.status != http.StatusOK {
 				t.Errorf("another user: %s, want 200", r)
@@ -156,11 +155,12 @@ func TestDenyStatus(t *testing.T) {
 		if want != 429 {
 			override = want
 		}
-		mirrors(t, r, e.rec.lastResponse(), override)
+		mirrors(t, r, e.rec.lastAnswer(), override)
 		checkGrammar(t, r)
 		// The body is the denial's, its "status" and "title" members (the
 		// problem body's) following the status sent.
-		body := e.rec.lastResponse().GetDeniedResponse().GetBody()
+		last := e.rec.lastAnswer()
+		body := last.a.Problem()
 		want := strings.Replace(body, `"title":"Too Many Requests","status":429`,
 			`"title":"`+http.StatusText(r.status)+`","status":`+strconv.Itoa(r.status), 1)
 		if r.body != want {
@@ -179,13 +179,13 @@ func TestShadowAndMissing(t *testing.T) {
 	if r.status != http.StatusOK || r.header.Get("X-Ratelimit-Shadow") != "1" {
 		t.Errorf("shadow rule's second request: %s, want 200 marked shadow", r)
 	}
-	mirrors(t, r, e.rec.lastResponse(), 0)
+	mirrors(t, r, e.rec.lastAnswer(), 0)
 	checkGrammar(t, r)
 	r = e.do("GET", "/api/vip/1")
 	if r.status != http.StatusTooManyRequests || !strings.Contains(r.body, `"vip_needs_uid"`) {
 		t.Errorf("vip without x-uid: %s, want 429 by vip_needs_uid", r)
 	}
-	mirrors(t, r, e.rec.lastResponse(), 0)
+	mirrors(t, r, e.rec.lastAnswer(), 0)
 	checkGrammar(t, r)
 
 	shadow := newEnv(t, rulesYAML, "", func(o *enforce.Options) { o.Shadow = true })
@@ -194,7 +194,7 @@ func TestShadowAndMissing(t *testing.T) {
 		if r.status != http.StatusOK {
 			t.Fatalf("--shadow request %d: %s, want 200", i+1, r)
 		}
-		mirrors(t, r, shadow.rec.lastResponse(), 0)
+		mirrors(t, r, shadow.rec.lastAnswer(), 0)
 		checkGrammar(t, r)
 		if i >= 5 && r.header.Get("X-Ratelimit-Shadow") != "1" {
 			t.Errorf("--shadow request %d: %s, want the shadow mark", i+1, r)
@@ -312,51 +312,42 @@ func TestHostileHeaders(t *testing.T) {
 	}
 }
 
-// errChecker fails every check.
-type errChecker struct{}
+// errDecider fails every check.
+type errDecider struct{}
 
-func (errChecker) CheckAttributes(context.Context, descriptors.Request) (*authv3.CheckResponse, error) {
-	return nil, errors.New("backend on fire")
+func (errDecider) Decide(context.Context, descriptors.Request, *enforce.Answer) error {
+	return errors.New("backend on fire")
 }
 
-// TestCheckerError: a Checker that fails, or answers nothing, gets 503
-// (a proxy's "authorizer failed"), counted as check_failed.
-func TestCheckerError(t *testing.T) {
-	for name, c := range map[string]httpauthz.Checker{"error": errChecker{}, "no response": nilChecker{}} {
-		t.Run(name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			h, err := httpauthz.New(httpauthz.Options{Checker: c, Registerer: reg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := httpauthz.New(httpauthz.Options{Checker: c, Registerer: reg}); err == nil {
-				t.Error("a second handler registered its metric on the same registry")
-			}
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest("GET", "/x", nil))
-			if rec.Code != http.StatusServiceUnavailable || strings.Contains(rec.Body.String(), "fire") {
-				t.Errorf("%d %q, want 503 without the error's text", rec.Code, rec.Body.String())
-			}
-			if n := enforcetest.Counter(t, reg, "flashgate_http_authz_rejected_total", httpauthz.ReasonCheckFailed); n != 1 {
-				t.Errorf("check_failed %v, want 1", n)
-			}
-		})
+func (errDecider) Headers() enforce.Families { return enforce.FamiliesBoth }
+
+// TestDeciderError: a Decider that fails gets 503 (a proxy's "authorizer
+// failed"), counted as check_failed.
+func TestDeciderError(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h, err := httpauthz.New(httpauthz.Options{Decider: errDecider{}, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := httpauthz.New(httpauthz.Options{Decider: errDecider{}, Registerer: reg}); err == nil {
+		t.Error("a second handler registered its metric on the same registry")
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/x", nil))
+	if rec.Code != http.StatusServiceUnavailable || strings.Contains(rec.Body.String(), "fire") {
+		t.Errorf("%d %q, want 503 without the error's text", rec.Code, rec.Body.String())
+	}
+	if n := enforcetest.Counter(t, reg, "flashgate_http_authz_rejected_total", httpauthz.ReasonCheckFailed); n != 1 {
+		t.Errorf("check_failed %v, want 1", n)
 	}
 }
 
-// nilChecker answers no response and no error.
-type nilChecker struct{}
-
-func (nilChecker) CheckAttributes(context.Context, descriptors.Request) (*authv3.CheckResponse, error) {
-	return nil, nil
-}
-
-// TestNew: a Handler needs a Checker and a prefix that is a path.
+// TestNew: a Handler needs a Decider and a prefix that is a path.
 func TestNew(t *testing.T) {
 	if _, err := httpauthz.New(httpauthz.Options{}); err == nil {
-		t.Error("New without a checker succeeded")
+		t.Error("New without a decider succeeded")
 	}
-	if _, err := httpauthz.New(httpauthz.Options{Checker: nilChecker{}, PathPrefix: "authz"}); err == nil {
+	if _, err := httpauthz.New(httpauthz.Options{Decider: errDecider{}, PathPrefix: "authz"}); err == nil {
 		t.Error("New with prefix \"authz\" succeeded")
 	}
 }

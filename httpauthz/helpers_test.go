@@ -6,15 +6,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
 
 	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/enforce"
@@ -64,27 +63,37 @@ descriptors:
     rate_limit: {requests: 100, window: 1s}
 `
 
-// recorder is a Checker that asks the ext_authz server and keeps its
-// last response, so that a test can compare the HTTP answer with it.
+// recorder is a Decider that asks the ext_authz server and keeps a copy
+// of its last answer, so that a test can compare the HTTP answer with it.
 type recorder struct {
-	next httpauthz.Checker
+	next httpauthz.Decider
 	// mu guards last.
 	mu   sync.Mutex
-	last *authv3.CheckResponse
+	last enforce.Answer
 }
 
-func (r *recorder) CheckAttributes(ctx context.Context, req descriptors.Request) (*authv3.CheckResponse, error) {
-	resp, err := r.next.CheckAttributes(ctx, req)
+func (r *recorder) Decide(ctx context.Context, req descriptors.Request, a *enforce.Answer) error {
+	err := r.next.Decide(ctx, req, a)
 	r.mu.Lock()
-	r.last = resp
+	r.last = *a
+	r.last.Policies, r.last.States = slices.Clone(a.Policies), slices.Clone(a.States)
 	r.mu.Unlock()
-	return resp, err
+	return err
 }
 
-func (r *recorder) lastResponse() *authv3.CheckResponse {
+func (r *recorder) Headers() enforce.Families { return r.next.Headers() }
+
+// lastAnswer returns the last answer, with the families it is sent in.
+func (r *recorder) lastAnswer() verdict {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.last
+	return verdict{r.last, r.next.Headers()}
+}
+
+// verdict is an answer of the core, and the families it is sent in.
+type verdict struct {
+	a enforce.Answer
+	f enforce.Families
 }
 
 // env is the HTTP front-end on a real ext_authz server, served over
@@ -140,7 +149,7 @@ func serveOn(t *testing.T, yaml, prefix string, opts enforce.Options, keys windo
 		t.Fatal(err)
 	}
 	rec := &recorder{next: srv}
-	h, err := httpauthz.New(httpauthz.Options{Checker: rec, PathPrefix: prefix, Registerer: reg})
+	h, err := httpauthz.New(httpauthz.Options{Decider: rec, PathPrefix: prefix, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,45 +208,41 @@ func send(t testing.TB, c *http.Client, req *http.Request) reply {
 	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
 }
 
-// mirrors fails unless r is resp written as HTTP: OK → 200 with exactly
-// its headers; a denial → its status (or override), headers and body.
-func mirrors(t testing.TB, r reply, resp *authv3.CheckResponse, override int) {
+// mirrors fails unless r is v written as HTTP, as the ext_authz server
+// writes it in a CheckResponse (enforce.Answer's Headers and Problem): an
+// admission → 200 with exactly its headers; a denial → 429 (or override)
+// with exactly its headers and its body.
+func mirrors(t testing.TB, r reply, v verdict, override int) {
 	t.Helper()
 	want := map[string]string{}
+	v.a.Headers(v.f, func(k, val string) { want[k] = val })
 	status := http.StatusOK
-	if codes.Code(resp.GetStatus().GetCode()) == codes.OK {
-		for _, h := range resp.GetOkResponse().GetResponseHeadersToAdd() {
-			want[strings.ToLower(h.GetHeader().GetKey())] = h.GetHeader().GetValue()
-		}
+	if !v.a.Denied {
 		if r.body != "" {
 			t.Errorf("allowed answer with body %q", r.body)
 		}
 	} else {
-		d := resp.GetDeniedResponse()
-		status = int(d.GetStatus().GetCode())
-		for _, h := range d.GetHeaders() {
-			want[strings.ToLower(h.GetHeader().GetKey())] = h.GetHeader().GetValue()
-		}
+		status = http.StatusTooManyRequests
 		if override != 0 {
 			status = override
 		}
-		if r.body != d.GetBody() && override == 0 {
-			t.Errorf("body %q, want the denied response's %q", r.body, d.GetBody())
+		if r.body != v.a.Problem() && override == 0 {
+			t.Errorf("body %q, want the denial's %q", r.body, v.a.Problem())
 		}
 	}
 	if r.status != status {
 		t.Errorf("status %d, want %d (%s)", r.status, status, r)
 	}
-	for k, v := range want {
-		if got := r.header.Values(k); len(got) != 1 || got[0] != v {
-			t.Errorf("header %s = %q, want %q", k, got, v)
+	for k, val := range want {
+		if got := r.header.Values(k); len(got) != 1 || got[0] != val {
+			t.Errorf("header %s = %q, want %q", k, got, val)
 		}
 	}
 	for k := range r.header {
 		switch lk := strings.ToLower(k); {
 		case lk == "date" || lk == "content-length":
 		case want[lk] == "":
-			t.Errorf("header %s: %q not in the CheckResponse", k, r.header[k])
+			t.Errorf("header %s: %q not in the answer", k, r.header[k])
 		}
 	}
 }

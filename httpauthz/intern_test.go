@@ -9,9 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-
 	"github.com/flashgate/flashgate/descriptors"
+	"github.com/flashgate/flashgate/enforce"
 )
 
 // TestInternBounded: the table keeps at most maxInterned entries, no key
@@ -37,19 +36,19 @@ func TestInternBounded(t *testing.T) {
 	}
 }
 
-// seen is what a Checker read of one request.
+// seen is what a Decider read of one request.
 type seen struct {
 	uid, tenant, big, peer string
 }
 
-// reader is a Checker that keeps what it reads of every request it is
-// asked.
+// reader is a Decider that keeps what it reads of every request it is
+// asked, and admits it.
 type reader struct {
 	mu   sync.Mutex
 	seen []seen
 }
 
-func (c *reader) CheckAttributes(_ context.Context, req descriptors.Request) (*authv3.CheckResponse, error) {
+func (c *reader) Decide(_ context.Context, req descriptors.Request, _ *enforce.Answer) error {
 	get := func(name string) string {
 		v, ok := req.Header(name)
 		if !ok {
@@ -60,14 +59,16 @@ func (c *reader) CheckAttributes(_ context.Context, req descriptors.Request) (*a
 	c.mu.Lock()
 	c.seen = append(c.seen, seen{get("x-uid"), get("x-tenant"), get("x-b0"), req.PeerAddress()})
 	c.mu.Unlock()
-	return &authv3.CheckResponse{}, nil
+	return nil
 }
+
+func (c *reader) Headers() enforce.Families { return enforce.FamiliesBoth }
 
 // TestReusedRequestHoldsNothingOld: a check after another carries none of
 // the first's headers or peer, whether the first was small or large.
 func TestReusedRequestHoldsNothingOld(t *testing.T) {
 	c := &reader{}
-	h, err := New(Options{Checker: c})
+	h, err := New(Options{Decider: c})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func TestRedis(t *testing.T) {
 		for range n {
 			r := e.do("GET", "/auth", "X-Original-URI", "/api/coupon/1", "X-Original-Method", "POST", "X-Uid", uid)
 			checkGrammar(t, r)
-			mirrors(t, r, e.rec.lastResponse(), 0)
+			mirrors(t, r, e.rec.lastAnswer(), 0)
 			switch r.status {
 			case http.StatusOK:
 				ok++

@@ -16,7 +16,7 @@ import (
 // that admits 5 per x-uid: 5 allowed per user, the rest denied.
 func TestBenchHTTPAgainstLimiter(t *testing.T) {
 	auth := authtest.NewLimitAuth(5)
-	h, err := httpauthz.New(httpauthz.Options{Checker: auth})
+	h, err := httpauthz.New(httpauthz.Options{Decider: auth})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,18 +100,7 @@ func Header(k, v string) *corev3.HeaderValueOption {
 
 // Check implements service Authorization.
 func (a *LimitAuth) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	uid := req.GetAttributes().GetRequest().GetHttp().GetHeaders()["x-uid"]
-	a.mu.Lock()
-	a.count[uid]++
-	n := a.count[uid]
-	a.ips[req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()] = true
-	a.last = req
-	a.mu.Unlock()
-	ans := enforce.Answer{Policies: []*enforce.Policy{a.policy}, Binding: 0,
-		States: []enforce.State{{Policy: a.policy, Remaining: a.limit - n, T: 1}}}
-	if n > a.limit {
-		ans.States[0].Remaining, ans.Denied, ans.RetryAfter = 0, true, time.Second
-	}
+	ans := a.answer(req)
 	var hs []*corev3.HeaderValueOption
 	ans.Headers(enforce.FamiliesBoth, func(k, v string) { hs = append(hs, Header(k, v)) })
 	if !ans.Denied {
@@ -130,20 +119,42 @@ func (a *LimitAuth) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.
 	}, nil
 }
 
-// CheckAttributes implements httpauthz.Checker: it decides req as Check
-// decides a CheckRequest holding req's method, path, peer and the headers
-// a LimitAuth test reads (x-uid, x-forwarded-for, cookie).
-func (a *LimitAuth) CheckAttributes(ctx context.Context, req descriptors.Request) (*authv3.CheckResponse, error) {
+// answer counts and records req and returns its answer.
+func (a *LimitAuth) answer(req *authv3.CheckRequest) enforce.Answer {
+	uid := req.GetAttributes().GetRequest().GetHttp().GetHeaders()["x-uid"]
+	a.mu.Lock()
+	a.count[uid]++
+	n := a.count[uid]
+	a.ips[req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()] = true
+	a.last = req
+	a.mu.Unlock()
+	ans := enforce.Answer{Policies: []*enforce.Policy{a.policy}, Binding: 0,
+		States: []enforce.State{{Policy: a.policy, Remaining: a.limit - n, T: 1}}}
+	if n > a.limit {
+		ans.States[0].Remaining, ans.Denied, ans.RetryAfter = 0, true, time.Second
+	}
+	return ans
+}
+
+// Decide implements httpauthz.Decider: it decides req as Check decides a
+// CheckRequest holding req's method, path, peer and the headers a
+// LimitAuth test reads (x-uid, x-forwarded-for, cookie), and records that
+// CheckRequest.
+func (a *LimitAuth) Decide(_ context.Context, req descriptors.Request, out *enforce.Answer) error {
 	headers := map[string]string{}
 	for _, name := range []string{"x-uid", "x-forwarded-for", "cookie"} {
 		if v, ok := req.Header(name); ok {
 			headers[name] = v
 		}
 	}
-	return a.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+	*out = a.answer(&authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
 			SocketAddress: &corev3.SocketAddress{Address: req.PeerAddress()}}}},
 		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 			Method: req.Method(), Path: req.Path(), Host: req.Authority(), Headers: headers}},
 	}})
+	return nil
 }
+
+// Headers implements httpauthz.Decider: both families.
+func (a *LimitAuth) Headers() enforce.Families { return enforce.FamiliesBoth }
