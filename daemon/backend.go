@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,7 +111,12 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 	// atomic, and the last serve to start wins, which is the only one in a
 	// real process. It is set before the client dials its first connections.
 	redis.SetLogger(redisLogger{log})
-	client, err := redisstore.NewClient(cc)
+	// The checks' connections tell the fallback (built below, after the
+	// store it writes back to) when one finds Redis restarted.
+	restarts := &restartRelay{}
+	checks := cc
+	checks.Restarts = restarts
+	client, err := redisstore.NewClient(checks)
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
@@ -189,7 +195,21 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 	if err != nil {
 		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 	}
+	restarts.to.Store(b.fallback)
 	return b.fallback.Watch(stack), nil
+}
+
+// restartRelay passes a restart the checks' client finds on to the
+// fallback, once it is built; before, no check has been made.
+type restartRelay struct {
+	to atomic.Pointer[fallback.Fallback]
+}
+
+// Restarted implements redisstore.RestartListener.
+func (r *restartRelay) Restarted() {
+	if f := r.to.Load(); f != nil {
+		f.Restarted()
+	}
 }
 
 // warm readies the backend before health turns SERVING: PING, the script
