@@ -50,7 +50,7 @@ func memoryOptions(t *testing.T, logs *syncBuffer) Options {
 // stops it, releasing its listeners.
 func TestDaemonLifecycle(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "rules.yaml")
-	example, err := os.ReadFile(filepath.Join("..", "extauthz", "flashsale.yaml"))
+	example, err := os.ReadFile(filepath.Join("..", "descriptors", "flashsale.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
