@@ -173,6 +173,9 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		// lost for that.
 		hb := cc
 		hb.PoolSize, hb.MinIdleConns, hb.Timeout, hb.Name = 1, -1, fleetTimeout, redisstore.ClientName+"-fleet"
+		// A restart tells the fleet that Redis may have lost its set.
+		fleetRestarts := &restartRelay{}
+		hb.Restarts = fleetRestarts
 		hbClient, err := redisstore.NewClient(hb)
 		if err != nil {
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
@@ -181,6 +184,7 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		if b.fleet, err = fallback.NewFleet(hbClient, fallback.FleetOptions{Key: c.Keys.Fleet(domain), TTL: c.FleetTTL, Timeout: fleetTimeout}); err != nil {
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
+		fleetRestarts.set(b.fleet)
 		b.fleetSize = func() int { n, _ := b.fleet.Size(); return n }
 	}
 	// What failure mode local admits is written back to Redis when it
@@ -195,20 +199,24 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 	if err != nil {
 		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 	}
-	restarts.to.Store(b.fallback)
+	restarts.set(b.fallback)
 	return b.fallback.Watch(stack), nil
 }
 
-// restartRelay passes a restart the checks' client finds on to the
-// fallback, once it is built; before, no check has been made.
+// restartRelay passes a restart a client finds on to the part built after
+// it on that client (the fallback, the fleet); before it is set, the part
+// has not used Redis.
 type restartRelay struct {
-	to atomic.Pointer[fallback.Fallback]
+	to atomic.Pointer[redisstore.RestartListener]
 }
+
+// set makes l the listener.
+func (r *restartRelay) set(l redisstore.RestartListener) { r.to.Store(&l) }
 
 // Restarted implements redisstore.RestartListener.
 func (r *restartRelay) Restarted() {
-	if f := r.to.Load(); f != nil {
-		f.Restarted()
+	if l := r.to.Load(); l != nil {
+		(*l).Restarted()
 	}
 }
 
