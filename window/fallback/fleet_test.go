@@ -36,13 +36,7 @@ func TestFleetRedisEmptied(t *testing.T) {
 			key := testKeys(t).Fleet("flashsale")
 			const ttl = 3 * time.Second
 			clock := testclock.New()
-			mk := func(id string) *Fleet {
-				f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: ttl})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return f
-			}
+			mk := func(id string) *Fleet { return newTestFleet(t, c, key, id, ttl) }
 			a, b, d, e := mk("a"), mk("b"), mk("d"), mk("e")
 			a.now = clock.Now
 			for _, f := range []*Fleet{a, b, d, e} {
@@ -199,15 +193,8 @@ func TestFleetRestartsKeepSilentMembers(t *testing.T) {
 	key := testKeys(t).Fleet("flashsale")
 	const ttl = 3 * time.Second
 	clock := testclock.New()
-	mk := func(id string) *Fleet {
-		f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.now = clock.Now
-		return f
-	}
-	a, b := mk("a"), mk("b")
+	a, b := newTestFleet(t, c, key, "a", ttl), newTestFleet(t, c, key, "b", ttl)
+	a.now, b.now = clock.Now, clock.Now
 	for _, f := range []*Fleet{b, a} {
 		if _, err := f.Beat(ctx); err != nil {
 			t.Fatal(err)
@@ -231,4 +218,14 @@ func TestFleetRestartsKeepSilentMembers(t *testing.T) {
 	if n, err := a.Beat(ctx); err != nil || n != 1 {
 		t.Fatalf("a TTL and a beat after the last restart: %d, %v; want 1 (b silent)", n, err)
 	}
+}
+
+// newTestFleet returns member id of the fleet at key on c.
+func newTestFleet(t *testing.T, c redis.Scripter, key, id string, ttl time.Duration) *Fleet {
+	t.Helper()
+	f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
