@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
 	"github.com/flashgate/flashgate/window/guard"
@@ -199,7 +200,13 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 	if err != nil {
 		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 	}
-	restarts.set(b.fallback)
+	if c.FailureMode == enforce.FailureLocal || c.FailureMode == enforce.FailureDefault {
+		// Held as an outage only where failure mode local decides: in
+		// allow or deny the settle would only lengthen the outage. (A
+		// rule of mode local under another default is held by its
+		// check's connection error instead.)
+		restarts.set(b.fallback)
+	}
 	return b.fallback.Watch(stack), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 
@@ -13,10 +14,10 @@ import (
 // RestartListener is told that Redis restarted or failed over: a new
 // connection of the client [NewClient] built with it (ClientConfig.Restarts)
 // found a run id other than the one its connections found before. Such a
-// Redis may have come back empty. The failure mode local's fallback
-// implements it, so that a sidecar none of whose calls met the outage
-// still holds its checks off the returned Redis while the fleet writes
-// back.
+// Redis may have come back empty. Failure mode local's fallback implements
+// it, so that a sidecar none of whose calls met the outage still holds its
+// checks off the returned Redis while the fleet writes back; so does the
+// fleet heartbeat, which keeps its members counted across the restart.
 type RestartListener interface {
 	// Restarted is called once per new run id, before the connection that
 	// found it fails with [ErrRestarted]; no other new connection passes
@@ -27,9 +28,8 @@ type RestartListener interface {
 // ErrRestarted is the error of a command whose new connection found Redis
 // restarted or failed over (see [RestartListener]). The command is not
 // sent, nor retried on another connection: the caller takes its failure
-// mode. It is not a connection error ([window.Classify]: KindOther): the
-// listener has been told, and the calls that fail with it do not begin
-// another outage each.
+// mode. [window.Classify] counts it as a connection error: Redis was
+// down, and failure mode local holds its return as after one.
 var ErrRestarted = errors.New("redis restarted or failed over")
 
 // restartedError is ErrRestarted with the run ids. It has no Unwrap, so
@@ -44,8 +44,12 @@ func (e *restartedError) Error() string {
 	return fmt.Sprintf("%v: run id %s, was %s", ErrRestarted, e.now, e.was)
 }
 
-// Is makes it ErrRestarted.
-func (e *restartedError) Is(target error) bool { return target == ErrRestarted }
+// Is makes it ErrRestarted, and a closed connection (the connection is
+// closed unused), which window.Classify counts as a connection error and
+// go-redis does not retry.
+func (e *restartedError) Is(target error) bool {
+	return target == ErrRestarted || target == net.ErrClosed
+}
 
 // runIDWatch compares the run id of every new connection (INFO server,
 // one round trip per connection, none per command) with the one its
