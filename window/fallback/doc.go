@@ -88,11 +88,12 @@
 //     outage (all refused above Watch, or none made) learns of it from
 //     the store's client: every connection to a restarted store is new,
 //     and the Redis client compares each new connection's run id with the
-//     last one, calling [Fallback.Restarted] when it changed (and failing
-//     that connection). Restarted marks the store down as a connection
-//     error does. A call already past the gate when an outage begins has
-//     its answer refused ([ErrRestoring]): it may come from the store
-//     that came back empty.
+//     last one, calling [Fallback.Restarted] when it changed and failing
+//     that connection with a connection error. Restarted marks the store
+//     down as a connection error does (so does that error, where the
+//     call's failure mode is local). A call already past the gate when
+//     an outage begins has its answer refused ([ErrRestoring]): it may
+//     come from the store that came back empty.
 //
 // So every return of the store is held as the first: the outage's bound
 // holds across it (up to what a sidecar admits locally within one
