@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
 	"github.com/flashgate/flashgate/window/guard"
@@ -110,7 +112,12 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 	// atomic, and the last serve to start wins, which is the only one in a
 	// real process. It is set before the client dials its first connections.
 	redis.SetLogger(redisLogger{log})
-	client, err := redisstore.NewClient(cc)
+	// The checks' connections tell the fallback (built below, after the
+	// store it writes back to) when one finds Redis restarted.
+	restarts := &restartRelay{}
+	checks := cc
+	checks.Restarts = restarts
+	client, err := redisstore.NewClient(checks)
 	if err != nil {
 		return nil, fmt.Errorf("redis backend: %w", err)
 	}
@@ -167,6 +174,9 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		// lost for that.
 		hb := cc
 		hb.PoolSize, hb.MinIdleConns, hb.Timeout, hb.Name = 1, -1, fleetTimeout, redisstore.ClientName+"-fleet"
+		// A restart tells the fleet that Redis may have lost its set.
+		fleetRestarts := &restartRelay{}
+		hb.Restarts = fleetRestarts
 		hbClient, err := redisstore.NewClient(hb)
 		if err != nil {
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
@@ -175,6 +185,7 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		if b.fleet, err = fallback.NewFleet(hbClient, fallback.FleetOptions{Key: c.Keys.Fleet(domain), TTL: c.FleetTTL, Timeout: fleetTimeout}); err != nil {
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
+		fleetRestarts.set(b.fleet)
 		b.fleetSize = func() int { n, _ := b.fleet.Size(); return n }
 	}
 	// What failure mode local admits is written back to Redis when it
@@ -189,7 +200,31 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 	if err != nil {
 		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 	}
+	if c.FailureMode == enforce.FailureLocal || c.FailureMode == enforce.FailureDefault {
+		// Held as an outage only where failure mode local decides: in
+		// allow or deny the settle would only lengthen the outage. (A
+		// rule of mode local under another default is held by its
+		// check's connection error instead.)
+		restarts.set(b.fallback)
+	}
 	return b.fallback.Watch(stack), nil
+}
+
+// restartRelay passes a restart a client finds on to the part built after
+// it on that client (the fallback, the fleet); before it is set, the part
+// has not used Redis.
+type restartRelay struct {
+	to atomic.Pointer[redisstore.RestartListener]
+}
+
+// set makes l the listener.
+func (r *restartRelay) set(l redisstore.RestartListener) { r.to.Store(&l) }
+
+// Restarted implements redisstore.RestartListener.
+func (r *restartRelay) Restarted() {
+	if l := r.to.Load(); l != nil {
+		(*l).Restarted()
+	}
 }
 
 // warm readies the backend before health turns SERVING: PING, the script

@@ -84,10 +84,18 @@
 //     watch the store meanwhile, every 100 ms: a failed round is a
 //     new outage, and a run id other than the one seen last (the store
 //     restarted, unseen by any call) begins the settle anew.
+//   - Unseen: a process none of whose calls reached the store during the
+//     outage (all refused above Watch, or none made) learns of it from
+//     the store's client: every connection to a restarted store is new,
+//     and the Redis client compares each new connection's run id with the
+//     last one, calling [Fallback.Restarted] when it changed and failing
+//     that connection with a connection error. Restarted marks the store
+//     down as a connection error does (so does that error, where the
+//     call's failure mode is local). A call already past the gate when
+//     an outage begins has its answer refused ([ErrRestoring]): it may
+//     come from the store that came back empty.
 //
-// So every return of the store that this process sees is held as the
-// first (one none of whose calls reached the store during the outage, all
-// refused above Watch or none made, does not see it): the outage's bound
+// So every return of the store is held as the first: the outage's bound
 // holds across it (up to what a sidecar admits locally within one
 // write-back round trip, and provided the sidecars see the store again
 // within Settle of each other), for windows no longer than Settle. What a
@@ -108,5 +116,8 @@
 // without the set (restarted, flushed, failed over with data lost), the
 // members this sidecar knew are kept until their announcements would have
 // expired, the outage's length added, so a Redis that fails again at once
-// finds the count whole.
+// finds the count whole; and told that Redis restarted ([Fleet.Restarted],
+// by the heartbeat's client), the next beat keeps every member it knew a
+// whole TTL from then, so that members whose beats fail through a crash
+// loop stay counted.
 package fallback

@@ -241,11 +241,28 @@ func (f *Fallback) observe(h *window.Hit, d window.Decision, hk uint64) {
 	f.seeds.store(hk, d.Count, h.Limit.Requests, now+int64(h.Limit.Window), now, informative)
 }
 
+// Restarted tells f that the store restarted or failed over, unseen by
+// any failed call (a new connection found Redis's run id changed): it may
+// have come back empty. An outage begins as after a connection error:
+// every call through Watch is held off until a write-back round answers,
+// then for the settle, and a call in flight meanwhile has its answer
+// refused. Without Options.WriteBack it does nothing. It implements
+// redisstore.RestartListener; safe for concurrent use.
+func (f *Fallback) Restarted() {
+	if f.wb == nil {
+		return
+	}
+	f.wb.markDown()
+	f.wb.poke()
+}
+
 // Watch returns next with every successful decision observed by f: the
 // layer of the stack that seeds the fallback (Guard(f.Watch(Breaker(…)))).
 // With Options.WriteBack it also holds calls off next (returning
 // [ErrRestoring]) while any of their keys has local admissions not yet
-// written back, and for Settle after an outage (see the package doc).
+// written back, and for Settle after an outage (see the package doc); an
+// answer to a call during which an outage began is refused too
+// (ErrRestoring), as it may come from a store that came back empty.
 func (f *Fallback) Watch(next window.Limiter) window.Limiter { return watched{f: f, next: next} }
 
 type watched struct {
@@ -260,6 +277,10 @@ func (w watched) Decide(ctx context.Context, hits []window.Hit) (window.Decision
 			return window.Decision{}, err
 		}
 	}
+	var outages uint64
+	if wb != nil {
+		outages = wb.outages.Load()
+	}
 	// Each key hashed once: its in-flight slot, then its seed.
 	var stack [maxStackHits]uint64
 	hashes := stack[:0]
@@ -271,6 +292,13 @@ func (w watched) Decide(ctx context.Context, hits []window.Hit) (window.Decision
 	d, err := w.next.Decide(ctx, hits)
 	for _, hk := range hashes {
 		w.f.pending[hk%pendingSlots].Add(-1)
+	}
+	if wb != nil && err == nil && wb.outages.Load() != outages {
+		// An outage began while the call was in flight: a restarted store
+		// may have answered it (another connection found the restart
+		// after this call passed the gate). Its answer is not taken; if
+		// the store admitted it, that entry only makes the window stricter.
+		return window.Decision{}, ErrRestoring
 	}
 	if err == nil && teaches(hits, d) {
 		w.f.observe(&hits[d.Index], d, hashes[d.Index])

@@ -102,7 +102,17 @@ type Fleet struct {
 	failing bool
 	// last is the last beat that answered; nil before the first.
 	last atomic.Pointer[fleetView]
+	// restarted is set when Redis restarted since the last beat that
+	// answered (see Restarted).
+	restarted atomic.Bool
 }
+
+// Restarted tells f that Redis restarted or failed over, so may have lost
+// the fleet's set: the next beat that answers keeps every member it knew
+// for a whole TTL from then, time to announce itself in the new set, however
+// often Redis restarts. It implements redisstore.RestartListener (on the
+// heartbeat's client); safe for concurrent use.
+func (f *Fleet) Restarted() { f.restarted.Store(true) }
 
 // fleetView is what the beats learnt up to one that answered: when it
 // answered and every member counted live then, with its expiry on the local
@@ -216,7 +226,8 @@ func (f *Fleet) call(ctx context.Context, leave string) error {
 // (an outage), the time the count stood frozen is added to their expiries,
 // and a member Redis held at the last answer but holds no more (it lost the
 // set) is kept a whole TTL from now, once: time for it to announce itself
-// again. f.mu is held.
+// again; after a restart Redis told of (Restarted), every member is kept a
+// whole TTL from now. f.mu is held.
 func (f *Fleet) merge(res []string, sent, got time.Time) (*fleetView, error) {
 	if len(res) == 0 {
 		return nil, errors.New("an empty reply")
@@ -242,6 +253,7 @@ func (f *Fleet) merge(res []string, sent, got time.Time) (*fleetView, error) {
 	for _, id := range res[min(i+1, len(res)):] {
 		left[id] = true
 	}
+	restarted := f.restarted.Swap(false)
 	if prev := f.last.Load(); prev != nil {
 		var frozen int64 // from one beat after the last answer (see Size) to now
 		if f.failing {
@@ -251,12 +263,17 @@ func (f *Fleet) merge(res []string, sent, got time.Time) (*fleetView, error) {
 			if _, ok := v.members[id]; ok || left[id] {
 				continue
 			}
-			// Half a beat of margin: a member that just expired may look
-			// alive by the clock offsets' jitter between two beats.
-			if exp += frozen; exp <= v.at+int64(f.beat())/2 {
+			exp += frozen
+			switch {
+			case restarted:
+				// Redis restarted since: the member may not have reached
+				// the new set yet, its beats failing through the restarts.
+				exp = max(exp, v.at+int64(f.ttl))
+			case exp <= v.at+int64(f.beat())/2:
+				// Half a beat of margin: a member that just expired may
+				// look alive by the clock offsets' jitter between two beats.
 				continue
-			}
-			if !prev.kept[id] && f.failing {
+			case !prev.kept[id] && f.failing:
 				exp = max(exp, v.at+int64(f.ttl))
 			}
 			v.members[id] = exp

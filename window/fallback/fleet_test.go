@@ -36,13 +36,7 @@ func TestFleetRedisEmptied(t *testing.T) {
 			key := testKeys(t).Fleet("flashsale")
 			const ttl = 3 * time.Second
 			clock := testclock.New()
-			mk := func(id string) *Fleet {
-				f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: ttl})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return f
-			}
+			mk := func(id string) *Fleet { return newTestFleet(t, c, key, id, ttl) }
 			a, b, d, e := mk("a"), mk("b"), mk("d"), mk("e")
 			a.now = clock.Now
 			for _, f := range []*Fleet{a, b, d, e} {
@@ -186,4 +180,52 @@ func TestFleetOutageKeepsCount(t *testing.T) {
 	if n, known := fleets[0].Size(); n != 3 || !known {
 		t.Fatalf("size during the outage = %d (known %v), want the last count, 3", n, known)
 	}
+}
+
+// TestFleetRestartsKeepSilentMembers: Redis restarts empty again and
+// again while a member's beats never reach it (they fail through each
+// restart); a member told of each restart keeps counting it, though its
+// last announcement is older than a TTL, and its own beats never failed.
+// Once the restarts stop, the silent member drops out a TTL later.
+func TestFleetRestartsKeepSilentMembers(t *testing.T) {
+	s, c := startRedis(t)
+	ctx := context.Background()
+	key := testKeys(t).Fleet("flashsale")
+	const ttl = 3 * time.Second
+	clock := testclock.New()
+	a, b := newTestFleet(t, c, key, "a", ttl), newTestFleet(t, c, key, "b", ttl)
+	a.now, b.now = clock.Now, clock.Now
+	for _, f := range []*Fleet{b, a} {
+		if _, err := f.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 { // 6 s of restarts, twice the TTL
+		s.Restart()
+		a.Restarted()
+		clock.Advance(ttl / 2)
+		if n, err := a.Beat(ctx); err != nil || n != 2 {
+			t.Fatalf("a's beat after restart %d: %d, %v; want 2 (b kept)", i+1, n, err)
+		}
+	}
+	for range 3 {
+		clock.Advance(ttl / 3)
+		if _, err := a.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(ttl / 3)
+	if n, err := a.Beat(ctx); err != nil || n != 1 {
+		t.Fatalf("a TTL and a beat after the last restart: %d, %v; want 1 (b silent)", n, err)
+	}
+}
+
+// newTestFleet returns member id of the fleet at key on c.
+func newTestFleet(t *testing.T, c redis.Scripter, key, id string, ttl time.Duration) *Fleet {
+	t.Helper()
+	f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -74,11 +74,20 @@ type ClientConfig struct {
 	// DefaultRedisTimeout. A context deadline, when shorter, cuts a command
 	// too.
 	Timeout time.Duration
+	// Restarts, if not nil, is told when a new connection finds Redis
+	// restarted or failed over, and that connection fails with
+	// [ErrRestarted] (see [RestartListener]): each new connection asks
+	// INFO server once. Standalone and Sentinel only; on a Cluster, whose
+	// masters each have a run id of their own, it is not used.
+	Restarts RestartListener
 }
 
 // NewClient validates cfg and returns a go-redis client for it: a
 // *redis.Client (standalone or sentinel failover) or a *redis.ClusterClient.
 // It does not connect; the caller closes the client.
+//
+// With cfg.Restarts, every new connection first compares Redis's run id
+// with the one found before (see [RestartListener]).
 //
 // The client honours context deadlines (ContextTimeoutEnabled) and retries a
 // failed command at most once with no backoff, so that a decision stays
@@ -185,6 +194,9 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			Mode: maintnotifications.ModeDisabled,
 		},
 		IsClusterMode: mode == ModeCluster,
+	}
+	if cfg.Restarts != nil && mode != ModeCluster {
+		o.OnConnect = (&runIDWatch{to: cfg.Restarts}).onConnect
 	}
 	if cfg.TLS {
 		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -168,10 +167,5 @@ func (r *Redis) RunID(ctx context.Context) (string, error) {
 		}
 		return "", r.Ping(ctx) // INFO refused (ACL, renamed)
 	}
-	for line := range strings.Lines(info) {
-		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-			return id, nil
-		}
-	}
-	return "", nil
+	return infoValue(info, "run_id"), nil
 }
