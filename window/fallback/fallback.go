@@ -42,7 +42,8 @@ type Options struct {
 // tells whether the store answers and names the instance that does ("" if
 // unknown): after an outage and while the fleet settles, it is how the
 // Fallback finds the store back, and tells a store that restarted
-// meanwhile.
+// meanwhile. Both return an error wrapping [window.ErrClosed] once the
+// store is closed.
 type Restorer interface {
 	Restore(ctx context.Context, batch []window.Admitted) error
 	RunID(ctx context.Context) (string, error)

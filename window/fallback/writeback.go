@@ -4,15 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window"
 )
@@ -355,13 +352,9 @@ func (w *writeBack) round() {
 		return
 	}
 	w.failed.Add(1)
-	if errors.Is(err, redis.ErrClosed) {
-		w.closed.Store(true) // the client is closed: shutdown
-		return
-	}
 	switch window.Classify(err) {
 	case window.KindClosed:
-		w.closed.Store(true)
+		w.closed.Store(true) // the store is closed: shutdown
 		return
 	case window.KindConnection:
 		w.markDown() // the retry below is its round

@@ -404,14 +404,15 @@ func (r *Redis) decideOnMaster(ctx context.Context, by time.Time, p *autoPipelin
 	return fmt.Errorf("redis decide: master %s: %w", addr, r.masterDown(err))
 }
 
-// masterDown marks err with window.ErrMasterDown if it is a connection
-// error of one master of an auto-pipelined Cluster whose store knows other
-// masters (see doc.go); else it returns err.
+// masterDown marks err with ErrMasterDown if it is a connection error of
+// one master of an auto-pipelined Cluster whose store knows other masters
+// (see doc.go); else it returns err, classified.
 func (r *Redis) masterDown(err error) error {
+	err = classified(err)
 	if r.nodes == nil || window.Classify(err) != window.KindConnection || r.nodes.masters() < 2 {
 		return err
 	}
-	return fmt.Errorf("%w: %w", window.ErrMasterDown, err)
+	return fmt.Errorf("%w: %w", ErrMasterDown, err)
 }
 
 // decidePerKeyBy is decidePerKey within by (zero: none).
