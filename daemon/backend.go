@@ -182,7 +182,7 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
 		b.onClose(func() { hbClient.Close() })
-		if b.fleet, err = fallback.NewFleet(hbClient, fallback.FleetOptions{Key: c.Keys.Fleet(domain), TTL: c.FleetTTL, Timeout: fleetTimeout}); err != nil {
+		if b.fleet, err = fallback.NewFleet(redisstore.NewHeartbeat(hbClient), fallback.FleetOptions{Key: c.Keys.Fleet(domain), TTL: c.FleetTTL, Timeout: fleetTimeout}); err != nil {
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
 		fleetRestarts.set(b.fleet)
