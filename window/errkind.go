@@ -51,6 +51,10 @@ const (
 	// breaker counts it in its failure rate, not in its run of connection
 	// errors.
 	KindMasterDown
+	// KindRestoring: a fallback held the call off while its local
+	// admissions wait to be written back after an outage, or while the
+	// fleet settles.
+	KindRestoring
 	// KindOther: anything else the store said (a script error, OOM, LOADING…).
 	KindOther
 )
@@ -74,6 +78,8 @@ func (k ErrKind) String() string {
 		return "closed"
 	case KindMasterDown:
 		return "master_down"
+	case KindRestoring:
+		return "restoring"
 	}
 	return "other"
 }

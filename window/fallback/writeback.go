@@ -17,10 +17,15 @@ import (
 // ErrRestoring is returned by the limiter [Fallback.Watch] returns for a
 // call it does not send on: the store has not answered since an outage,
 // local admissions on one of its keys are not written back yet, or the
-// fleet is settling after an outage. It wraps
-// [window.ErrBreakerOpen]: like an open breaker it holds the backend off, and
-// [window.Classify] counts it as such.
-var ErrRestoring = fmt.Errorf("window: local admissions not yet written back: %w", window.ErrBreakerOpen)
+// fleet is settling after an outage. [window.Classify] counts it as
+// [window.KindRestoring].
+var ErrRestoring error = restoringError{}
+
+// restoringError is ErrRestoring's type: an error of window.KindRestoring.
+type restoringError struct{}
+
+func (restoringError) Error() string        { return "window: local admissions not yet written back" }
+func (restoringError) Kind() window.ErrKind { return window.KindRestoring }
 
 // Defaults of the write-back's [Options]. The settle outlasts go-redis's
 // dial back-off: a pool whose dials all failed dials again once a second,

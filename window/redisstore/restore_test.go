@@ -366,7 +366,7 @@ func TestWriteBackFailureKeepsLocal(t *testing.T) {
 	}
 	for i := range 20 {
 		d, byRedis, err := sc.check(t, h)
-		if byRedis || !errors.Is(err, fallback.ErrRestoring) || window.Classify(err) != window.KindBreakerOpen {
+		if byRedis || !errors.Is(err, fallback.ErrRestoring) || window.Classify(err) != window.KindRestoring {
 			t.Fatalf("check %d while the write-back fails: by Redis %v, %v", i, byRedis, err)
 		}
 		if d.Allowed != (i < 2) {
