@@ -121,6 +121,15 @@ func New(o Options) (*Fallback, error) {
 	return f, nil
 }
 
+// Close stops the write-back: no round starts after it, a scheduled retry
+// is dropped, and a round in flight is canceled and waited for. Decide and
+// DecideAfter still answer locally. Calling it again does nothing.
+func (f *Fallback) Close() {
+	if f.wb != nil {
+		f.wb.close()
+	}
+}
+
 // WriteBack returns the write-back's counts; zero without
 // Options.WriteBack.
 func (f *Fallback) WriteBack() WriteBackStats {

@@ -67,6 +67,9 @@ type nodePipes struct {
 	// mu serializes the replacements of byAddr and guards closed.
 	mu     sync.Mutex
 	closed bool
+	// replaced counts the closes of replaced pipelines under way; close
+	// waits for them.
+	replaced sync.WaitGroup
 
 	// stop ends the pruning loop, done is closed when it has returned.
 	stop context.CancelFunc
@@ -168,7 +171,11 @@ func (n *nodePipes) pipe(ctx context.Context, key string) (*autoPipeline, string
 		return np.pipe, addr, nil
 	}
 	if ok {
-		go np.pipe.close() // its callers get ErrClosed and go per key
+		n.replaced.Add(1)
+		go func() { // its callers get ErrClosed and go per key
+			defer n.replaced.Done()
+			np.pipe.close()
+		}()
 	}
 	np = nodePipe{client: c, pipe: newAutoPipeline(c, n.script, n.tune)}
 	pipes = maps.Clone(pipes)
@@ -183,7 +190,8 @@ func (n *nodePipes) masters() int {
 	return len(*n.byAddr.Load())
 }
 
-// close stops the pruning and closes every master's pipeline.
+// close stops the pruning and closes every master's pipeline, and waits
+// for the pipelines replaced before to close.
 func (n *nodePipes) close() {
 	n.stop()
 	<-n.done
@@ -195,6 +203,7 @@ func (n *nodePipes) close() {
 	for _, np := range pipes {
 		np.pipe.close()
 	}
+	n.replaced.Wait()
 }
 
 // misrouted reports whether err means that a call reached a master that
