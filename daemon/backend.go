@@ -101,6 +101,7 @@ func (b *backend) store(o *Options, domain string, log *slog.Logger) (window.Lim
 	if b.fallback, err = fallback.New(fallback.Options{MaxKeys: o.MemoryMaxKeys}); err != nil {
 		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 	}
+	b.onClose(b.fallback.Close)
 	return mem, nil
 }
 
@@ -182,7 +183,7 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
 		b.onClose(func() { hbClient.Close() })
-		if b.fleet, err = fallback.NewFleet(hbClient, fallback.FleetOptions{Key: c.Keys.Fleet(domain), TTL: c.FleetTTL, Timeout: fleetTimeout}); err != nil {
+		if b.fleet, err = fallback.NewFleet(redisstore.NewHeartbeat(hbClient), fallback.FleetOptions{Key: c.Keys.Fleet(domain), TTL: c.FleetTTL, Timeout: fleetTimeout}); err != nil {
 			return nil, fmt.Errorf("fleet heartbeat: %w", err)
 		}
 		fleetRestarts.set(b.fleet)
@@ -200,6 +201,7 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 	if err != nil {
 		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 	}
+	b.onClose(b.fallback.Close) // its write-back rounds end before the store and its client close
 	if c.FailureMode == enforce.FailureLocal || c.FailureMode == enforce.FailureDefault {
 		// Held as an outage only where failure mode local decides: in
 		// allow or deny the settle would only lengthen the outage. (A

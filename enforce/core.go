@@ -274,7 +274,7 @@ func (f *Front) failure(ctx context.Context, hits []window.Hit, p Policies, err 
 	c := f.c
 	kind := window.Classify(err)
 	f.m.backendErr(kind).Inc()
-	if kind != window.KindBreakerOpen { // serve logs the breaker's opening, not each call it holds off
+	if kind != window.KindBreakerOpen && kind != window.KindRestoring { // a call held off is logged where the hold begins, not per call
 		c.logSampled("backend failed; deciding by failure mode", "kind", kind.String(), "error", err)
 	}
 	o := Outcome{Via: ViaAllow, Denier: -1}

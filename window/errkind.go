@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"syscall"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ErrBreakerOpen is returned by a limiter that holds its backend off (a
@@ -18,10 +16,13 @@ var ErrBreakerOpen = errors.New("window: circuit breaker open")
 // ErrClosed is returned by a limiter after it was closed (shutdown).
 var ErrClosed = errors.New("window: the limiter is closed")
 
-// ErrMasterDown marks a connection failure of one Redis Cluster master
-// among several: the store's other masters still answer, so it is not the
-// store's outage. Classify counts it as KindMasterDown.
-var ErrMasterDown = errors.New("window: a Redis Cluster master is unreachable")
+// KindError is an error that knows its kind: a store marks the errors of
+// its own client with it, and Classify honours the kind without knowing the
+// store.
+type KindError interface {
+	error
+	Kind() ErrKind
+}
 
 // ErrKind classifies why a decision failed, for the breaker and for metrics
 // (flashgate_backend_errors_total{kind}). Its String is a bounded label.
@@ -44,13 +45,17 @@ const (
 	KindCanceled
 	// KindClosed: the limiter was closed (shutdown).
 	KindClosed
-	// KindMasterDown: one Redis Cluster master of several refused, reset
-	// or closed the connection (ErrMasterDown); the others answer. A
+	// KindMasterDown: one master of a sharded store (a Redis Cluster) of
+	// several refused, reset or closed the connection; the others answer. A
 	// failure, but not a connection failure of the whole store: the
 	// breaker counts it in its failure rate, not in its run of connection
 	// errors.
 	KindMasterDown
-	// KindOther: anything else Redis said (a script error, OOM, LOADING…).
+	// KindRestoring: a fallback held the call off while its local
+	// admissions wait to be written back after an outage, or while the
+	// fleet settles.
+	KindRestoring
+	// KindOther: anything else the store said (a script error, OOM, LOADING…).
 	KindOther
 )
 
@@ -73,6 +78,8 @@ func (k ErrKind) String() string {
 		return "closed"
 	case KindMasterDown:
 		return "master_down"
+	case KindRestoring:
+		return "restoring"
 	}
 	return "other"
 }
@@ -83,6 +90,11 @@ func Classify(err error) ErrKind {
 		return KindNone // before ne is declared: it escapes, and would cost a success an allocation
 	}
 	var ne net.Error
+	var ke KindError
+	kind := KindNone
+	if errors.As(err, &ke) {
+		kind = ke.Kind()
+	}
 	switch {
 	case errors.Is(err, ErrBreakerOpen):
 		return KindBreakerOpen
@@ -90,17 +102,18 @@ func Classify(err error) ErrKind {
 		return KindInvalidHit
 	case errors.Is(err, ErrClosed):
 		return KindClosed
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, redis.ErrPoolTimeout),
-		errors.As(err, &ne) && ne.Timeout():
+	case errors.Is(err, context.DeadlineExceeded), kind == KindTimeout, errors.As(err, &ne) && ne.Timeout():
 		return KindTimeout
 	case errors.Is(err, context.Canceled):
 		return KindCanceled
-	case errors.Is(err, ErrMasterDown):
+	case kind == KindMasterDown:
 		return KindMasterDown
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
-		errors.Is(err, redis.ErrClosed), errors.As(err, &ne):
+		kind == KindConnection, errors.As(err, &ne):
 		return KindConnection
+	case kind != KindNone:
+		return kind
 	}
 	return KindOther
 }

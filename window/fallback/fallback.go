@@ -42,7 +42,8 @@ type Options struct {
 // tells whether the store answers and names the instance that does ("" if
 // unknown): after an outage and while the fleet settles, it is how the
 // Fallback finds the store back, and tells a store that restarted
-// meanwhile.
+// meanwhile. Both return an error wrapping [window.ErrClosed] once the
+// store is closed.
 type Restorer interface {
 	Restore(ctx context.Context, batch []window.Admitted) error
 	RunID(ctx context.Context) (string, error)
@@ -118,6 +119,15 @@ func New(o Options) (*Fallback, error) {
 		f.admit = f.wb.record
 	}
 	return f, nil
+}
+
+// Close stops the write-back: no round starts after it, a scheduled retry
+// is dropped, and a round in flight is canceled and waited for. Decide and
+// DecideAfter still answer locally. Calling it again does nothing.
+func (f *Fallback) Close() {
+	if f.wb != nil {
+		f.wb.close()
+	}
 }
 
 // WriteBack returns the write-back's counts; zero without

@@ -7,65 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Defaults of [FleetOptions].
 const (
 	DefaultFleetTTL = 3 * time.Second
 )
-
-// fleetLua announces a member until now + ttl, drops the expired
-// announcements and returns Redis's time, then every live member and its
-// expiry (ms), then the ids that left. The score of a member is its expiry
-// (Redis TIME), so every member may have its own TTL; the caller counts the
-// members still live when it is asked, so that a member that stopped beating
-// drops out of the count at its expiry, not at the next beat. A member that
-// leaves is replaced by a tombstone, "\0" and its id, scored like an
-// announcement: it tells the others that its absence is a departure, not
-// Redis's loss of the set (a restart, FLUSHALL, a failover that lost data).
-//
-// KEYS[1]: the fleet's sorted set. ARGV[1]: member. ARGV[2]: ttl in ms.
-// ARGV[3]: "1" to leave instead of announcing.
-// Reply: now, then member and expiry pairs, then "" and the ids that left.
-const fleetLua = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[2])
-if ARGV[3] == '1' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('ZADD', KEYS[1], now + ttl, '\0' .. ARGV[1])
-else
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  redis.call('ZREM', KEYS[1], '\0' .. ARGV[1])
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if last[2] then
-  redis.call('PEXPIREAT', KEYS[1], last[2]) -- the latest expiry, whoever beat last
-end
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
-local out, left = { string.format('%d', now) }, {}
-for i = 1, #live, 2 do
-  if string.byte(live[i], 1) == 0 then
-    left[#left + 1] = string.sub(live[i], 2)
-  else
-    out[#out + 1] = live[i]
-    out[#out + 1] = live[i + 1]
-  end
-end
-out[#out + 1] = ''
-for i = 1, #left do
-  out[#out + 1] = left[i]
-end
-return out
-`
 
 // FleetOptions configures a [Fleet].
 type FleetOptions struct {
@@ -89,8 +40,7 @@ type FleetOptions struct {
 // package doc); its count is what the Fallback divides a limit by. It is
 // safe for concurrent use.
 type Fleet struct {
-	client  redis.Scripter
-	script  *redis.Script
+	hb      Heartbeat
 	key, id string
 	ttl     time.Duration
 	timeout time.Duration
@@ -126,11 +76,21 @@ type fleetView struct {
 	expiries []int64
 }
 
-// NewFleet returns a Fleet on client; it does not contact Redis (see
+// Heartbeat keeps a fleet's announcements in the shared store (the Redis
+// store's NewHeartbeat). Announce announces member id of the fleet at key
+// until ttl from the store's clock, or with leave marks it departed for
+// ttl; it drops the expired announcements and returns, on the store's
+// clock, its time, every member announced with its expiry, and the members
+// whose departure has not expired.
+type Heartbeat interface {
+	Announce(ctx context.Context, key, id string, ttl time.Duration, leave bool) (now time.Time, live map[string]time.Time, left []string, err error)
+}
+
+// NewFleet returns a Fleet on hb; it does not contact the store (see
 // [Fleet.Beat] and [Fleet.Run]).
-func NewFleet(client redis.Scripter, o FleetOptions) (*Fleet, error) {
-	if client == nil {
-		return nil, errors.New("fleet: the client is nil")
+func NewFleet(hb Heartbeat, o FleetOptions) (*Fleet, error) {
+	if hb == nil {
+		return nil, errors.New("fleet: the heartbeat is nil")
 	}
 	if o.Key == "" {
 		return nil, errors.New("fleet: no key given")
@@ -157,7 +117,7 @@ func NewFleet(client redis.Scripter, o FleetOptions) (*Fleet, error) {
 		}
 		o.ID = hex.EncodeToString(b[:])
 	}
-	return &Fleet{client: client, script: redis.NewScript(fleetLua), key: o.Key, id: o.ID, ttl: o.TTL,
+	return &Fleet{hb: hb, key: o.Key, id: o.ID, ttl: o.TTL,
 		timeout: o.Timeout, now: time.Now}, nil
 }
 
@@ -183,7 +143,7 @@ func (f *Fleet) Size() (n int, known bool) {
 
 // Beat announces this member once and returns the live fleet size.
 func (f *Fleet) Beat(ctx context.Context) (int, error) {
-	if err := f.call(ctx, "0"); err != nil {
+	if err := f.call(ctx, false); err != nil {
 		return 0, err
 	}
 	n, _ := f.Size()
@@ -193,29 +153,24 @@ func (f *Fleet) Beat(ctx context.Context) (int, error) {
 // Leave removes this member's announcement, so that the others' count
 // drops at once rather than after TTL.
 func (f *Fleet) Leave(ctx context.Context) error {
-	return f.call(ctx, "1")
+	return f.call(ctx, true)
 }
 
-func (f *Fleet) call(ctx context.Context, leave string) error {
+func (f *Fleet) call(ctx context.Context, leave bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	sent := f.now()
-	res, err := f.script.Run(ctx, f.client, []string{f.key}, f.id, f.ttl.Milliseconds(), leave).StringSlice()
+	now, live, left, err := f.hb.Announce(ctx, f.key, f.id, f.ttl, leave)
 	if err != nil {
 		f.failing = true
 		return fmt.Errorf("fleet heartbeat on %s: %w", f.key, err)
 	}
-	if leave == "1" {
+	if leave {
 		return nil
 	}
-	got := f.now()
-	v, err := f.merge(res, sent, got)
-	if err != nil {
-		return fmt.Errorf("fleet heartbeat on %s: %w", f.key, err)
-	}
-	f.last.Store(v)
+	f.last.Store(f.merge(now, live, left, sent, f.now()))
 	f.failing = false
 	return nil
 }
@@ -228,29 +183,17 @@ func (f *Fleet) call(ctx context.Context, leave string) error {
 // set) is kept a whole TTL from now, once: time for it to announce itself
 // again; after a restart Redis told of (Restarted), every member is kept a
 // whole TTL from now. f.mu is held.
-func (f *Fleet) merge(res []string, sent, got time.Time) (*fleetView, error) {
-	if len(res) == 0 {
-		return nil, errors.New("an empty reply")
-	}
-	redisNow, err := strconv.ParseInt(res[0], 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("a reply whose time is %q: %w", res[0], err)
-	}
-	// Redis's clock to ours: Redis read TIME about halfway through the
-	// round trip.
+func (f *Fleet) merge(storeNow time.Time, live map[string]time.Time, gone []string, sent, got time.Time) *fleetView {
+	// The store's clock to ours: it read its time about halfway through
+	// the round trip.
 	mid := sent.UnixNano() + got.Sub(sent).Nanoseconds()/2
-	offset := mid - redisNow*int64(time.Millisecond)
-	v := &fleetView{at: got.UnixNano(), members: make(map[string]int64, len(res)/2)}
-	i := 1
-	for ; i+1 < len(res) && res[i] != ""; i += 2 {
-		ms, err := strconv.ParseFloat(res[i+1], 64)
-		if err != nil {
-			return nil, fmt.Errorf("a reply whose expiry is %q: %w", res[i+1], err)
-		}
-		v.members[res[i]] = int64(ms)*int64(time.Millisecond) + offset
+	offset := mid - storeNow.UnixNano()
+	v := &fleetView{at: got.UnixNano(), members: make(map[string]int64, len(live))}
+	for id, exp := range live {
+		v.members[id] = exp.UnixNano() + offset
 	}
-	left := make(map[string]bool)
-	for _, id := range res[min(i+1, len(res)):] {
+	left := make(map[string]bool, len(gone))
+	for _, id := range gone {
 		left[id] = true
 	}
 	restarted := f.restarted.Swap(false)
@@ -288,7 +231,7 @@ func (f *Fleet) merge(res []string, sent, got time.Time) (*fleetView, error) {
 		v.expiries = append(v.expiries, exp)
 	}
 	slices.Sort(v.expiries)
-	return v, nil
+	return v
 }
 
 // beat is the interval between heartbeats.

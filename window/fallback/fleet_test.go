@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/flashgate/flashgate/window/testclock"
 )
 
@@ -91,7 +92,7 @@ func TestFleetRedisEmptied(t *testing.T) {
 // member's mark.
 func TestFleetRefusesNULID(t *testing.T) {
 	_, c := startRedis(t)
-	if _, err := NewFleet(c, FleetOptions{Key: "k", ID: "\x00a"}); err == nil {
+	if _, err := NewFleet(redisstore.NewHeartbeat(c), FleetOptions{Key: "k", ID: "\x00a"}); err == nil {
 		t.Fatal("NewFleet took an id beginning with NUL")
 	}
 }
@@ -103,7 +104,7 @@ func TestFleet(t *testing.T) {
 	key := testKeys(t).Fleet("flashsale")
 	ctx := context.Background()
 	mk := func(id string) *Fleet {
-		f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: 3 * time.Second})
+		f, err := NewFleet(redisstore.NewHeartbeat(c), FleetOptions{Key: key, ID: id, TTL: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +158,7 @@ func TestFleetOutageKeepsCount(t *testing.T) {
 	clock := testclock.New()
 	var fleets []*Fleet
 	for _, id := range []string{"a", "b", "c"} {
-		f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: ttl})
+		f, err := NewFleet(redisstore.NewHeartbeat(c), FleetOptions{Key: key, ID: id, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +224,7 @@ func TestFleetRestartsKeepSilentMembers(t *testing.T) {
 // newTestFleet returns member id of the fleet at key on c.
 func newTestFleet(t *testing.T, c redis.Scripter, key, id string, ttl time.Duration) *Fleet {
 	t.Helper()
-	f, err := NewFleet(c, FleetOptions{Key: key, ID: id, TTL: ttl})
+	f, err := NewFleet(redisstore.NewHeartbeat(c), FleetOptions{Key: key, ID: id, TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -12,18 +11,21 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashgate/flashgate/window"
 )
 
 // ErrRestoring is returned by the limiter [Fallback.Watch] returns for a
 // call it does not send on: the store has not answered since an outage,
 // local admissions on one of its keys are not written back yet, or the
-// fleet is settling after an outage. It wraps
-// [window.ErrBreakerOpen]: like an open breaker it holds the backend off, and
-// [window.Classify] counts it as such.
-var ErrRestoring = fmt.Errorf("window: local admissions not yet written back: %w", window.ErrBreakerOpen)
+// fleet is settling after an outage. [window.Classify] counts it as
+// [window.KindRestoring].
+var ErrRestoring error = restoringError{}
+
+// restoringError is ErrRestoring's type: an error of window.KindRestoring.
+type restoringError struct{}
+
+func (restoringError) Error() string        { return "window: local admissions not yet written back" }
+func (restoringError) Kind() window.ErrKind { return window.KindRestoring }
 
 // Defaults of the write-back's [Options]. The settle outlasts go-redis's
 // dial back-off: a pool whose dials all failed dials again once a second,
@@ -78,11 +80,17 @@ type writeBack struct {
 	outages     atomic.Uint64          // the outages so far: the next one's number less one
 	outage      atomic.Bool            // the admissions waiting include an outage's: they hold their keys' calls off
 	waiting     atomic.Bool            // a retry is scheduled (timer)
-	closed      atomic.Bool            // the restorer is closed: no more rounds
+	closed      atomic.Bool            // the restorer or the Fallback is closed: no more rounds
 
 	landed, failed, written, lost, returns atomic.Uint64
 
 	shards [wbShards]wbShard
+
+	// ctx is the rounds' calls' parent, canceled by close; rounds counts
+	// the rounds in flight and the retries scheduled.
+	ctx    context.Context
+	cancel context.CancelFunc
+	rounds sync.WaitGroup
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -132,7 +140,30 @@ func newWriteBack(to Restorer, now func() time.Time, timeout, settle time.Durati
 	for i := range w.shards {
 		w.shards[i].keys = make(map[string]*wbKey)
 	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
 	return w, nil
+}
+
+// close stops the rounds: no round starts after it, a scheduled retry is
+// dropped, and a round in flight is canceled and waited for.
+func (w *writeBack) close() {
+	w.mu.Lock()
+	w.closed.Store(true)
+	if w.timer != nil && w.timer.Stop() {
+		w.timer = nil
+		w.waiting.Store(false)
+		w.rounds.Done()
+	}
+	w.mu.Unlock()
+	w.cancel()
+	w.rounds.Wait()
+}
+
+// scheduleLocked schedules a retry in d.
+func (w *writeBack) scheduleLocked(d time.Duration) {
+	w.waiting.Store(true)
+	w.rounds.Add(1)
+	w.timer = time.AfterFunc(d, w.retry)
 }
 
 // wbShards is the number of independently locked shards of the keys.
@@ -272,6 +303,7 @@ func (w *writeBack) retryNowLocked() {
 	if w.timer != nil && w.timer.Stop() {
 		w.timer = nil
 		w.waiting.Store(false)
+		w.rounds.Done()
 	}
 	w.startLocked()
 }
@@ -314,7 +346,11 @@ func (w *writeBack) startLocked() {
 		return
 	}
 	w.running = true
-	go w.round()
+	w.rounds.Add(1)
+	go func() {
+		defer w.rounds.Done()
+		w.round()
+	}()
 }
 
 // round writes everything back once, then starts the next round (more
@@ -341,6 +377,9 @@ func (w *writeBack) round() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.running = false
+	if w.closed.Load() {
+		return
+	}
 	if err == nil {
 		if sent {
 			w.landed.Add(1)
@@ -348,31 +387,26 @@ func (w *writeBack) round() {
 		w.backoff = 0
 		if w.keys.Load() > 0 {
 			w.startLocked() // more admissions came meanwhile
-		} else if w.watching() && !w.closed.Load() {
-			w.waiting.Store(true) // the next look at Redis while the fleet settles
-			w.timer = time.AfterFunc(restoreRetryMax, w.retry)
+		} else if w.watching() {
+			w.scheduleLocked(restoreRetryMax) // the next look at Redis while the fleet settles
 		}
 		return
 	}
 	w.failed.Add(1)
-	if errors.Is(err, redis.ErrClosed) {
-		w.closed.Store(true) // the client is closed: shutdown
-		return
-	}
 	switch window.Classify(err) {
 	case window.KindClosed:
-		w.closed.Store(true)
+		w.closed.Store(true) // the store is closed: shutdown
 		return
 	case window.KindConnection:
 		w.markDown() // the retry below is its round
 	}
 	w.backoff = min(max(2*w.backoff, restoreRetryMin), restoreRetryMax)
-	w.waiting.Store(true)
-	w.timer = time.AfterFunc(w.backoff, w.retry)
+	w.scheduleLocked(w.backoff)
 }
 
 // retry is a failed round's timer.
 func (w *writeBack) retry() {
+	defer w.rounds.Done()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.timer = nil
@@ -389,7 +423,7 @@ type wbSent struct {
 
 // ping asks Redis whether it answers, and its run id.
 func (w *writeBack) ping() (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	ctx, cancel := context.WithTimeout(w.ctx, w.timeout)
 	defer cancel()
 	id, err := w.to.RunID(ctx)
 	if err != nil {
@@ -475,7 +509,7 @@ func (w *writeBack) send(outage uint64, sent []wbSent) error {
 		}
 		batch[i] = window.Admitted{Key: s.key, Limit: s.limit, Entries: es}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	ctx, cancel := context.WithTimeout(w.ctx, w.timeout)
 	defer cancel()
 	if err := w.to.Restore(ctx, batch); err != nil {
 		return fmt.Errorf("fallback write-back: %w", err)

@@ -67,6 +67,9 @@ type nodePipes struct {
 	// mu serializes the replacements of byAddr and guards closed.
 	mu     sync.Mutex
 	closed bool
+	// replaced counts the closes of replaced pipelines under way; close
+	// waits for them.
+	replaced sync.WaitGroup
 
 	// stop ends the pruning loop, done is closed when it has returned.
 	stop context.CancelFunc
@@ -168,7 +171,11 @@ func (n *nodePipes) pipe(ctx context.Context, key string) (*autoPipeline, string
 		return np.pipe, addr, nil
 	}
 	if ok {
-		go np.pipe.close() // its callers get ErrClosed and go per key
+		n.replaced.Add(1)
+		go func() { // its callers get ErrClosed and go per key
+			defer n.replaced.Done()
+			np.pipe.close()
+		}()
 	}
 	np = nodePipe{client: c, pipe: newAutoPipeline(c, n.script, n.tune)}
 	pipes = maps.Clone(pipes)
@@ -183,7 +190,8 @@ func (n *nodePipes) masters() int {
 	return len(*n.byAddr.Load())
 }
 
-// close stops the pruning and closes every master's pipeline.
+// close stops the pruning and closes every master's pipeline, and waits
+// for the pipelines replaced before to close.
 func (n *nodePipes) close() {
 	n.stop()
 	<-n.done
@@ -195,6 +203,7 @@ func (n *nodePipes) close() {
 	for _, np := range pipes {
 		np.pipe.close()
 	}
+	n.replaced.Wait()
 }
 
 // misrouted reports whether err means that a call reached a master that
@@ -404,14 +413,15 @@ func (r *Redis) decideOnMaster(ctx context.Context, by time.Time, p *autoPipelin
 	return fmt.Errorf("redis decide: master %s: %w", addr, r.masterDown(err))
 }
 
-// masterDown marks err with window.ErrMasterDown if it is a connection
-// error of one master of an auto-pipelined Cluster whose store knows other
-// masters (see doc.go); else it returns err.
+// masterDown marks err with ErrMasterDown if it is a connection error of
+// one master of an auto-pipelined Cluster whose store knows other masters
+// (see doc.go); else it returns err, classified.
 func (r *Redis) masterDown(err error) error {
+	err = classified(err)
 	if r.nodes == nil || window.Classify(err) != window.KindConnection || r.nodes.masters() < 2 {
 		return err
 	}
-	return fmt.Errorf("%w: %w", window.ErrMasterDown, err)
+	return fmt.Errorf("%w: %w", ErrMasterDown, err)
 }
 
 // decidePerKeyBy is decidePerKey within by (zero: none).

@@ -109,7 +109,7 @@
 // admitting key, only when the request is denied or a master fails. Errors
 // are per master: a master down fails the checks that have a key on it
 // (the failure mode then answers them) and no other. Its connection errors
-// are marked window.ErrMasterDown (KindMasterDown) while the store knows
+// are marked ErrMasterDown (window.KindMasterDown) while the store knows
 // other masters (every 30 s the pipelines of addresses that left the slot
 // map, by a failover or a reshard, are closed: a master replaced by its
 // replica is not counted), so that the Breaker above the store counts

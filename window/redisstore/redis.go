@@ -211,7 +211,7 @@ func (r *Redis) member() string {
 // Ping checks that Redis answers.
 func (r *Redis) Ping(ctx context.Context) error {
 	if err := r.client.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis ping: %w", err)
+		return fmt.Errorf("redis ping: %w", classified(err))
 	}
 	return nil
 }
@@ -234,7 +234,7 @@ func (r *Redis) Warm(ctx context.Context, conns int) error {
 	var first error
 	for range max(conns, 1) {
 		if err := <-errs; err != nil && first == nil {
-			first = fmt.Errorf("redis warm-up: ping: %w", err)
+			first = fmt.Errorf("redis warm-up: ping: %w", classified(err))
 		}
 	}
 	return first
@@ -291,7 +291,7 @@ func (r *Redis) decide(ctx context.Context, by time.Time, hits []window.Hit, mem
 		err = r.decideOnce(ctx, by, hits, member, now, st)
 	}
 	if err != nil {
-		return window.Decision{}, err
+		return window.Decision{}, classified(err)
 	}
 	return window.Resolve(hits, st), nil
 }

@@ -139,7 +139,7 @@ func (r *Redis) Restore(ctx context.Context, batch []window.Admitted) error {
 	cmds := r.restore.evalEach(ctx, r.client, calls)
 	for i, c := range cmds {
 		if err := c.Err(); err != nil {
-			return fmt.Errorf("redis write-back: call %d of %d: %w", i+1, len(cmds), r.masterDown(err))
+			return fmt.Errorf("redis write-back: call %d of %d: %w", i+1, len(cmds), clientClosed(r.masterDown(err)))
 		}
 	}
 	return nil
@@ -158,14 +158,15 @@ type infoer interface {
 func (r *Redis) RunID(ctx context.Context) (string, error) {
 	c, ok := r.client.(infoer)
 	if _, cluster := r.client.(*redis.ClusterClient); !ok || cluster {
-		return "", r.Ping(ctx)
+		return "", clientClosed(r.Ping(ctx))
 	}
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {
+		err = classified(err)
 		if k := window.Classify(err); k == window.KindConnection || k == window.KindTimeout || k == window.KindClosed {
-			return "", fmt.Errorf("redis run id: %w", err)
+			return "", fmt.Errorf("redis run id: %w", clientClosed(err))
 		}
-		return "", r.Ping(ctx) // INFO refused (ACL, renamed)
+		return "", clientClosed(r.Ping(ctx)) // INFO refused (ACL, renamed)
 	}
 	return infoValue(info, "run_id"), nil
 }

@@ -366,7 +366,7 @@ func TestWriteBackFailureKeepsLocal(t *testing.T) {
 	}
 	for i := range 20 {
 		d, byRedis, err := sc.check(t, h)
-		if byRedis || !errors.Is(err, fallback.ErrRestoring) || window.Classify(err) != window.KindBreakerOpen {
+		if byRedis || !errors.Is(err, fallback.ErrRestoring) || window.Classify(err) != window.KindRestoring {
 			t.Fatalf("check %d while the write-back fails: by Redis %v, %v", i, byRedis, err)
 		}
 		if d.Allowed != (i < 2) {
@@ -708,4 +708,34 @@ func TestLongWindowEmptyReturn(t *testing.T) {
 		t.Fatalf("the key holds %d entries after the return, want %d", n, limit)
 	}
 	t.Logf("admitted in the minute: %d before the outage (forgotten), %d locally, %d after the return: %d = 2L", before, local, after, before+local+after)
+}
+
+// TestFallbackCloseStopsWriteBack: Close ends the write-back's rounds and
+// retries while Redis is down and waits for them; no round runs after it,
+// so what waited is not written back when Redis returns.
+func TestFallbackCloseStopsWriteBack(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, Options{})
+	sc := newSidecar(t, r, r, fallback.Options{Settle: -1})
+	h := hit(testKeys(t).Key("uid", "hot"), 100, time.Minute)
+	s.Kill()
+	if d, byRedis, _ := sc.check(t, h); byRedis || !d.Allowed {
+		t.Fatalf("check with Redis down: %+v, by Redis %v", d, byRedis)
+	}
+	for deadline := time.Now().Add(15 * time.Second); sc.f.WriteBack().Failed < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the write-back did not retry within 15s: %+v", sc.f.WriteBack())
+		}
+	}
+	sc.f.Close()
+	before := sc.f.WriteBack()
+	s.Restart()
+	for range 10 {
+		_, _, _ = sc.check(t, h)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := sc.f.WriteBack(); st.Failed != before.Failed || st.Landed != 0 || st.Pending == 0 {
+		t.Fatalf("write-back after Close: %+v, want it stopped at %+v", st, before)
+	}
+	sc.f.Close() // again: nothing
 }
