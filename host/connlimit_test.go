@@ -1,7 +1,9 @@
 package host
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -172,5 +174,59 @@ func TestCapListenerShedsTheOldestPending(t *testing.T) {
 	s2.Close()
 	if p, n := h.l.pendingConns(), h.l.open(); p != 0 || n != 0 {
 		t.Errorf("after closing: %d pending, %d open", p, n)
+	}
+}
+
+// TestCapListenerDrainClosesWhatTheServerGaveUp: while draining, a close
+// the HTTP server makes itself, here after the rest of a request begun on
+// a keep-alive connection did not come within ReadHeaderTimeout, is not
+// put off for good: the connection closes and its place is released, so a
+// drain waiting for the connections to close does not wait for its
+// deadline.
+func TestCapListenerDrainClosesWhatTheServerGaveUp(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newCapListener(raw, 8, true)
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
+		ReadHeaderTimeout: 100 * time.Millisecond,
+		ConnState:         l.trackState,
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(eventually))
+	br := bufio.NewReader(c)
+	const req = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	l.drain()
+	if _, err := io.WriteString(c, req[:10]); err != nil {
+		t.Fatal(err)
+	}
+	// The server may answer (408) before it closes.
+	if _, err := io.Copy(io.Discard, br); err != nil && isTimeout(err) {
+		t.Error("a connection the server gave up on while draining stayed open")
+	}
+	deadline := time.Now().Add(eventually)
+	for l.open() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := l.open(); n != 0 {
+		t.Errorf("%d connections open after the server closed its only one", n)
 	}
 }
