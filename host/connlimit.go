@@ -205,6 +205,18 @@ func (l *capListener) trackState(c net.Conn, st http.ConnState) {
 // begun to arrive (see capListener).
 func (l *capListener) drain() { l.draining.Store(true) }
 
+// closeWhenDraining returns h answering the HTTP/1 requests it begins
+// while l drains with Connection: close, so that the server closes their
+// connections after them.
+func (l *capListener) closeWhenDraining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 && l.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // Close stops accepting; it is idempotent.
 func (l *capListener) Close() error {
 	l.closeOnce.Do(func() { l.closeErr = l.Listener.Close() })
