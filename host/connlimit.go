@@ -183,7 +183,7 @@ func (l *capListener) trackState(c net.Conn, st http.ConnState) {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	due := false
 	switch st {
 	case http.StateActive, http.StateHijacked:
 		cc.active.Store(true)
@@ -191,12 +191,31 @@ func (l *capListener) trackState(c net.Conn, st http.ConnState) {
 		cc.active.Store(false)
 		cc.readIdle.Store(false)
 		cc.idleSince = l.now()
+	case http.StateClosed:
+		// The server is done with cc: nothing will read it any more.
+		due = cc.kept
+	}
+	l.mu.Unlock()
+	if due {
+		_ = cc.closeNow()
 	}
 }
 
 // drain makes l put off closing idle connections on which a request has
 // begun to arrive (see capListener).
 func (l *capListener) drain() { l.draining.Store(true) }
+
+// closeWhenDraining returns h answering the HTTP/1 requests it begins
+// while l drains with Connection: close, so that the server closes their
+// connections after them.
+func (l *capListener) closeWhenDraining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 && l.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
 
 // Close stops accepting; it is idempotent.
 func (l *capListener) Close() error {
@@ -280,11 +299,18 @@ func (c *capConn) SetDeadline(t time.Time) error {
 
 // Close closes the connection and releases its place; it is idempotent.
 // While l drains, closing an idle connection on which a request has begun
-// to arrive is put off once (see capListener).
+// to arrive is put off once (see capListener): until the server closes it
+// again, or reports it closed (StateClosed, see trackState) when the close
+// put off was its own, as after a read failed or when keep-alives ended.
 func (c *capConn) Close() error {
 	if c.l.draining.Load() && c.keep() {
 		return nil
 	}
+	return c.closeNow()
+}
+
+// closeNow closes the connection and releases its place.
+func (c *capConn) closeNow() error {
 	err := c.Conn.Close()
 	c.release()
 	return err

@@ -1,9 +1,13 @@
 package host
 
 import (
+	"bufio"
+	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -173,4 +177,133 @@ func TestCapListenerShedsTheOldestPending(t *testing.T) {
 	if p, n := h.l.pendingConns(), h.l.open(); p != 0 || n != 0 {
 		t.Errorf("after closing: %d pending, %d open", p, n)
 	}
+}
+
+// TestCapListenerDrainClosesWhatTheServerGaveUp: while draining, a close
+// the HTTP server makes itself, here after the rest of a request begun on
+// a keep-alive connection did not come within ReadHeaderTimeout, is not
+// put off for good: the connection closes and its place is released, so a
+// drain waiting for the connections to close does not wait for its
+// deadline.
+func TestCapListenerDrainClosesWhatTheServerGaveUp(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newCapListener(raw, 8, true)
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
+		ReadHeaderTimeout: 100 * time.Millisecond,
+		ConnState:         l.trackState,
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	_, br := halfRequest(t, l.Addr().String(), l.drain)
+	// The server may answer (408) before it closes.
+	if _, err := io.Copy(io.Discard, br); err != nil && isTimeout(err) {
+		t.Error("a connection the server gave up on while draining stayed open")
+	}
+	deadline := time.Now().Add(eventually)
+	for l.open() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := l.open(); n != 0 {
+		t.Errorf("%d connections open after the server closed its only one", n)
+	}
+}
+
+// TestDrainAnswersARequestBegunAsTheConnectionTurnedIdle: a request that
+// has begun to arrive on a keep-alive connection whose server goroutine
+// turns it idle only after the drain began (held here in the ConnState
+// hook) is read and answered with Connection: close, and the drain then
+// returns without its deadline.
+func TestDrainAnswersARequestBegunAsTheConnectionTurnedIdle(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newCapListener(raw, 8, true)
+	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}), l, false)
+	idle, release := make(chan struct{}), make(chan struct{})
+	var hold atomic.Bool
+	hold.Store(true)
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		l.trackState(c, st)
+		if st == http.StateIdle && hold.CompareAndSwap(true, false) {
+			close(idle)
+			<-release
+		}
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	f := &front{what: "test", lis: l, srv: srv}
+
+	c, br := halfRequest(t, l.Addr().String(), func() {})
+	<-idle
+	drained := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), eventually)
+		defer cancel()
+		drained <- f.drain(ctx)
+	}()
+	// The drain has begun once the listener refuses.
+	deadline := time.Now().Add(eventually)
+	for time.Now().Before(deadline) {
+		d, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			break
+		}
+		d.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	if _, err := io.WriteString(c, halfReq[10:]); err != nil {
+		t.Fatalf("the rest of the request: %v", err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the request begun before the drain: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "ok" || !resp.Close {
+		t.Errorf("the request begun before the drain: %d %q close %v, want answered with Connection: close", resp.StatusCode, b, resp.Close)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("drain: %v", err)
+	}
+}
+
+// halfReq is the request halfRequest sends, the second time in part.
+const halfReq = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+
+// halfRequest dials addr, has halfReq answered on the connection, calls
+// then, and writes halfReq's first 10 bytes on it again; it returns the
+// connection (closed at the test's end) and its reader.
+func halfRequest(t *testing.T, addr string, then func()) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(eventually))
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, halfReq); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	then()
+	if _, err := io.WriteString(c, halfReq[:10]); err != nil {
+		t.Fatal(err)
+	}
+	return c, br
 }

@@ -425,16 +425,20 @@ func (f *front) stopped(err error) bool {
 // drain shuts f down gracefully; if ctx ends first it closes it hard and
 // returns ctx's error. On a capped listener, in order:
 //  1. it stops accepting;
-//  2. HTTP/1.1 answers say Connection: close and their connections close
-//     after them; idle connections close, and new ones on which nothing
-//     has arrived, except those on which a request has begun to arrive
-//     (read in part, or waiting in the socket): that request is answered;
+//  2. HTTP/1.1 answers to requests begun from now say Connection: close
+//     and their connections close after them; until no HTTP/1 connection
+//     is left, connections outside a request close (idle ones, as they
+//     turn idle, and new ones on which nothing has arrived), except those
+//     on which a request has begun to arrive (read in part, or waiting in
+//     the socket): the server reads that request and answers it;
 //  3. once no HTTP/1 connection is left, http.Server.Shutdown ends the
 //     HTTP/2 ones (GOAWAY, in-flight streams finish), and drain waits for
 //     every connection to close.
 //
 // http.Server.Shutdown alone would drop a request that had not been read
-// whole when it began, even on a connection it leaves open.
+// whole when it began, even on a connection it leaves open; so would
+// SetKeepAlivesEnabled(false), whose server stops reading a connection
+// that turns idle after it, though a request has begun to arrive there.
 func (f *front) drain(ctx context.Context) error {
 	cl, ok := f.lis.(*capListener)
 	if !ok {
@@ -446,9 +450,10 @@ func (f *front) drain(ctx context.Context) error {
 	}
 	cl.drain()
 	_ = cl.Close()
-	f.srv.SetKeepAlivesEnabled(false)
-	cl.closeQuiet()
-	err := waitUntil(ctx, func() bool { return cl.http1Open() == 0 })
+	err := waitUntil(ctx, func() bool {
+		cl.closeQuiet()
+		return cl.http1Open() == 0
+	})
 	if err == nil {
 		err = f.srv.Shutdown(ctx)
 	}
@@ -558,6 +563,7 @@ func newHTTPServer(h http.Handler, lis net.Listener, withPprof bool) *http.Serve
 		MaxHeaderBytes:    64 << 10,
 	}
 	if cl, ok := lis.(*capListener); ok {
+		s.Handler = cl.closeWhenDraining(h)
 		s.ConnState = cl.trackState
 	}
 	return s
@@ -625,6 +631,7 @@ func newAuthzServer(h http.Handler, lis net.Listener) *http.Server {
 		MaxHeaderBytes:               AuthzMaxHeaderBytes,
 	}
 	if cl, ok := lis.(*capListener); ok {
+		s.Handler = cl.closeWhenDraining(h)
 		s.ConnState = cl.trackState
 	}
 	return s
