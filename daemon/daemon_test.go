@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/enforce"
+	"github.com/flashgate/flashgate/internal/testing/logtest"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -32,7 +33,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 // memoryOptions are a memory daemon's options on free loopback ports,
 // logging text to logs.
-func memoryOptions(t *testing.T, logs *syncBuffer) Options {
+func memoryOptions(t *testing.T, logs *logtest.Buffer) Options {
 	t.Helper()
 	keys, err := window.NewKeys("fg")
 	if err != nil {
@@ -57,7 +58,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	if err := os.WriteFile(file, example, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	o := memoryOptions(t, logs)
 	o.Config = file
 	d, err := New(o)
@@ -94,7 +95,7 @@ func TestDaemonLifecycle(t *testing.T) {
 // TestDaemonCloseUnserved: a daemon that is never served releases its
 // listeners on Close, so that its address can be listened on again.
 func TestDaemonCloseUnserved(t *testing.T) {
-	o := memoryOptions(t, &syncBuffer{})
+	o := memoryOptions(t, &logtest.Buffer{})
 	d, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ func TestDaemonCloseUnserved(t *testing.T) {
 // TestNewFailsClean: options New cannot build are refused, and a listener
 // that cannot open fails New without leaving the others open.
 func TestNewFailsClean(t *testing.T) {
-	o := memoryOptions(t, &syncBuffer{})
+	o := memoryOptions(t, &logtest.Buffer{})
 	o.Backend = "disk"
 	if _, err := New(o); err == nil || !strings.Contains(err.Error(), `backend "disk"`) {
 		t.Errorf("backend disk: %v", err)
@@ -123,7 +124,7 @@ func TestNewFailsClean(t *testing.T) {
 	}
 	grpcAddr := free.Addr().String()
 	free.Close()
-	o = memoryOptions(t, &syncBuffer{})
+	o = memoryOptions(t, &logtest.Buffer{})
 	o.GRPCAddr, o.HTTPAddr = grpcAddr, "256.0.0.1:1"
 	if _, err := New(o); err == nil || !strings.Contains(err.Error(), "--http-addr") {
 		t.Errorf("bad --http-addr: %v", err)

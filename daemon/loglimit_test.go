@@ -1,53 +1,16 @@
 package daemon
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/flashgate/flashgate/internal/testing/logtest"
 )
-
-// jsonLines decodes the JSON log lines in s.
-func jsonLines(t *testing.T, s string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
-		if line == "" {
-			continue
-		}
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("not a JSON log line: %q", line)
-		}
-		out = append(out, rec)
-	}
-	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	// mu guards b.
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // suppressedOf reads the limit's counter of kind.
 func suppressedOf(t *testing.T, l *logLimit, kind string) float64 {
@@ -60,7 +23,7 @@ func suppressedOf(t *testing.T, l *logLimit, kind string) float64 {
 }
 
 func TestLogLimit(t *testing.T) {
-	var buf syncBuffer
+	var buf logtest.Buffer
 	limit := newLogLimit(logEvery, time.Now)
 	log := slog.New(limit.handler(slog.NewJSONHandler(&buf, nil)))
 	// Within one interval (the default 10s, far longer than this loop):
@@ -72,7 +35,7 @@ func TestLogLimit(t *testing.T) {
 		log.Info("info line", "i", i)
 	}
 	log.With("component", "x").Warn("redis client: another wording")
-	recs := jsonLines(t, buf.String())
+	recs := logtest.JSONLines(t, buf.String())
 	byMsg := map[string]int{}
 	for _, r := range recs {
 		byMsg[r["msg"].(string)]++
@@ -90,7 +53,7 @@ func TestLogLimit(t *testing.T) {
 	}
 	// close writes the held ones, with how many of their kind were dropped.
 	limit.close()
-	recs = jsonLines(t, buf.String())[102:]
+	recs = logtest.JSONLines(t, buf.String())[102:]
 	if len(recs) != 2 {
 		t.Fatalf("close wrote %d lines, want 2: %v", len(recs), recs)
 	}
@@ -110,13 +73,13 @@ func TestLogLimit(t *testing.T) {
 	}
 	// After close, nothing is held back.
 	log.Warn("redis client", "detail", "late")
-	if n := len(jsonLines(t, buf.String())); n != 105 {
+	if n := len(logtest.JSONLines(t, buf.String())); n != 105 {
 		t.Errorf("%d lines after a warning past close, want 105", n)
 	}
 }
 
 func TestLogLimitFlushesAtIntervalEnd(t *testing.T) {
-	var buf syncBuffer
+	var buf logtest.Buffer
 	limit := newLogLimit(100*time.Millisecond, time.Now)
 	log := slog.New(limit.handler(slog.NewJSONHandler(&buf, nil)))
 	defer limit.close()
@@ -124,7 +87,7 @@ func TestLogLimitFlushesAtIntervalEnd(t *testing.T) {
 		log.Warn("breaker open", "i", i)
 	}
 	waitFor(t, eventually, "the held line", func() bool { return strings.Count(buf.String(), "\n") == 2 })
-	recs := jsonLines(t, buf.String())
+	recs := logtest.JSONLines(t, buf.String())
 	if recs[0]["i"] != float64(0) || recs[1]["i"] != float64(2) || recs[1]["suppressed"] != float64(1) {
 		t.Errorf("lines %v, want i=0, then i=2 with suppressed 1", recs)
 	}
@@ -132,14 +95,14 @@ func TestLogLimitFlushesAtIntervalEnd(t *testing.T) {
 	// held for its end.
 	log.Warn("breaker open", "i", 3)
 	waitFor(t, eventually, "the next held line", func() bool { return strings.Count(buf.String(), "\n") == 3 })
-	if r := jsonLines(t, buf.String())[2]; r["i"] != float64(3) || r["suppressed"] != nil {
+	if r := logtest.JSONLines(t, buf.String())[2]; r["i"] != float64(3) || r["suppressed"] != nil {
 		t.Errorf("line %v, want i=3 without suppressed", r)
 	}
 }
 
 func TestLogKindsBounded(t *testing.T) {
 	limit := newLogLimit(time.Hour, time.Now)
-	log := slog.New(limit.handler(slog.NewTextHandler(&syncBuffer{}, nil)))
+	log := slog.New(limit.handler(slog.NewTextHandler(&logtest.Buffer{}, nil)))
 	for i := range 2 * maxLogKinds {
 		for range 3 { // the first written, the second held, the third replaces it
 			log.Warn(strings.Repeat("k", i+1) + ": x")

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/flashgate/flashgate/internal/testing/logtest"
 )
 
 // buildBinary builds flashgate into a temporary directory.
@@ -40,7 +42,7 @@ func logField(logs, msg, field string) (string, bool) {
 // startProcess starts cmd with its output in logs, and kills it at the
 // end of the test. The channel gets Wait's error once (a test that reads it
 // must put it back for the cleanup).
-func startProcess(t *testing.T, cmd *exec.Cmd, logs *syncBuffer) chan error {
+func startProcess(t *testing.T, cmd *exec.Cmd, logs *logtest.Buffer) chan error {
 	t.Helper()
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -67,7 +69,7 @@ func TestBinary(t *testing.T) {
 // file to reload, and a SIGHUP must not end it (Go's default for an
 // unhandled SIGHUP is to exit).
 func testBinaryXDSOnlySIGHUP(t *testing.T, bin string) {
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	cmd := exec.Command(bin, "serve", "--rls-xds-server", "127.0.0.1:1", "--rls-xds-force-start",
 		"--grpc-addr", "127.0.0.1:0", "--http-addr", "", "--log-format", "json")
 	exited := startProcess(t, cmd, logs)
@@ -99,7 +101,7 @@ func testBinaryServeSignals(t *testing.T, bin string) {
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, file, 3)
 
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	cmd := exec.Command(bin, "serve", "--config", file, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--drain-timeout", "5s")
 	cmd.Env = append(os.Environ(), "FLASHGATE_LOG_LEVEL=debug")

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/flashgate/flashgate/internal/testing/logtest"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -78,7 +79,7 @@ func TestBinaryAsRatelimit(t *testing.T) {
 	for k, v := range vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	exited := startProcess(t, cmd, logs)
 
 	base := "http://127.0.0.1:" + port

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/flashgate/flashgate/internal/testing/logtest"
 	"github.com/flashgate/flashgate/internal/testing/tlstest"
 	"github.com/flashgate/flashgate/rls/xds/xdstest"
 	"github.com/flashgate/flashgate/window/redistest"
@@ -95,7 +96,7 @@ func TestBinaryAsRatelimitEnvoyGateway(t *testing.T) {
 	for k, v := range vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	startProcess(t, cmd, logs)
 
 	waitFor(t, 2*eventually, "/healthcheck 200", func() bool {

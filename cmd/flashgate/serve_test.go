@@ -17,37 +17,18 @@ import (
 
 	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/descriptors"
+	"github.com/flashgate/flashgate/internal/testing/logtest"
 	"github.com/flashgate/flashgate/window/redistest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers (serve logs from
-// several goroutines).
-type syncBuffer struct {
-	// mu guards b.
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runningServe is an in-process `flashgate serve`.
 type runningServe struct {
 	*daemon.Daemon
 	grpcAddr, httpAddr, httpAuthzAddr string
-	logs                              *syncBuffer
+	logs                              *logtest.Buffer
 	stop                              func() error // cancels serve's context and returns its error
 }
 
@@ -56,7 +37,7 @@ type runningServe struct {
 // stops it.
 func startServe(t *testing.T, args ...string) *runningServe {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	all := append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "text", "--drain-timeout", "3s"}, args...)
 	o, fs, err := parseServe(t, all, nil)
 	if err != nil {
@@ -326,7 +307,7 @@ func TestServeStartErrors(t *testing.T) {
 				k, v, _ := strings.Cut(args[1], "=")
 				environ[k], args = v, nil
 			}
-			var stderr syncBuffer
+			var stderr logtest.Buffer
 			err := runEnv(context.Background(), append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...),
 				env{stdout: io.Discard, stderr: &stderr, lookupEnv: func(k string) (string, bool) { v, ok := environ[k]; return v, ok }})
 			if err == nil || !strings.Contains(errorLine(err), tc.want) {
@@ -416,7 +397,7 @@ func TestServeWaitsForRedis(t *testing.T) {
 func logMessages(t *testing.T, logs string) []string {
 	t.Helper()
 	var out []string
-	for _, rec := range jsonLines(t, logs) {
+	for _, rec := range logtest.JSONLines(t, logs) {
 		if m, ok := rec["msg"].(string); ok {
 			out = append(out, m)
 		}
@@ -441,7 +422,7 @@ func TestServeOutageLogsRateLimited(t *testing.T) {
 	s := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--redis-timeout", "1s", "--config", exampleStretched(t),
 		"--log-format", "json", "--fleet-ttl", "300ms")
 	waitFor(t, eventually, "SERVING", func() bool { return s.Serving() })
-	before := len(jsonLines(t, s.logs.String()))
+	before := len(logtest.JSONLines(t, s.logs.String()))
 	r.Kill()
 	down := time.Now()
 	for i := 0; time.Since(down) < 4*time.Second; i++ {
@@ -449,7 +430,7 @@ func TestServeOutageLogsRateLimited(t *testing.T) {
 	}
 	elapsed := time.Since(down)
 	perKind := map[string]int{}
-	for _, rec := range jsonLines(t, s.logs.String())[before:] {
+	for _, rec := range logtest.JSONLines(t, s.logs.String())[before:] {
 		if lv := rec["level"]; lv == "WARN" || lv == "ERROR" {
 			perKind[logKindOf(rec["msg"].(string))]++
 		}
