@@ -12,6 +12,35 @@ bench_tool() {
   fi
 }
 
+# bench_ratelimit_bin sets RL to envoyproxy/ratelimit's service_cmd: $1 if given, else OUT/ratelimit, built
+# there from the Go module proxy when absent (RL_VERSION, default latest: go mod download, then go build
+# ./src/service_cmd in a copy).
+bench_ratelimit_bin() {
+  RL=${1:-}
+  [ -n "$RL" ] && return 0
+  RL="$OUT/ratelimit"
+  [ -x "$RL" ] && return 0
+  local src
+  src=$(cd "$OUT" && GOFLAGS=-mod=mod go mod download -json "github.com/envoyproxy/ratelimit@${RL_VERSION:-latest}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || exit 1
+  rm -rf "$OUT/ratelimit-src" && cp -r "$src" "$OUT/ratelimit-src" && chmod -R u+w "$OUT/ratelimit-src"
+  (cd "$OUT/ratelimit-src" && go build -o "$RL" ./src/service_cmd) || exit 1
+}
+
+# bench_ratelimit_config writes ratelimit's runtime config under OUT/runtime/ratelimit/config: domain
+# flashsale, one descriptor uid, 5 per second (flashgate serves the same with --rls-config).
+bench_ratelimit_config() {
+  mkdir -p "$OUT/runtime/ratelimit/config"
+  cat > "$OUT/runtime/ratelimit/config/flashsale.yaml" <<'YAML'
+domain: flashsale
+descriptors:
+  - key: uid
+    rate_limit:
+      unit: second
+      requests_per_unit: 5
+YAML
+}
+
 bench_cleanup() {
   bench_server_down
   redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1

@@ -30,24 +30,10 @@
 set -u
 OUT=$1; ROUNDS=$2; FG=$3; RL=${4:-}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 RP=${RP:-63831}; GP=${GP:-19591}; HP=${HP:-19592}
-if [ -z "$RL" ]; then
-  RL="$OUT/ratelimit"
-  if [ ! -x "$RL" ]; then
-    src=$(cd "$OUT" && GOFLAGS=-mod=mod go mod download -json "github.com/envoyproxy/ratelimit@${RL_VERSION:-latest}" |
-      python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') || exit 1
-    rm -rf "$OUT/ratelimit-src" && cp -r "$src" "$OUT/ratelimit-src" && chmod -R u+w "$OUT/ratelimit-src"
-    (cd "$OUT/ratelimit-src" && go build -o "$RL" ./src/service_cmd) || exit 1
-  fi
-fi
-mkdir -p "$OUT/runtime/ratelimit/config"
-cat > "$OUT/runtime/ratelimit/config/flashsale.yaml" <<'YAML'
-domain: flashsale
-descriptors:
-  - key: uid
-    rate_limit:
-      unit: second
-      requests_per_unit: 5
-YAML
+# shellcheck source=scripts/bench-lib.sh
+. "$(dirname "$0")/bench-lib.sh"
+bench_ratelimit_bin "$RL"
+bench_ratelimit_config
 cat > "$OUT/runtime/ratelimit/config/flashsale3.yaml" <<'YAML'
 domain: flashsale3
 descriptors:
@@ -59,8 +45,6 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 100}
 YAML
 ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
-# shellcheck source=scripts/bench-lib.sh
-. "$(dirname "$0")/bench-lib.sh"
 bench_tool
 bench_start_redis
 run() { # name kind(rl|fg|noop) server-args-or-env... -- bench-args...

@@ -8,6 +8,11 @@
 # `redis-benchmark -c 1 -P 1` did before flashgate's spec became binary) and prints the instructions (Ir)
 # Redis executed per request:
 #   empty        EVALSHA of "return 1" with flashgate's arguments (the floor: networking and EVALSHA itself)
+#   ratelimit    envoyproxy/ratelimit's check: INCRBY and EXPIRE of a fresh fixed-window counter, the two
+#                pipelined per request (one round trip), then 16 requests in flight (ratelimit-P16)
+#   floor-time   EVALSHA of a script that reads Redis TIME and replies as flashgate does (now, count, reset)
+#   floor-fresh  the same, then ZCARD, ZADD NX and PEXPIRE of the key: the least a script deciding a fresh
+#                key exactly, with time from Redis, runs (flashgate's one-key path on a fresh key, no more)
 #   textbook     ../shared/reference/sliding_window.lua, one call per request, then 16 calls in flight
 #   flashgate-B  window/redisstore/redis.lua with B requests per call (B = 1, 8, 16)
 #   *-warm       one call per request on 1,000 keys, a limit of 1,000,000 per 1,000 s: each key holds entries
@@ -21,6 +26,7 @@
 #   flashgate-left, flashgate-16-left   one and 16 requests per call on 100 keys in turn, 5 per 1,000 s, the
 #                script's clock passed in (evalbench -step): 2.2 s apart, so that all but the first 500
 #                requests meet a full key whose oldest entry has just left the window (one trimmed, admitted)
+# CASES (names, space-separated) runs only those cases.
 # Each case starts from an empty Redis with no script loaded but its own (SCRIPT FLUSH): Lua's garbage
 # collector walks every loaded script, so one case's script would cost the next.
 # Instructions are not time: cache misses, system calls and wake-ups are not in them (scripts/redis-cost.sh
@@ -48,6 +54,7 @@ EB="$D/evalbench"
 go build -o "$EB" ./cmd/evalbench
 ir() { # NAME REQUESTS evalbench-flags...: Ir per request
   local name=$1 n=$2; shift 2
+  [ -n "${CASES:-}" ] && [[ " $CASES " != *" $name "* ]] && return 0
   redis-cli -p "$P" flushall >/dev/null
   redis-cli -p "$P" script flush >/dev/null
   callgrind_control --zero "$VG" >/dev/null 2>&1
@@ -59,6 +66,23 @@ ir() { # NAME REQUESTS evalbench-flags...: Ir per request
     '/^(summary|totals):/{printf "%-16s %8.0f Ir per request %8.0f in EVALSHA\n", name, $2/n, ev/n; exit}' "$f"
 }
 ir empty 3000 -kind empty
+cat > "$D/floor-time.lua" <<'LUA'
+local t = redis.call('TIME')
+local now = t[1] .. string.sub('00000', #t[2]) .. t[2]
+return { now, 1, 0 }
+LUA
+cat > "$D/floor-fresh.lua" <<'LUA'
+local t = redis.call('TIME')
+local now = t[1] .. string.sub('00000', #t[2]) .. t[2]
+local card = redis.call('ZCARD', KEYS[1])
+card = card + redis.call('ZADD', KEYS[1], 'NX', now, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], string.sub(ARGV[4], 22))
+return { now, card, 0 }
+LUA
+ir floor-time 3000 -kind flashgate -script "$D/floor-time.lua"
+ir floor-fresh 3000 -kind flashgate -script "$D/floor-fresh.lua"
+ir ratelimit 3000 -kind ratelimit
+ir ratelimit-P16 8000 -kind ratelimit -P 16
 ir textbook 3000 -kind textbook -script "$TEXTBOOK"
 ir textbook-P16 8000 -kind textbook -script "$TEXTBOOK" -P 16
 for b in 1 8 16; do

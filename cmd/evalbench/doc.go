@@ -10,7 +10,10 @@
 // then reads their replies) until -n requests have been sent in all. A call
 // decides -per requests (flashgate: -per requests of -keys keys each in one
 // EVALSHA, as the auto-pipeline batches them; textbook and empty: always 1
-// request of one key). A request's key is rl:<i> for the i-th request when
+// request of one key). -kind ratelimit sends no script: per request,
+// envoyproxy/ratelimit's INCRBY and EXPIRE of a fixed window's counter
+// (flashsale_uid_<key>_<window start>), written together, each of -P
+// requests in flight being those two commands. A request's key is rl:<i> for the i-th request when
 // -range is 0 (every key fresh), else rl:<random below -range>; with -keys K
 // above 1 it hits rl:<…>:0 … rl:<…>:K-1 instead, key j limited to -limit + j
 // (the several-keys path, its hits' specs distinct as a rule set's are). With

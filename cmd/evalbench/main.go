@@ -38,7 +38,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var c config
 	fs := flag.NewFlagSet("evalbench", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:6379", "Redis address")
-	fs.StringVar(&c.kind, "kind", "flashgate", "flashgate (window/redisstore/redis.lua's arguments), textbook (../shared/reference's) or empty (flashgate's arguments to `return 1`)")
+	fs.StringVar(&c.kind, "kind", "flashgate", "flashgate (window/redisstore/redis.lua's arguments), textbook (../shared/reference's), empty (flashgate's arguments to `return 1`) or ratelimit (no script: envoyproxy/ratelimit's INCRBY and EXPIRE of a fixed window's counter per request, pipelined)")
 	fs.StringVar(&c.script, "script", "", "the script's path (default: window/redisstore/redis.lua for flashgate, ../shared/reference/sliding_window.lua for textbook)")
 	fs.IntVar(&c.conns, "c", 1, "connections")
 	fs.IntVar(&c.depth, "P", 1, "script calls in flight per connection")
@@ -56,6 +56,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if c.conns < 1 || c.depth < 1 || c.per < 1 || c.keys < 1 || c.n < 1 || c.limit < 1 || c.windowMS < 1 {
 		return errors.New("-c, -P, -per, -keys, -n, -limit and -window must be at least 1")
 	}
+	if c.kind == "ratelimit" && c.per > 1 {
+		return errors.New("-per above 1 needs a script: -kind ratelimit sends two commands per request")
+	}
 	if c.keys > 1 && c.kind != "flashgate" {
 		return errors.New("-keys above 1 needs -kind flashgate (the textbook script takes one key)")
 	}
@@ -71,9 +74,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer admin.close()
-	sha, err := admin.do("SCRIPT", "LOAD", src)
-	if err != nil {
-		return fmt.Errorf("script load: %w", err)
+	var sha string
+	if c.kind != "ratelimit" {
+		if sha, err = admin.do("SCRIPT", "LOAD", src); err != nil {
+			return fmt.Errorf("script load: %w", err)
+		}
 	}
 	var before float64
 	if c.cpu {
@@ -135,6 +140,8 @@ func (c *config) source() (string, error) {
 	switch c.kind {
 	case "empty":
 		return "return 1", nil
+	case "ratelimit":
+		return "", nil
 	case "flashgate":
 		if path == "" {
 			path = "window/redisstore/redis.lua"
@@ -144,7 +151,7 @@ func (c *config) source() (string, error) {
 			path = "../shared/reference/sliding_window.lua"
 		}
 	default:
-		return "", fmt.Errorf("-kind %q: want flashgate, textbook or empty", c.kind)
+		return "", fmt.Errorf("-kind %q: want flashgate, textbook, empty or ratelimit", c.kind)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -180,12 +187,21 @@ func (c *config) drive(cn *conn, sha string, next, calls *atomic.Int64) error {
 		}
 		return strconv.FormatInt(1_700_000_000_000_000+i*c.step, 10)
 	}
+	// ratelimit's key: the descriptor and the fixed window's start, in s.
+	window := strconv.FormatInt(max(c.windowMS/1000, 1), 10)
 	for {
 		sent := 0
 		for range c.depth {
 			from := next.Add(per) - per
 			if from >= c.n {
 				break
+			}
+			if c.kind == "ratelimit" {
+				k := "flashsale_uid_" + key(from) + "_1700000000"
+				cn.write("INCRBY", k, "1")
+				cn.write("EXPIRE", k, window)
+				sent += 2
+				continue
 			}
 			m := min(per, c.n-from)
 			args := []string{"EVALSHA", sha, strconv.FormatInt(m*int64(len(specs)), 10)}
@@ -222,6 +238,9 @@ func (c *config) drive(cn *conn, sha string, next, calls *atomic.Int64) error {
 			if _, err := cn.reply(); err != nil {
 				return err
 			}
+		}
+		if c.kind == "ratelimit" {
+			sent /= 2 // a request's two commands
 		}
 		calls.Add(int64(sent))
 	}

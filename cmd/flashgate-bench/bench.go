@@ -46,7 +46,7 @@ type benchOptions struct {
 	quiet       bool
 	cpuProfile  string
 	shape       string
-	serverPID   int
+	serverPIDs  []int
 	redisAddr   string
 	api         string // authz, rls or http
 	domain      string // --api rls: the request's domain
@@ -85,7 +85,10 @@ as a Check's) each worker keeps one HTTP/1.1 keep-alive connection
 (the peer is the load generator), and 2xx counts as allowed, 400, 431 and
 5xx as errors, any other status as denied. With --rate, workers pace
 themselves to that total rate, and a late request's latency counts from when
-it should have been sent.
+it should have been sent. --addr may name a fleet of servers (comma-separated):
+the workers spread over them, worker i calling server i mod their number,
+and --server-pid then takes their PIDs, to report the fleet's CPU time per
+check.
 
 Progress goes to stderr: a redrawn line on a terminal, a line per second
 otherwise (--quiet: none). The result goes to stdout: a table, or one JSON
@@ -102,7 +105,7 @@ serve's HTTP front-end that answers 200 to everything.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's gRPC address (host:port or unix:///path); with --api http its HTTP front-end's (also http://host:port)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's gRPC address (host:port or unix:///path; a fleet of servers: their addresses comma-separated, worker i calling server i mod their number, each on --connections of its own); with --api http its HTTP front-end's (also http://host:port)")
 	f.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send requests")
 	f.IntVar(&o.concurrency, "concurrency", 16, "number of workers, each with one call in flight")
 	f.IntVar(&o.connections, "connections", 2, "number of HTTP/2 connections the workers share (gRPC; over --api http each worker has its own)")
@@ -117,7 +120,7 @@ serve's HTTP front-end that answers 200 to everything.`,
 	f.BoolVar(&o.quiet, "quiet", false, "no progress display")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file")
 	f.StringVar(&o.shape, "shape", "minimal", "requests: minimal (the rule headers and a user agent) or envoy (what Envoy really sends: pseudo-headers, x-request-id, x-forwarded-*, a 1 KB cookie, ~20 headers, context_extensions)")
-	f.IntVar(&o.serverPID, "server-pid", 0, "PID of the server under test: report its CPU time per check (Linux /proc)")
+	f.IntSliceVar(&o.serverPIDs, "server-pid", nil, "PID of the server under test: report its CPU time per check (Linux /proc); a fleet's PIDs comma-separated: their sum")
 	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis (a Cluster: every master, comma-separated; the figures are their sum): report Redis's CPU time, commands and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
 	f.StringVar(&o.api, "api", "authz", "what to call: authz (ext_authz Check), rls (the rate limit service's ShouldRateLimit, as Envoy's ratelimit filter does: --domain, one descriptor --descriptor-key=<the user's uid>; --shape, --path, --method and --ip do not apply) or http (serve's HTTP front-end, --http-authz-addr, as Envoy's http_service asks it)")
 	f.StringVar(&o.domain, "domain", "flashsale", "--api rls: the request's domain")
@@ -145,8 +148,13 @@ func (o benchOptions) validate() error {
 	if o.shape != "minimal" && o.shape != "envoy" {
 		return fmt.Errorf("--shape %q: want minimal or envoy", o.shape)
 	}
-	if o.serverPID < 0 {
-		return fmt.Errorf("--server-pid %d: must not be negative", o.serverPID)
+	for _, pid := range o.serverPIDs {
+		if pid <= 0 {
+			return fmt.Errorf("--server-pid %d: must be positive", pid)
+		}
+	}
+	if o.api == "http" && strings.Contains(o.addr, ",") {
+		return errors.New("--addr: a fleet of servers applies to gRPC (--api authz, rls) only")
 	}
 	switch {
 	case o.duration <= 0:
@@ -352,23 +360,28 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 				prebuilt[i] = rawMessage(append([]byte(nil), b...))
 			}
 		}
-		creds, err := o.tls.DialOptions(o.addr)
-		if err != nil {
-			return err
-		}
-		conns := make([]*grpc.ClientConn, o.connections)
-		for i := range conns {
-			c, err := checkreq.Dial(o.addr, creds...)
-			if err != nil {
-				return err
+		addrs := strings.Split(o.addr, ",")
+		// conns[j*len(addrs)+a] is server a's connection j.
+		conns := make([]*grpc.ClientConn, 0, o.connections*len(addrs))
+		for range o.connections {
+			for _, addr := range addrs {
+				creds, err := o.tls.DialOptions(addr)
+				if err != nil {
+					return err
+				}
+				c, err := checkreq.Dial(addr, creds...)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				conns = append(conns, c)
 			}
-			defer c.Close()
-			conns[i] = c
 		}
 		if err := warmUp(ctx, conns, o.timeout); err != nil {
 			return err
 		}
 		newCall = func(i int) callFunc {
+			// Worker i calls server i mod len(addrs), on one of its connections.
 			return newGRPCCaller(o, conns[i%len(conns)], prebuilt, enc.clone()).call
 		}
 	}

@@ -57,7 +57,7 @@ func envoyShaped(s checkreq.Spec) checkreq.Spec {
 // and Redis's CPU time and script calls (INFO) around a run, summed over
 // every Redis given (a Cluster's masters).
 type costProbe struct {
-	pid   int
+	pids  []int
 	rdbs  []*redis.Client
 	stats [2]costStats
 }
@@ -70,7 +70,7 @@ type costStats struct {
 }
 
 func newCostProbe(ctx context.Context, o benchOptions) (*costProbe, error) {
-	p := &costProbe{pid: o.serverPID}
+	p := &costProbe{pids: o.serverPIDs}
 	if o.redisAddr == "" {
 		return p, nil
 	}
@@ -99,14 +99,15 @@ func (p *costProbe) before(ctx context.Context) error { return p.read(ctx, &p.st
 func (p *costProbe) after(ctx context.Context) error  { return p.read(ctx, &p.stats[1]) }
 
 func (p *costProbe) read(ctx context.Context, s *costStats) error {
-	if p.pid > 0 {
-		cpu, err := procCPU(p.pid)
+	var server time.Duration
+	for _, pid := range p.pids {
+		cpu, err := procCPU(pid)
 		if err != nil {
-			return fmt.Errorf("--server-pid %d: %w", p.pid, err)
+			return fmt.Errorf("--server-pid %d: %w", pid, err)
 		}
-		s.server = cpu
+		server += cpu
 	}
-	*s = costStats{server: s.server}
+	*s = costStats{server: server}
 	for _, rdb := range p.rdbs {
 		info, err := rdb.Info(ctx, "cpu", "stats", "commandstats").Result()
 		if err != nil {
@@ -123,7 +124,7 @@ func (p *costProbe) read(ctx context.Context, s *costStats) error {
 // report fills r's cost fields from the two readings.
 func (p *costProbe) report(r *benchResult) {
 	n := float64(max(r.Requests, 1))
-	if p.pid > 0 {
+	if len(p.pids) > 0 {
 		r.ServerCPUS = (p.stats[1].server - p.stats[0].server).Seconds()
 		r.ServerCPUPerCheck = r.ServerCPUS * 1e6 / n
 	}

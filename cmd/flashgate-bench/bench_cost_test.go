@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"net/netip"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/window/redistest"
 )
@@ -82,5 +85,32 @@ func TestEnvoyShapedRequest(t *testing.T) {
 	}
 	if err := (benchOptions{shape: "huge", duration: time.Second, concurrency: 1, connections: 1, users: 1}).validate(); err == nil {
 		t.Error("--shape huge accepted")
+	}
+}
+
+// TestBenchFleet: with a fleet (--addr and --server-pid each a
+// comma-separated list) the workers spread over every server, each serve
+// writing under its own key prefix in the one Redis, and the server CPU is
+// the fleet's.
+func TestBenchFleet(t *testing.T) {
+	r := redistest.Start(t)
+	a1, p1 := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "fleeta", "--redis-timeout", "1s")
+	a2, p2 := startServe(t, "--backend", "redis", "--redis-addr", r.Addr(), "--key-prefix", "fleetb", "--redis-timeout", "1s")
+	res := benchJSON(t, "--addr", a1+","+a2, "--duration", "1s", "--concurrency", "2", "--users", "5000",
+		"--server-pid", strconv.Itoa(p1)+","+strconv.Itoa(p2), "--redis-addr", r.Addr(), "--rate", "200", "--quiet")
+	checkBenchInvariants(t, res)
+	if res.ServerCPUS <= 0 {
+		t.Errorf("server CPU %gs: want > 0", res.ServerCPUS)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), Protocol: 2})
+	defer rdb.Close()
+	for _, prefix := range []string{"fleeta", "fleetb"} {
+		keys, _, err := rdb.Scan(context.Background(), 0, prefix+"*", 100000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			t.Errorf("no key under %s: its serve got no check", prefix)
+		}
 	}
 }
