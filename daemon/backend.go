@@ -335,10 +335,15 @@ func (b *backend) collectors() []prometheus.Collector {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "flashgate_breaker_open",
-				Help: "1 while Redis is held off (the circuit breaker is open, or an outage has not ended): checks take their failure mode, else 0.",
+				Help: "1 while Redis is held off (the circuit breaker is open, an outage has not ended, or the fleet settles after one): checks take their failure mode, else 0.",
 			}, func() float64 {
-				if b.breaker.Open() || (b.fallback != nil && b.fallback.WriteBack().Down) {
+				if b.breaker.Open() {
 					return 1
+				}
+				if b.fallback != nil {
+					if st := b.fallback.WriteBack(); st.Down || st.SettleEnd.After(time.Now()) {
+						return 1
+					}
 				}
 				return 0
 			}),

@@ -27,9 +27,7 @@ func TestFleetRedisFlaps(t *testing.T) {
 			rs.Restart()
 			time.Sleep(1500 * time.Millisecond)
 		}
-		// Each sidecar saw Redis again (within a second: go-redis's dial
-		// back-off) and its settle (1.5 s) has passed.
-		time.Sleep(3 * time.Second)
+		waitTurnedBack(t, procs)
 		local, held, checks = localChecks(procs)
 	})
 	redisDecidesSince(t, procs, local, held, checks)

@@ -359,9 +359,7 @@ func TestFleetRedisRestarted(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond)
 		rs.Restart()
 		t.Logf("Redis restarted at %s", time.Now().Format("05.000"))
-		// Each sidecar saw Redis again (within a second: go-redis's dial
-		// back-off) and its settle (1.5 s) has passed.
-		time.Sleep(3 * time.Second)
+		waitTurnedBack(t, procs)
 		local, held, checks = localChecks(procs)
 	})
 	close(stopWatch)
@@ -369,6 +367,29 @@ func TestFleetRedisRestarted(t *testing.T) {
 		t.Errorf("smallest fleet size each sidecar reported: %v; want 3 throughout (all three lived)", low)
 	}
 	redisDecidesSince(t, procs, local, held, checks)
+}
+
+// waitTurnedBack waits until every sidecar has found Redis back and its
+// settle has passed (flashgate_breaker_open reads 0), then half a second
+// more, for the checks held meanwhile to drain.
+func waitTurnedBack(t *testing.T, procs []*proc) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		open := 0
+		for _, p := range procs {
+			open += int(p.Metrics().Value("flashgate_breaker_open"))
+		}
+		if open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d sidecars still held Redis off 20 s after it returned", open)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
 }
 
 // localChecks scrapes each sidecar's decisions by failure mode local, its
@@ -385,7 +406,7 @@ func localChecks(procs []*proc) (local, held, checks []float64) {
 }
 
 // redisDecidesSince fails unless each sidecar took failure mode local
-// before the scrape (localChecks, taken 3 s after Redis returned) and has
+// before the scrape (localChecks, taken once the fleet turned back to Redis) and has
 // turned back to Redis since: few checks held off, and some decided by
 // Redis. (Checks that time out on a loaded machine still take the failure
 // mode: how many is the machine's doing, not the return's.)
@@ -400,7 +421,7 @@ func redisDecidesSince(t *testing.T, procs []*proc, local, held, checks []float6
 		dh := m.Value("flashgate_backend_errors_total", "kind", "restoring") - held[i]
 		dc := m.Value("flashgate_checks_total") - checks[i]
 		if dc == 0 || dh > dc/10 || dl == dc {
-			t.Errorf("sidecar %d from 3 s after Redis returned: %v checks, %v held off Redis, %v by failure mode local (errors so far: timeout %v, connection %v, breaker_open %v): Redis should decide",
+			t.Errorf("sidecar %d since the fleet turned back to Redis: %v checks, %v held off Redis, %v by failure mode local (errors so far: timeout %v, connection %v, breaker_open %v): Redis should decide",
 				i, dc, dh, dl, m.Value("flashgate_backend_errors_total", "kind", "timeout"),
 				m.Value("flashgate_backend_errors_total", "kind", "connection"), m.Value("flashgate_backend_errors_total", "kind", "breaker_open"))
 		}
