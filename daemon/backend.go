@@ -192,12 +192,18 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 	// What failure mode local admits is written back to Redis when it
 	// answers again, before this sidecar's checks go to it. After an outage
 	// every check keeps its failure mode for the settle: long enough for the
-	// rest of the fleet to see Redis again (by a write-back retry, at most
-	// 100 ms apart, or the breaker's probe) and write back too.
-	b.fallback, err = fallback.New(fallback.Options{
+	// rest of the fleet to see Redis again and write back too. The fleet
+	// agrees on the settle's end in Redis, and the breaker closes as the
+	// settle begins (the write-back found Redis answering).
+	fo := fallback.Options{
 		Size: b.fleetSize, MaxKeys: c.MemoryMaxKeys,
 		WriteBack: r, Settle: max(fallback.DefaultRestoreSettle, 4*c.BreakerCooldown),
-	})
+		SharedSettle: redisstore.NewSettles(client, c.Keys.Settle(domain)),
+	}
+	if b.breaker != nil {
+		fo.OnReturn = b.breaker.Reset
+	}
+	b.fallback, err = fallback.New(fo)
 	if err != nil {
 		return nil, fmt.Errorf("local failure-mode limiter: %w", err)
 	}
@@ -329,10 +335,15 @@ func (b *backend) collectors() []prometheus.Collector {
 		cs = append(cs,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "flashgate_breaker_open",
-				Help: "1 while Redis is held off (the circuit breaker is open, or an outage has not ended): checks take their failure mode, else 0.",
+				Help: "1 while Redis is held off (the circuit breaker is open, an outage has not ended, or the fleet settles after one): checks take their failure mode, else 0.",
 			}, func() float64 {
-				if b.breaker.Open() || (b.fallback != nil && b.fallback.WriteBack().Down) {
+				if b.breaker.Open() {
 					return 1
+				}
+				if b.fallback != nil {
+					if st := b.fallback.WriteBack(); st.Down || st.SettleEnd.After(time.Now()) {
+						return 1
+					}
 				}
 				return 0
 			}),

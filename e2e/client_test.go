@@ -118,6 +118,7 @@ type answer struct {
 	Err     error
 	Sent    time.Time // just before the call
 	Latency time.Duration
+	Proc    int // the sidecar that answered, where a fleet test records it
 }
 
 // Replied is when the answer was back: the decision was made before it.

@@ -19,7 +19,7 @@ func TestFleetRedisFlaps(t *testing.T) {
 	procs := startFleet(t, 3, rs.Addr(), "e2eflaps")
 	waitFleetSize(t, procs, 3, 5*time.Second)
 	const flaps = 5
-	var local, checks []float64
+	var local, held, checks []float64
 	runFleet(t, procs, 1500*time.Millisecond+flaps*2*time.Second+5*time.Second, fleetLimit+3-1, func() {
 		for range flaps {
 			rs.Kill()
@@ -27,10 +27,8 @@ func TestFleetRedisFlaps(t *testing.T) {
 			rs.Restart()
 			time.Sleep(1500 * time.Millisecond)
 		}
-		// Each sidecar saw Redis again (within a second: go-redis's dial
-		// back-off) and its settle (1.5 s) has passed.
-		time.Sleep(3 * time.Second)
-		local, checks = localChecks(procs)
+		waitTurnedBack(t, procs)
+		local, held, checks = localChecks(procs)
 	})
-	redisDecidesSince(t, procs, local, checks)
+	redisDecidesSince(t, procs, local, held, checks)
 }

@@ -144,10 +144,20 @@ func fnv32[S ~string | ~[]byte](rule string, value S) uint32 {
 // Fleet returns the heartbeat key of domain's fleet: "<prefix>:fleet:" and
 // the domain, hashed like a value when it is long or unsafe. It cannot
 // collide with a limit key, whose second segment is a "{tag}".
-func (k Keys) Fleet(domain string) string {
+func (k Keys) Fleet(domain string) string { return k.domainKey("fleet", domain) }
+
+// Settle returns the key where domain's fleet agrees when a settle after an
+// outage ends: "<prefix>:settle:" and the domain, as [Keys.Fleet].
+func (k Keys) Settle(domain string) string { return k.domainKey("settle", domain) }
+
+// domainKey returns "<prefix>:<kind>:" and domain, hashed like a value
+// when it is long or unsafe.
+func (k Keys) domainKey(kind, domain string) string {
 	var b strings.Builder
 	b.WriteString(k.Prefix())
-	b.WriteString(":fleet:")
+	b.WriteByte(':')
+	b.WriteString(kind)
+	b.WriteByte(':')
 	if len(domain) <= MaxVerbatim && verbatim(domain) && domain != "" {
 		b.WriteString(domain)
 	} else {

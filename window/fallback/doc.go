@@ -83,7 +83,12 @@
 //     failure mode for Settle, while the fleet writes back. The rounds
 //     watch the store meanwhile, every 100 ms: a failed round is a
 //     new outage, and a run id other than the one seen last (the store
-//     restarted, unseen by any call) begins the settle anew.
+//     restarted, unseen by any call) begins the settle anew. With
+//     Options.SharedSettle the fleet ends its settle at one moment, the
+//     latest end any sidecar proposed as it found the store back; in the
+//     settle's last 100 ms nothing is admitted locally, so that what the
+//     fleet admitted is in the store when it turns to it; and
+//     Options.OnReturn closes a breaker below Watch as the settle begins.
 //   - Unseen: a process none of whose calls reached the store during the
 //     outage (all refused above Watch, or none made) learns of it from
 //     the store's client: every connection to a restarted store is new,
@@ -96,9 +101,8 @@
 //     come from the store that came back empty.
 //
 // So every return of the store is held as the first: the outage's bound
-// holds across it (up to what a sidecar admits locally within one
-// write-back round trip, and provided the sidecars see the store again
-// within Settle of each other), for windows no longer than Settle. What a
+// holds across it (provided the sidecars see the store again within
+// Settle of each other), for windows no longer than Settle. What a
 // store that came back empty forgot of a longer window is not restored:
 // see docs/guarantees.md. A timed-out request admitted locally is written
 // back too: if the store admitted it as well, it counts twice (stricter).

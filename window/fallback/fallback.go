@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync/atomic"
@@ -35,6 +36,25 @@ type Options struct {
 	// once Redis answers again, while the fleet writes back; 0 means
 	// DefaultRestoreSettle, negative none.
 	Settle time.Duration
+	// OnReturn, if not nil, is called when a write-back round finds the
+	// store answering after an outage, or restarted unseen: as the settle
+	// begins. A circuit breaker below Watch is closed there, so that the
+	// settle does not end on calls the breaker refuses (each a local
+	// admission beside the fleet's first decisions in the store).
+	OnReturn func()
+	// SharedSettle, if not nil, is where the fleet agrees when a settle
+	// ends: each sidecar that finds the store back proposes its end, and
+	// every sidecar settling takes the latest proposed, so that the fleet
+	// turns back to the store at one moment rather than one by one. nil:
+	// each settles on its own clock.
+	SharedSettle SettleStore
+}
+
+// SettleStore agrees the end of the fleet's settle after an outage.
+// SettleEnd proposes until (the zero time only reads) and returns the
+// latest end proposed for the settle under way, or the zero time if none.
+type SettleStore interface {
+	SettleEnd(ctx context.Context, until time.Time) (time.Time, error)
 }
 
 // Restorer writes local admissions back into the shared windows, each at
@@ -116,6 +136,7 @@ func New(o Options) (*Fallback, error) {
 		if f.wb, err = newWriteBack(o.WriteBack, o.Now, o.RestoreTimeout, o.Settle, o.MaxKeys); err != nil {
 			return nil, fmt.Errorf("fallback: %w", err)
 		}
+		f.wb.onReturn, f.wb.settles = o.OnReturn, o.SharedSettle
 		f.admit = f.wb.record
 	}
 	return f, nil
@@ -164,8 +185,14 @@ func (f *Fallback) Decide(ctx context.Context, hits []window.Hit) (window.Decisi
 func (f *Fallback) DecideAfter(ctx context.Context, hits []window.Hit, cause error) (window.Decision, error) {
 	n := max(f.size(), 1)
 	timedOut := window.Classify(cause) == window.KindTimeout
+	// In the settle's last moments nothing is admitted locally: what the
+	// fleet admitted is in the store when it turns back to it.
+	closing := f.wb != nil && errors.Is(cause, ErrRestoring) && f.wb.closing()
 	d, err := f.mem.DecideWith(ctx, hits, memory.DecideOptions{
 		Allowance: func(h *window.Hit, now int64) (int, int64) {
+			if closing {
+				return 0, 0
+			}
 			// The key's seed, as of now: the allowance grows when it expires.
 			hk := f.hash(h.Key)
 			seen, until, _ := f.seeds.load(hk, h.Limit.Requests, now)

@@ -38,8 +38,9 @@ const (
 const (
 	restoreRetryMin     = 10 * time.Millisecond
 	restoreRetryMax     = 100 * time.Millisecond
-	restoreChunkKeys    = 256  // keys per Restore call
-	restoreChunkEntries = 4096 // admissions per Restore call, about
+	settleTail          = 100 * time.Millisecond // see writeBack.closing
+	restoreChunkKeys    = 256                    // keys per Restore call
+	restoreChunkEntries = 4096                   // admissions per Restore call, about
 )
 
 // WriteBackStats counts a [Fallback]'s write-back (see [Fallback.WriteBack]).
@@ -59,6 +60,9 @@ type WriteBackStats struct {
 	// Down is true during an outage: Redis failed and no round has found
 	// it back yet, so every call is held off.
 	Down bool
+	// SettleEnd is when the settle under way ends (the fleet's end, when
+	// it shares one: Options.SharedSettle); zero for none.
+	SettleEnd time.Time
 }
 
 // writeBack is a Fallback's memory of its local admissions and the rounds
@@ -69,7 +73,9 @@ type writeBack struct {
 	timeout  time.Duration
 	settle   time.Duration
 	maxKeys  int64
-	idPrefix [9]byte // 0x01, then 8 random bytes
+	onReturn func()      // Options.OnReturn, or nil
+	settles  SettleStore // Options.SharedSettle, or nil
+	idPrefix [9]byte     // 0x01, then 8 random bytes
 	seed     maphash.Seed
 	seq      atomic.Uint64
 
@@ -332,11 +338,58 @@ func (w *writeBack) markDown() bool {
 // outage.
 func (w *writeBack) settleIfDown(outage uint64) {
 	if outage != 0 && w.down.CompareAndSwap(outage, 0) {
-		w.returns.Add(1)
-		if w.settle > 0 {
-			w.settleUntil.Store(w.now().Add(w.settle).UnixNano())
+		w.beginSettle()
+	}
+}
+
+// beginSettle notes a return of the store and begins the settle, at the
+// end the fleet agrees (see agree).
+func (w *writeBack) beginSettle() {
+	w.returns.Add(1)
+	if w.onReturn != nil {
+		w.onReturn()
+	}
+	if w.settle <= 0 {
+		return
+	}
+	until := w.now().Add(w.settle)
+	w.settleUntil.Store(until.UnixNano())
+	w.agree(until)
+}
+
+// agree proposes until (the zero time only reads) as the end of the fleet's
+// settle and, while this sidecar settles, takes the fleet's end if later,
+// up to 2 × Settle from now. A failed call changes nothing: the round's
+// next call meets the failure.
+func (w *writeBack) agree(until time.Time) {
+	if w.settles == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, w.timeout)
+	defer cancel()
+	end, err := w.settles.SettleEnd(ctx, until)
+	if err != nil || end.IsZero() {
+		return
+	}
+	e := min(end.UnixNano(), w.now().Add(2*w.settle).UnixNano())
+	for {
+		cur := w.settleUntil.Load()
+		if cur == 0 || e <= cur || w.settleUntil.CompareAndSwap(cur, e) {
+			return
 		}
 	}
+}
+
+// closing reports whether the settle ends within settleTail: a local
+// decision then admits nothing, so that what the fleet admitted is written
+// back before it turns to the store.
+func (w *writeBack) closing() bool {
+	u := w.settleUntil.Load()
+	if u == 0 {
+		return false
+	}
+	now := w.now().UnixNano()
+	return now < u && u-now <= int64(min(settleTail, w.settle/4))
 }
 
 // startLocked starts a round unless one is in flight or scheduled, or
@@ -445,15 +498,13 @@ func (w *writeBack) returned(outage uint64, id string) {
 		}
 		return
 	}
-	if id == "" {
-		return
-	}
-	if prev := w.runID.Swap(&id); prev != nil && *prev != id {
-		w.returns.Add(1)
-		if w.settle > 0 {
-			w.settleUntil.Store(w.now().Add(w.settle).UnixNano())
+	if id != "" {
+		if prev := w.runID.Swap(&id); prev != nil && *prev != id {
+			w.beginSettle()
+			return
 		}
 	}
+	w.agree(time.Time{}) // a later return elsewhere in the fleet moves the end
 }
 
 // writeAll writes every remembered admission still in its window back, in
@@ -541,9 +592,13 @@ func (w *writeBack) send(outage uint64, sent []wbSent) error {
 }
 
 func (w *writeBack) stats() WriteBackStats {
-	return WriteBackStats{
+	st := WriteBackStats{
 		Landed: w.landed.Load(), Failed: w.failed.Load(), Written: w.written.Load(),
 		Unremembered: w.lost.Load(), Pending: int(w.keys.Load()), Returns: w.returns.Load(),
 		Down: w.down.Load() != 0,
 	}
+	if u := w.settleUntil.Load(); u != 0 {
+		st.SettleEnd = time.Unix(0, u)
+	}
+	return st
 }

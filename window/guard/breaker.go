@@ -131,6 +131,22 @@ func (b *Breaker) Open() bool { return b.open.Load() }
 // Opened returns how many times the breaker has opened.
 func (b *Breaker) Opened() uint64 { return uint64(b.opened.Load()) }
 
+// Reset closes the breaker and forgets its window: the backend was found
+// answering by another path (the fallback's write-back rounds). A probe in
+// flight is dropped. Safe for concurrent use.
+func (b *Breaker) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = 0
+	b.resetLocked()
+	if b.open.Load() {
+		b.open.Store(false)
+		if b.onChange != nil {
+			b.onChange(false, nil)
+		}
+	}
+}
+
 // Decide implements [window.Limiter]: ErrBreakerOpen while open, else the
 // backend's answer, recorded.
 func (b *Breaker) Decide(ctx context.Context, hits []window.Hit) (window.Decision, error) {

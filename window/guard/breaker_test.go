@@ -247,3 +247,24 @@ func TestBreakerLateFailureKeepsProbe(t *testing.T) {
 		t.Fatal("the probe's success did not close the breaker: the late failure cancelled it")
 	}
 }
+
+// TestBreakerReset: Reset closes an open breaker at once (the backend was
+// found answering elsewhere) and tells OnChange.
+func TestBreakerReset(t *testing.T) {
+	b, s, _ := newTestBreaker(t)
+	s.err = errRefused
+	for range DefaultBreakerConnFailures {
+		b.Decide(context.Background(), nil)
+	}
+	if !b.Open() {
+		t.Fatal("the breaker did not open on connection errors")
+	}
+	s.err = nil
+	b.Reset()
+	if b.Open() {
+		t.Fatal("open after Reset")
+	}
+	if _, err := b.Decide(context.Background(), nil); err != nil {
+		t.Fatalf("a call after Reset: %v", err)
+	}
+}

@@ -36,7 +36,15 @@ func pauseRedis(t *testing.T, addr string, d time.Duration) (wait func()) {
 		defer admin.Close()
 		admin.Eval(context.Background(), busyScript(int(d.Microseconds())), nil)
 	})
-	time.Sleep(50 * time.Millisecond) // the busy script has started
+	// The busy script has started once a PING from a fresh connection goes
+	// unanswered (a loaded machine may take a while to send it).
+	probe := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: min(d/5, 50*time.Millisecond)})
+	defer probe.Close()
+	for deadline := time.Now().Add(d / 2); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if err := probe.Ping(context.Background()).Err(); err != nil {
+			break
+		}
+	}
 	return wg.Wait
 }
 

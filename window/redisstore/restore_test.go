@@ -739,3 +739,136 @@ func TestFallbackCloseStopsWriteBack(t *testing.T) {
 	}
 	sc.f.Close() // again: nothing
 }
+
+// TestSettlesKeepLatest: the settle's end kept is the latest proposed; a
+// read proposes nothing.
+func TestSettlesKeepLatest(t *testing.T) {
+	_, c := startRedis(t)
+	s := NewSettles(c, testKeys(t).Settle("d"))
+	ctx := context.Background()
+	if end, err := s.SettleEnd(ctx, time.Time{}); err != nil || !end.IsZero() {
+		t.Fatalf("read before any proposal: %v, %v; want the zero time", end, err)
+	}
+	t1 := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	for _, tc := range []struct {
+		propose, want time.Time
+	}{
+		{t1, t1},
+		{t1.Add(-time.Second), t1},
+		{time.Time{}, t1},
+		{t1.Add(time.Second), t1.Add(time.Second)},
+	} {
+		if end, err := s.SettleEnd(ctx, tc.propose); err != nil || !end.Equal(tc.want) {
+			t.Fatalf("propose %v: %v, %v; want %v", tc.propose, end, err, tc.want)
+		}
+	}
+}
+
+// TestWriteBackSharedSettle: two sidecars find Redis back at different
+// moments; sharing the settle's end, both keep their failure mode until the
+// later one's settle ends, and turn back to Redis together.
+func TestWriteBackSharedSettle(t *testing.T) {
+	s, c := startRedis(t)
+	k := testKeys(t)
+	clock := testclock.New()
+	const settle = time.Second
+	var fleet []*sidecar
+	for range 2 {
+		r := newTestRedis(t, c, Options{})
+		fleet = append(fleet, newSidecar(t, r, r, fallback.Options{
+			Now: clock.Now, Size: func() int { return 2 }, Settle: settle, SharedSettle: NewSettles(c, k.Settle("d")),
+		}))
+	}
+	a, b := fleet[0], fleet[1]
+	h := hit(k.Key("uid", "shared"), 5, time.Minute)
+	s.Kill()
+	for _, sc := range fleet {
+		if _, byRedis, err := sc.check(t, h); byRedis || window.Classify(err) != window.KindConnection {
+			t.Fatalf("with Redis down: by Redis %v, %v", byRedis, err)
+		}
+	}
+	// a's write-back rounds find Redis back first; b's wait while its
+	// clock moves on.
+	s.Restart()
+	waitReturn := func(sc *sidecar) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for sc.f.WriteBack().Returns == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("write-back %+v after 15s: Redis not found back", sc.f.WriteBack())
+			}
+			_, _, _ = sc.check(t, h) // pokes a round
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitReturn(a)
+	waitReturn(b) // b may have found Redis at once too: the clock has not moved
+	clock.Advance(settle / 2)
+	c.Del(context.Background(), k.Settle("d"))
+	// b proposes a later end, as a sidecar returning half a settle later
+	// would; a's settle watch takes it.
+	later := clock.Now().Add(settle)
+	if _, err := NewSettles(c, k.Settle("d")).SettleEnd(context.Background(), later); err != nil {
+		t.Fatal(err)
+	}
+	// a's settle watch (every 100 ms) takes the later end.
+	deadline := time.Now().Add(15 * time.Second)
+	for !a.f.WriteBack().SettleEnd.Equal(later) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a settles until %v after 15s; want the fleet's later end %v", a.f.WriteBack().SettleEnd, later)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	clock.Advance(settle/2 + time.Millisecond) // past a's own settle
+	if _, byRedis, err := a.check(t, h); byRedis || !errors.Is(err, fallback.ErrRestoring) {
+		t.Fatalf("past its own settle, within the fleet's: by Redis %v, %v; want fallback.ErrRestoring", byRedis, err)
+	}
+	clock.Advance(settle / 2)
+	for i, sc := range fleet {
+		if d, local := sc.untilRedis(t, h); local != 0 || d.Count == 0 {
+			t.Fatalf("sidecar %d past the fleet's settle: Redis decided %+v after %d local admissions; want Redis at once, counting what was written back", i, d, local)
+		}
+	}
+}
+
+// TestWriteBackSettleTailAdmitsNothing: in the settle's last moments a
+// check held off is denied locally, so that the fleet has written back all
+// it admitted when it turns back to Redis.
+func TestWriteBackSettleTailAdmitsNothing(t *testing.T) {
+	s, c := startRedis(t)
+	r := newTestRedis(t, c, Options{})
+	clock := testclock.New()
+	const settle = time.Second
+	sc := newSidecar(t, r, r, fallback.Options{Now: clock.Now, Settle: settle})
+	k := testKeys(t)
+	s.Kill()
+	if _, byRedis, err := sc.check(t, hit(k.Key("uid", "a"), 5, time.Minute)); byRedis || window.Classify(err) != window.KindConnection {
+		t.Fatalf("with Redis down: by Redis %v, %v", byRedis, err)
+	}
+	s.Restart()
+	deadline := time.Now().Add(15 * time.Second)
+	for sc.f.WriteBack().Returns == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("write-back %+v after 15s: Redis not found back", sc.f.WriteBack())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fresh := hit(k.Key("uid", "fresh"), 5, time.Minute)
+	if d, byRedis, err := sc.check(t, fresh); byRedis || !errors.Is(err, fallback.ErrRestoring) || !d.Allowed {
+		t.Fatalf("early in the settle: %+v, by Redis %v, %v; want a local admission", d, byRedis, err)
+	}
+	clock.Advance(settle - 50*time.Millisecond)
+	if d, byRedis, err := sc.check(t, fresh); byRedis || !errors.Is(err, fallback.ErrRestoring) || d.Allowed {
+		t.Fatalf("in the settle's last 50 ms: %+v, by Redis %v, %v; want a local denial", d, byRedis, err)
+	}
+	for sc.f.WriteBack().Pending != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("write-back %+v after 15s: the early admission not written back", sc.f.WriteBack())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	clock.Advance(100 * time.Millisecond)
+	if d, local := sc.untilRedis(t, fresh); local != 0 || !d.Allowed || d.Count != 2 {
+		t.Fatalf("past the settle: %+v after %d local admissions; want Redis's admission at 2 (the one written back, this one)", d, local)
+	}
+}
