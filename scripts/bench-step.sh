@@ -10,7 +10,8 @@
 # OUTDIR/BIN-rROUND.txt (the table: rows of 100 ms after the step) and .json, with `uptime` before the run.
 # REDIS_IDLE_CUT=S sets Redis's `timeout` (it closes a connection idle for S seconds), as a proxy or a cloud
 # load balancer between the sidecar and Redis cuts idle connections (0, the default: never).
-#   IDLE=60s RATE=60 FACTOR=50 PEAK=10s SRV_CPU=1 BENCH_CPU=0 WORKERS=512 SERVE_ARGS= REDIS_IDLE_CUT=0   (defaults)
+#   IDLE=60s RATE=60 FACTOR=50 PEAK=10s SRV_CPU=1 BENCH_CPU=0 WORKERS=512 SERVE_ARGS= REDIS_IDLE_CUT=0   (defaults;
+#   STEADY_FROM=D: where the steady state begins after the step, default 5s: set it below a shorter PEAK)
 set -u
 OUT=$1; ROUNDS=$2; shift 2; mkdir -p "$OUT"
 RP=${RP:-63871}; GP=${GP:-19791}; HP=${HP:-19792}

@@ -61,8 +61,9 @@ latency, checks slower than --envoy-timeout (Envoy's ext_authz timeout,
 200ms by default) and the 403s Envoy would then send the buyer
 (failure_mode_allow off: a check slower than the timeout, or failed, is
 denied with status_on_error, 403), and with --redis-addr the script calls
-and commands Redis ran per check in the row's span (INFO, sampled at every
-row's edge), with --server-pid the server's CPU time in it. Then the first
+and commands Redis ran per check in the row's span and the connections it
+accepted (INFO, sampled at every row's edge), with --server-pid the
+server's CPU time in it. Then the first
 second, the steady state (from --steady-from after the step to its end)
 and the goal: no check slower than --envoy-timeout, and the first second's
 p99 within 3× the steady p99.`,
