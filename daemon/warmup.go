@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/window/redisstore"
 )
 
 // pingBackoff bounds the pause between PINGs of an unreachable backend.
@@ -15,10 +18,19 @@ const (
 	pingBackoffMax = 5 * time.Second
 )
 
+// keepWarmEvery is how often a warm Redis backend touches its idle
+// connections (see backend.keepWarm): well below the idle cut-offs met
+// between a sidecar and Redis (Redis's own timeout, a proxy's, a cloud load
+// balancer's of a few minutes, go-redis's own of 30 minutes).
+const keepWarmEvery = 10 * time.Second
+
 // warmup is the state of the backend's warm-up, for /metrics.
 type warmup struct {
 	// timeout is --warmup-timeout (0: none).
 	timeout time.Duration
+	// keepEvery is how often the warm backend is kept warm; 0 means
+	// keepWarmEvery.
+	keepEvery time.Duration
 	// warm is set once the backend warmed up; expired once health turned
 	// SERVING without it.
 	warm, expired atomic.Bool
@@ -48,7 +60,8 @@ type servingSetter interface{ SetServing(bool) }
 
 // waitBackend warms the backend up (see backend.warm) until it succeeds,
 // with exponential backoff between pingBackoffMin and pingBackoffMax, then
-// turns health SERVING. When w.timeout passes first, health turns SERVING
+// turns health SERVING and keeps the backend warm until ctx ends (see
+// backend.keepWarm). When w.timeout passes first, health turns SERVING
 // then (logged once, counted), the failure mode deciding while Redis
 // fails, and the warm-up goes on. The memory backend is ready at once.
 func waitBackend(ctx context.Context, srv servingSetter, b *backend, w *warmup, failureMode string, log *slog.Logger) {
@@ -88,6 +101,7 @@ func waitBackend(ctx context.Context, srv servingSetter, b *backend, w *warmup, 
 				log.Info("redis warm (script loaded, connections open, fleet counted); serving",
 					"attempts", attempt, "fleet_size", b.fleetSize())
 			}
+			b.keepWarm(ctx, cmp.Or(w.keepEvery, keepWarmEvery), log)
 			return
 		}
 		switch {
@@ -113,5 +127,34 @@ func waitBackend(ctx context.Context, srv servingSetter, b *backend, w *warmup, 
 		case <-t.C:
 		}
 		pause = min(2*pause, pingBackoffMax)
+	}
+}
+
+// keepWarm keeps a warm Redis backend's checks ready for a step after a
+// quiet spell until ctx ends: every interval it reloads the script and
+// PINGs the pool's floor of idle connections at once. A connection that a
+// quiet spell would leave idle past a cut-off (Redis's timeout, a proxy's
+// or a load balancer's, go-redis's own) is thus used before it, or found
+// cut and re-dialled in the background, rather than by the checks of the
+// step. A failure is logged at debug level: the checks and the circuit
+// breaker report an outage. The memory backend has nothing to keep warm.
+func (b *backend) keepWarm(ctx context.Context, interval time.Duration, log *slog.Logger) {
+	if b.redis == nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := b.redis.Warm(wctx, redisstore.DefaultMinIdleConns)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			log.Debug("redis keep-warm failed", "backend", b.describe, "error", err)
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -105,20 +106,28 @@ serve's HTTP front-end that answers 200 to everything.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's gRPC address (host:port or unix:///path; a fleet of servers: their addresses comma-separated, worker i calling server i mod their number, each on --connections of its own); with --api http its HTTP front-end's (also http://host:port)")
+	addLoadFlags(f, &o, 16)
 	f.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send requests")
-	f.IntVar(&o.concurrency, "concurrency", 16, "number of workers, each with one call in flight")
+	f.Float64Var(&o.rate, "rate", 0, "total requests per second to pace to (0: as fast as possible)")
+	f.BoolVar(&o.quiet, "quiet", false, "no progress display")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file")
+	return cmd
+}
+
+// addLoadFlags registers on f the flags of what is sent, where and how,
+// shared by the load generator and its step command; concurrency is
+// --concurrency's default.
+func addLoadFlags(f *pflag.FlagSet, o *benchOptions, concurrency int) {
+	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's gRPC address (host:port or unix:///path; a fleet of servers: their addresses comma-separated, worker i calling server i mod their number, each on --connections of its own); with --api http its HTTP front-end's (also http://host:port)")
+	f.IntVar(&o.concurrency, "concurrency", concurrency, "number of workers, each with one call in flight")
 	f.IntVar(&o.connections, "connections", 2, "number of HTTP/2 connections the workers share (gRPC; over --api http each worker has its own)")
 	f.IntVar(&o.users, "users", 1000, "number of distinct users (x-uid, x-device-fp)")
 	f.Float64Var(&o.hot, "hot", 0, "fraction of requests from one abusive user, 0 to 1")
 	f.StringVar(&o.path, "path", "/api/coupon/1", "request path")
 	f.StringVar(&o.method, "method", "POST", "request method")
 	f.StringVar(&o.ip, "ip", "", "client IP of every request (default: one per user)")
-	f.Float64Var(&o.rate, "rate", 0, "total requests per second to pace to (0: as fast as possible)")
 	f.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each call")
 	f.BoolVar(&o.json, "json", false, "print the result as one JSON object")
-	f.BoolVar(&o.quiet, "quiet", false, "no progress display")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's own CPU profile to this file")
 	f.StringVar(&o.shape, "shape", "minimal", "requests: minimal (the rule headers and a user agent) or envoy (what Envoy really sends: pseudo-headers, x-request-id, x-forwarded-*, a 1 KB cookie, ~20 headers, context_extensions)")
 	f.IntSliceVar(&o.serverPIDs, "server-pid", nil, "PID of the server under test: report its CPU time per check (Linux /proc); a fleet's PIDs comma-separated: their sum")
 	f.StringVar(&o.redisAddr, "redis-addr", "", "the server's Redis (a Cluster: every master, comma-separated; the figures are their sum): report Redis's CPU time, commands and script calls (EVALSHA + EVAL, the fleet heartbeat's one a second per sidecar included) per check (INFO)")
@@ -126,7 +135,6 @@ serve's HTTP front-end that answers 200 to everything.`,
 	f.StringVar(&o.domain, "domain", "flashsale", "--api rls: the request's domain")
 	o.tls.AddFlags(f)
 	f.StringVar(&o.descKey, "descriptor-key", "uid", "--api rls: the key of the descriptor's one entry, whose value is the user's uid (u0000000 ...); a comma-separated list sends one such descriptor per key (e.g. uid,device,ip: three limits per request, each per user)")
-	return cmd
 }
 
 func (o benchOptions) validate() error {
@@ -336,55 +344,11 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	var newCall func(i int) callFunc
-	if o.api == "http" {
-		hc, err := newHTTPCaller(ctx, o)
-		if err != nil {
-			return err
-		}
-		defer hc.client.CloseIdleConnections()
-		newCall = func(int) callFunc { return hc.call }
-	} else {
-		enc, err := newUserRequests(o)
-		if err != nil {
-			return err
-		}
-		var prebuilt []rawMessage
-		if o.users <= prebuildMax {
-			prebuilt = make([]rawMessage, o.users)
-			for i := range prebuilt {
-				b, err := enc.encode(i)
-				if err != nil {
-					return err
-				}
-				prebuilt[i] = rawMessage(append([]byte(nil), b...))
-			}
-		}
-		addrs := strings.Split(o.addr, ",")
-		// conns[j*len(addrs)+a] is server a's connection j.
-		conns := make([]*grpc.ClientConn, 0, o.connections*len(addrs))
-		for range o.connections {
-			for _, addr := range addrs {
-				creds, err := o.tls.DialOptions(addr)
-				if err != nil {
-					return err
-				}
-				c, err := checkreq.Dial(addr, creds...)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				conns = append(conns, c)
-			}
-		}
-		if err := warmUp(ctx, conns, o.timeout); err != nil {
-			return err
-		}
-		newCall = func(i int) callFunc {
-			// Worker i calls server i mod len(addrs), on one of its connections.
-			return newGRPCCaller(o, conns[i%len(conns)], prebuilt, enc.clone()).call
-		}
+	newCall, closeCalls, err := newCallers(ctx, o)
+	if err != nil {
+		return err
 	}
+	defer closeCalls()
 
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -465,6 +429,65 @@ func runBench(ctx context.Context, e env, o benchOptions) error {
 		return nil
 	}
 	return writeBenchTable(e.stdout, res)
+}
+
+// newCallers connects to the server under test (and checks that it
+// answers) and returns what makes worker i's caller, and what closes the
+// connections once every worker has finished.
+func newCallers(ctx context.Context, o benchOptions) (func(i int) callFunc, func(), error) {
+	if o.api == "http" {
+		hc, err := newHTTPCaller(ctx, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(int) callFunc { return hc.call }, hc.client.CloseIdleConnections, nil
+	}
+	enc, err := newUserRequests(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	var prebuilt []rawMessage
+	if o.users <= prebuildMax {
+		prebuilt = make([]rawMessage, o.users)
+		for i := range prebuilt {
+			b, err := enc.encode(i)
+			if err != nil {
+				return nil, nil, err
+			}
+			prebuilt[i] = rawMessage(append([]byte(nil), b...))
+		}
+	}
+	addrs := strings.Split(o.addr, ",")
+	// conns[j*len(addrs)+a] is server a's connection j.
+	var conns []*grpc.ClientConn
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	for range o.connections {
+		for _, addr := range addrs {
+			creds, err := o.tls.DialOptions(addr)
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			c, err := checkreq.Dial(addr, creds...)
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			conns = append(conns, c)
+		}
+	}
+	if err := warmUp(ctx, conns, o.timeout); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return func(i int) callFunc {
+		// Worker i calls server i mod len(addrs), on one of its connections.
+		return newGRPCCaller(o, conns[i%len(conns)], prebuilt, enc.clone()).call
+	}, closeAll, nil
 }
 
 // warmUp connects every connection (with a health check, which no rate

@@ -67,6 +67,7 @@ type costStats struct {
 	redis    float64 // s
 	scripts  int64
 	commands int64
+	conns    int64 // total_connections_received
 }
 
 func newCostProbe(ctx context.Context, o benchOptions) (*costProbe, error) {
@@ -113,10 +114,11 @@ func (p *costProbe) read(ctx context.Context, s *costStats) error {
 		if err != nil {
 			return fmt.Errorf("--redis-addr %s: INFO: %w", rdb.Options().Addr, err)
 		}
-		cpu, scripts, commands := parseRedisCost(info)
-		s.redis += cpu
-		s.scripts += scripts
-		s.commands += commands
+		c := parseRedisCost(info)
+		s.redis += c.cpu
+		s.scripts += c.scripts
+		s.commands += c.commands
+		s.conns += c.conns
 	}
 	return nil
 }
@@ -139,28 +141,36 @@ func (p *costProbe) report(r *benchResult) {
 	}
 }
 
+// redisCost is what parseRedisCost reads out of INFO.
+type redisCost struct {
+	cpu                      float64 // used_cpu_sys + used_cpu_user, s
+	scripts, commands, conns int64
+}
+
 // parseRedisCost reads used_cpu_sys + used_cpu_user (s), the calls of
-// EVALSHA and EVAL and total_commands_processed out of INFO cpu, stats and
-// commandstats.
-func parseRedisCost(info string) (cpu float64, scripts, commands int64) {
+// EVALSHA and EVAL, total_commands_processed and
+// total_connections_received out of INFO cpu, stats and commandstats.
+func parseRedisCost(info string) (c redisCost) {
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
 			f, _ := strconv.ParseFloat(v, 64)
-			cpu += f
+			c.cpu += f
 		} else if v, ok := strings.CutPrefix(line, "used_cpu_user:"); ok {
 			f, _ := strconv.ParseFloat(v, 64)
-			cpu += f
+			c.cpu += f
 		} else if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
-			scripts += leadingInt(rest)
+			c.scripts += leadingInt(rest)
 		} else if rest, ok := strings.CutPrefix(line, "cmdstat_eval:calls="); ok {
-			scripts += leadingInt(rest)
+			c.scripts += leadingInt(rest)
 		} else if rest, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
-			commands = leadingInt(rest)
+			c.commands = leadingInt(rest)
+		} else if rest, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+			c.conns = leadingInt(rest)
 		}
 	}
-	return cpu, scripts, commands
+	return c
 }
 
 func leadingInt(s string) int64 {

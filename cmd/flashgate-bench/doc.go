@@ -6,6 +6,10 @@
 //	    ext_authz Check (or, with --api rls, ShouldRateLimit; with --api http, requests to serve's
 //	    HTTP front-end) from N workers; throughput, allowed/denied/errors, latency percentiles,
 //	    and with --server-pid and --redis-addr the server's and Redis's CPU per check
+//	flashgate-bench step --addr A [--idle 60s] --idle-rate R [--factor 50] [--peak 10s] ...
+//	    the midnight step: checks on a fixed schedule, R a second for --idle, then --factor times as many
+//	    at once; rows of 100 ms after the step (answered, p50/p99/max, checks slower than Envoy's
+//	    ext_authz timeout and the 403s Envoy then sends, Redis calls and new connections per check)
 //	flashgate-bench noop-server --addr A
 //	    an ext_authz server with serve's gRPC settings that admits everything: the ceiling of a Go
 //	    ext_authz server on the machine, measured with the same flags as serve
@@ -18,7 +22,7 @@
 // worker) and sent through a codec that reads only the answer's status
 // code, so that the load generator spends its CPU on the transport. The
 // scripts under scripts/ (bench-cost.sh, bench-ratelimit.sh, bench-http.sh,
-// bench-cluster.sh) drive it; BENCHMARKS.md holds the figures and the
+// bench-cluster.sh, bench-step.sh) drive it; BENCHMARKS.md holds the figures and the
 // commands behind them.
 //
 // main only calls run(ctx, args, stdout, stderr), which returns an error;

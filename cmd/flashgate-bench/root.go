@@ -34,6 +34,6 @@ func newRootCmd(e env) *cobra.Command {
 		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())
 	})
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newNoopServerCmd(e), newNoopHTTPServerCmd(e))
+	root.AddCommand(newNoopServerCmd(e), newNoopHTTPServerCmd(e), newStepCmd(e))
 	return root
 }
