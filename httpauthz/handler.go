@@ -121,7 +121,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errCheckFailed):
 		plain(w, http.StatusServiceUnavailable, errCheckFailedMsg)
 	case err == nil:
-		h.write(w, c, denyStatus(r.Header))
+		h.write(w, r, c)
 	default:
 		var rej *rejection
 		if !errors.As(err, &rej) {
@@ -231,12 +231,12 @@ func denyStatus(h http.Header) int {
 	return 0
 }
 
-// write writes c's answer as HTTP: an admission as 200 with its header
-// fields and no body; a denial as 429, or override (0: none), with its
-// header fields and its problem body, whose status and title follow the
-// status sent. The fields and their order are enforce's
-// (Families.AppendFields, Answer.AppendValue).
-func (h *Handler) write(w http.ResponseWriter, c *check, override int) {
+// write writes c's answer to r as HTTP: an admission as 200 with its
+// header fields and no body; a denial as 429, or the status r's
+// X-Flashgate-Deny-Status asks for, with its header fields and its problem
+// body, whose status and title follow the status sent. The fields and
+// their order are enforce's (Families.AppendFields, Answer.AppendValue).
+func (h *Handler) write(w http.ResponseWriter, r *http.Request, c *check) {
 	a, hd := &c.answer, w.Header()
 	var fields [enforce.MaxFields]enforce.Field
 	for _, k := range h.families.AppendFields(fields[:0], a.Denied, a.Shadow) {
@@ -245,12 +245,16 @@ func (h *Handler) write(w http.ResponseWriter, c *check, override int) {
 		}
 	}
 	if !a.Denied {
-		hd["Content-Length"] = zeroLength
+		// The server sends Content-Length: 0 for a body-less answer
+		// itself, except to HEAD.
+		if r.Method == http.MethodHead {
+			hd["Content-Length"] = zeroLength
+		}
 		w.WriteHeader(http.StatusOK)
 		return
 	}
 	status, title := http.StatusTooManyRequests, enforce.ProblemTitle
-	if override != 0 {
+	if override := denyStatus(r.Header); override != 0 {
 		status, title = override, http.StatusText(override)
 	}
 	c.buf = a.AppendProblem(c.buf[:0], status, title)

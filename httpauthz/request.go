@@ -64,12 +64,12 @@ var (
 
 // attrs is the checked request as the rules read it
 // (descriptors.Request), read from an *http.Request (see the package
-// comment). A Handler reuses them.
+// comment). A Handler reuses them. The fields a request cannot get wrong
+// (authority, peer) are read when a rule asks for them.
 type attrs struct {
-	r                          *http.Request
-	method, path, host, scheme string
-	peer                       string
-	canon                      *names
+	r                    *http.Request
+	method, path, scheme string
+	canon                *names
 }
 
 var _ descriptors.Request = (*attrs)(nil)
@@ -93,10 +93,6 @@ func (a *attrs) fill(r *http.Request, prefix string, canon *names) error {
 	if err != nil {
 		return err
 	}
-	host := r.Host
-	if v := forwarded(r.Header, HeaderForwardedHost); v != "" {
-		host = v
-	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -104,8 +100,7 @@ func (a *attrs) fill(r *http.Request, prefix string, canon *names) error {
 	if v := forwarded(r.Header, HeaderForwardedProto); v != "" {
 		scheme = v
 	}
-	*a = attrs{r: r, method: method, path: path, host: validUTF8(host), scheme: validUTF8(scheme), canon: canon}
-	a.peer, _ = splitPeer(r.RemoteAddr)
+	*a = attrs{r: r, method: method, path: path, scheme: validUTF8(scheme), canon: canon}
 	return nil
 }
 
@@ -116,11 +111,19 @@ func (a *attrs) Path() string { return a.path }
 func (a *attrs) Method() string { return a.method }
 
 // Authority implements descriptors.Request: X-Forwarded-Host, else Host.
-func (a *attrs) Authority() string { return a.host }
+func (a *attrs) Authority() string {
+	if v := forwarded(a.r.Header, HeaderForwardedHost); v != "" {
+		return validUTF8(v)
+	}
+	return validUTF8(a.r.Host)
+}
 
 // PeerAddress implements descriptors.Request: the IP of the connection's
 // peer, the proxy.
-func (a *attrs) PeerAddress() string { return a.peer }
+func (a *attrs) PeerAddress() string {
+	ip, _ := splitPeer(a.r.RemoteAddr)
+	return ip
+}
 
 // ContextExtension implements descriptors.Request: Envoy's per-route
 // context_extensions never reach this front-end.
@@ -138,7 +141,7 @@ func (a *attrs) Header(name string) (string, bool) {
 		case ":path":
 			return a.path, true
 		case ":authority":
-			return a.host, true
+			return a.Authority(), true
 		case ":scheme":
 			return a.scheme, true
 		}

@@ -11,6 +11,7 @@
 # and, on Redis, redis_cpu_us_per_check (INFO cpu), with throughput and p50/p99. Every serve has its own
 # redis-server's data flushed; the one-rule file is scripts/one-rule.yaml (5 per second per x-uid).
 #   noop-http          flashgate-bench noop-http-server (answers 200, HTTP server settings of serve's front-end)
+#   noop-http-fields   the same answering with the five rate-limit fields of serve's admission (--ratelimit-fields)
 #   mem-http           serve --backend memory, one rule, asked over HTTP
 #   redis-http         serve --backend redis, one rule, asked over HTTP
 #   noop-http-paced    noop-http at a fixed 2000 checks/s (latency)
@@ -27,13 +28,14 @@ ONE="$(cd "$(dirname "$0")" && pwd)/one-rule.yaml"
 if (echo > "/dev/tcp/127.0.0.1/$XP") 2>/dev/null; then echo "port $XP is in use: set XP" >&2; exit 1; fi
 bench_tool
 bench_start_redis
-# run NAME BIN SERVER API BENCH-ARGS...: SERVER is noop-http, noop-grpc, memory or redis; the load goes to GP
+# run NAME BIN SERVER API BENCH-ARGS...: SERVER is noop-http, noop-http-fields, noop-grpc, memory or redis; the load goes to GP
 # (serve's --http-authz-addr for API http, its --grpc-addr for API authz).
 run() {
   local name=$1 bin=$2 server=$3 api=$4; shift 4
   local redis=""
   case $server in
     noop-http) "$BENCH" noop-http-server --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 & ;;
+    noop-http-fields) "$BENCH" noop-http-server --ratelimit-fields --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 & ;;
     noop-grpc) "$BENCH" noop-server --addr 127.0.0.1:$GP > "$OUT/srv.log" 2>&1 & ;;
     *)
       local backend=(--backend memory)
@@ -60,6 +62,7 @@ for r in $(seq "$ROUNDS"); do
     for sc in ${SCEN:-noop-http mem-http redis-http noop-http-paced mem-http-paced redis-http-paced noop-grpc redis-grpc}; do
       case $sc in
         noop-http) run "$b-noop-http-r$r" "$bin" noop-http http ;;
+        noop-http-fields) run "$b-noop-http-fields-r$r" "$bin" noop-http-fields http ;;
         mem-http) run "$b-mem-http-r$r" "$bin" memory http ;;
         redis-http) run "$b-redis-http-r$r" "$bin" redis http ;;
         noop-http-paced) run "$b-noop-http-paced-r$r" "$bin" noop-http http --rate 2000 ;;

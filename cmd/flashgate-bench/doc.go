@@ -13,9 +13,9 @@
 //	flashgate-bench noop-server --addr A
 //	    an ext_authz server with serve's gRPC settings that admits everything: the ceiling of a Go
 //	    ext_authz server on the machine, measured with the same flags as serve
-//	flashgate-bench noop-http-server --addr A
-//	    an HTTP server with the settings of serve's HTTP front-end that answers 200 to everything:
-//	    the reference of --api http
+//	flashgate-bench noop-http-server --addr A [--ratelimit-fields]
+//	    an HTTP server with the settings of serve's HTTP front-end that answers 200 to everything
+//	    (with the rate-limit header fields of serve's admission): the reference of --api http
 //
 // The request is built by internal/checkreq, as `flashgate check` builds its
 // own; requests are encoded once up front (or into a reused buffer per

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -54,6 +56,28 @@ func TestBenchHTTPNoop(t *testing.T) {
 	out, _, err := runArgs("--api", "http", "--addr", "http://"+addr, "--duration", "300ms", "--concurrency", "1", "--quiet")
 	if err != nil || !strings.Contains(out, "over HTTP") {
 		t.Errorf("table: %v\n%s", err, out)
+	}
+}
+
+// TestNoopHTTPFields: with --ratelimit-fields the do-nothing HTTP server's
+// 200 carries the five rate-limit fields of serve's admission, framed as
+// serve frames it (Content-Length 0).
+func TestNoopHTTPFields(t *testing.T) {
+	addr := startReference(t, func(ctx context.Context, lis net.Listener, log io.Writer) error {
+		return runNoopHTTP(ctx, lis, log, noopHTTPFields)
+	})
+	resp, err := http.Get("http://" + addr + "/api/coupon/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, k := range []string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
+		if resp.Header.Get(k) == "" {
+			t.Errorf("no %s in %v", k, resp.Header)
+		}
+	}
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != 0 {
+		t.Errorf("%d, content-length %d; want 200, 0", resp.StatusCode, resp.ContentLength)
 	}
 }
 

@@ -87,10 +87,21 @@ func (noopAuth) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckRespo
 // flashgate serve's HTTP front-end (package host: HTTP/1.1 and h2c,
 // timeouts, header limit, connection cap). flashgate-bench --api http
 // against it measures the ceiling of a Go HTTP authorizer on the machine,
-// to compare with serve --http-authz-addr under the same flags.
+// to compare with serve --http-authz-addr under the same flags. With
+// --ratelimit-fields its 200 carries the header fields of serve's
+// admission, fixed: what net/http charges for sending them.
 func newNoopHTTPServerCmd(e env) *cobra.Command {
-	return newReferenceCmd(e, "noop-http-server", "Serve HTTP answering 200 to everything: the ceiling to compare serve's HTTP front-end with",
-		"127.0.0.1:9193", runNoopHTTPServer)
+	var fields bool
+	cmd := newReferenceCmd(e, "noop-http-server", "Serve HTTP answering 200 to everything: the ceiling to compare serve's HTTP front-end with",
+		"127.0.0.1:9193", func(ctx context.Context, lis net.Listener, log io.Writer) error {
+			h := http.HandlerFunc(noopHTTP)
+			if fields {
+				h = noopHTTPFields
+			}
+			return runNoopHTTP(ctx, lis, log, h)
+		})
+	cmd.Flags().BoolVar(&fields, "ratelimit-fields", false, "answer with the five rate-limit header fields of serve's admission (--ratelimit-headers both), fixed values")
+	return cmd
 }
 
 // noopHTTPMaxConns is the do-nothing HTTP server's connection cap: serve's
@@ -98,17 +109,22 @@ func newNoopHTTPServerCmd(e env) *cobra.Command {
 const noopHTTPMaxConns = 1024
 
 // runNoopHTTPServer serves the do-nothing HTTP server on lis until ctx is
-// done, then stops it gracefully (see serveHost). The host it runs on
-// needs a gRPC listener too: one on a free loopback port, which stays
-// idle.
+// done, then stops it gracefully (see serveHost).
 func runNoopHTTPServer(ctx context.Context, lis net.Listener, log io.Writer) error {
+	return runNoopHTTP(ctx, lis, log, http.HandlerFunc(noopHTTP))
+}
+
+// runNoopHTTP serves handler as the do-nothing HTTP server. The host it
+// runs on needs a gRPC listener too: one on a free loopback port, which
+// stays idle.
+func runNoopHTTP(ctx context.Context, lis net.Listener, log io.Writer, handler http.HandlerFunc) error {
 	idle, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("listen for the idle gRPC server: %w", err)
 	}
 	h, err := host.New(host.Options{
-		GRPC: idle, HTTPAuthz: lis, HTTPAuthzHandler: http.HandlerFunc(noopHTTP), HTTPAuthzMaxConns: noopHTTPMaxConns,
+		GRPC: idle, HTTPAuthz: lis, HTTPAuthzHandler: handler, HTTPAuthzMaxConns: noopHTTPMaxConns,
 	})
 	if err != nil {
 		idle.Close()
@@ -121,3 +137,22 @@ func runNoopHTTPServer(ctx context.Context, lis net.Listener, log io.Writer) err
 
 // noopHTTP answers 200 with no body.
 func noopHTTP(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
+
+// noopFields are the header fields of serve's admission under one rule,
+// with fixed values; shared, never modified.
+var noopFields = http.Header{
+	"Ratelimit-Policy":      {`"coupon_per_uid";q=5;w=1`},
+	"Ratelimit":             {`"coupon_per_uid";r=4;t=1`},
+	"X-Ratelimit-Limit":     {"5"},
+	"X-Ratelimit-Remaining": {"4"},
+	"X-Ratelimit-Reset":     {"1"},
+}
+
+// noopHTTPFields answers 200 with noopFields and no body.
+func noopHTTPFields(w http.ResponseWriter, _ *http.Request) {
+	hd := w.Header()
+	for k, vs := range noopFields {
+		hd[k] = vs
+	}
+	w.WriteHeader(http.StatusOK)
+}
