@@ -101,9 +101,9 @@ func (f *Follower) Run(ctx context.Context) {
 				}
 			}
 		}
-		wait := max(min(receiveTimeout, time.Until(last.Add(f.resync))), time.Millisecond)
-		if dirty {
-			wait = pause
+		wait := pause // not subscribed yet, or a read to retry
+		if !dirty && !last.IsZero() {
+			wait = max(min(receiveTimeout, time.Until(last.Add(f.resync))), time.Millisecond)
 		}
 		msg, got := receive(ctx, ps, wait, &pause, f.fail, "overrides")
 		switch got {
@@ -111,6 +111,14 @@ func (f *Follower) Run(ctx context.Context) {
 			return
 		case recvLost:
 			subscribed = false
+		case recvTimeout:
+			if subscribed && !dirty && time.Since(last) < f.resync {
+				// Quiet: make sure the subscription's connection lives
+				// (the pong comes as a message).
+				if err := ps.Ping(ctx); err != nil {
+					f.fail(fmt.Errorf("overrides: ping: %w", err))
+				}
+			}
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
