@@ -149,7 +149,7 @@ func TestLimitsOverrideFleet(t *testing.T) {
 
 	// One that ends by itself: every sidecar learns it (its sets count
 	// grows), and from its end on none enforces it, Redis untouched.
-	until := f.setUntil(t, "--requests", "2", "--for", "3s")
+	until := f.setUntil(t, "--requests", "2", "--for", "10s")
 	for i, p := range procs {
 		if _, ok := waitFor(10*time.Second, func() bool { return p.Metrics().Value("flashgate_override_sets_total", "rule", "uid") >= 2 }); !ok {
 			t.Fatalf("sidecar %d: did not learn the second override within 10 s", i)
@@ -222,8 +222,16 @@ func TestLimitsOverrideSurvives(t *testing.T) {
 	}
 	untilCapped(t, procs, true, "override enforced after Redis restarted")
 
-	// A fourth sidecar: its first check already enforces it.
-	late := f.start(t, 1)[0]
+	// A fourth sidecar: its first checks already enforce it, on ext_authz
+	// and on the HTTP front-end alike.
+	late := startFleetWith(t, 1, f.redis.Addr(), f.prefix, launchOpts{httpAuthz: true}, "--config", f.config)[0]
+	uid := freshUID("http")
+	for i := range 3 {
+		a := late.CheckHTTP("/x", "x-uid", uid)
+		if want := vAllowed; i == 2 && a.Verdict() != vDenied || i < 2 && a.Verdict() != want {
+			t.Fatalf("a sidecar started during the override: HTTP request %d of a fresh uid: %s", i+1, a)
+		}
+	}
 	if !capped(t, late) {
 		t.Fatal("a sidecar started during the override: its first checks do not enforce it")
 	}
