@@ -35,12 +35,6 @@ func newDryRuns(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 	return c, nil
 }
 
-// policyKey memoises an overridden rule's policy on its override.
-type policyKey struct {
-	base *Policy
-	l    window.Limit
-}
-
 // override applies the overrides in force to r's hits, in place: a
 // replaced limit (and the policy the headers name), a mode switched. It
 // returns the dry runs to decide beside the hits, nil for none.
@@ -64,7 +58,9 @@ func (f *Front) override(r *Request) []dryRun {
 		l, shadow, changed := o.Apply(h.Limit, h.Shadow, f.Shadow())
 		h.Limit, h.Shadow = l, shadow
 		if changed && t.Policy != nil {
-			t.Policy = o.Memo(policyKey{t.Policy, l}, func() any {
+			// Keyed by the file's policy: a reload makes new ones, and
+			// the override's limit follows from the file's.
+			t.Policy = o.Memo(t.Policy, func() any {
 				p := NewPolicy(lbl.Rule, l)
 				p.Ref = -1
 				return p

@@ -98,3 +98,57 @@ func dryRuns(t *testing.T, g prometheus.Gatherer, result string) float64 {
 	}
 	return 0
 }
+
+// BenchmarkDecideOverrides is one check of one hit on the memory limiter:
+// without overrides, with an empty book (the Redis backend's usual case),
+// and with an override in force on the hit's rule.
+func BenchmarkDecideOverrides(b *testing.B) {
+	now := time.Now()
+	lbl := enforce.RuleLabel{Domain: "shop", Rule: "coupon"}
+	file := window.Limit{Requests: 1_000_000, Window: time.Minute}
+	policy := enforce.NewPolicy("coupon", file)
+	cut := &overrides.Override{Target: overrides.Target{Domain: "shop", Rule: "coupon"}, Mode: overrides.ModeLimit, Requests: 500_000,
+		Set: now, Until: now.Add(time.Hour)}
+	for _, bc := range []struct {
+		name string
+		book func() *overrides.Book
+	}{
+		{"none", func() *overrides.Book { return nil }},
+		{"empty", func() *overrides.Book { return overrides.NewBook(nil) }},
+		{"in-force", func() *overrides.Book {
+			bk := overrides.NewBook(nil)
+			bk.Replace([]*overrides.Override{cut})
+			return bk
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			mem, err := memory.New(memory.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts := enforce.Options{Limiter: mem, Registerer: prometheus.NewRegistry()}
+			if bk := bc.book(); bk != nil {
+				opts.Overrides = bk
+			}
+			c, err := enforce.New(opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			f, err := c.Front(extAuthz)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var counters *enforce.RuleCounters
+			f.Series().Install([]enforce.RuleLabel{lbl}, true, func(m map[enforce.RuleLabel]*enforce.RuleCounters) { counters = m[lbl] })
+			var r enforce.Request
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Reset()
+				r.Hits = append(r.Hits, window.Hit{Key: "k", Rule: "coupon", Limit: file})
+				r.Tags = append(r.Tags, enforce.HitTag{Policy: policy, Counters: counters})
+				r.Hits[0].Tag = &r.Tags[0]
+				f.Decide(context.Background(), &r)
+			}
+		})
+	}
+}
