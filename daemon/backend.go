@@ -34,6 +34,8 @@ type backend struct {
 	budget   *guard.Budget
 	fleet    *fallback.Fleet // nil for memory or a fixed --fleet-size
 	bans     *fleetBans      // the fleet-wide bans; nil for memory
+	// overrides are the fleet's overrides (flashgate limits); nil for memory
+	overrides *fleetOverrides
 	// fleetSize returns N for the fallback (fixed or discovered).
 	fleetSize func() int
 	describe  string
@@ -133,6 +135,10 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		return nil, err
 	}
 	b.onClose(func() { b.bans.client.Close() })
+	if b.overrides, err = newFleetOverrides(cc, c, log); err != nil {
+		return nil, err
+	}
+	b.onClose(func() { b.overrides.client.Close() })
 	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(cc.Addrs, ","), c.RedisMode)
 	if c.RedisAutoPipeline {
 		b.describe += ", auto-pipelined"
@@ -239,8 +245,9 @@ func (r *restartRelay) Restarted() {
 // loaded, the pool's idle connections dialled, (unless --fleet-size is
 // fixed) a first heartbeat, so that the fallback knows N from the first
 // check on, and the fleet's bans in force learnt (the subscriber's first
-// sync), so that a banned key is refused from the first check on. The
-// memory backend is ready at once.
+// sync), so that a banned key is refused from the first check on, and the
+// overrides in force learnt, so that they apply from the first check on.
+// The memory backend is ready at once.
 func (b *backend) warm(ctx context.Context) error {
 	if b.redis == nil {
 		return nil
@@ -253,18 +260,24 @@ func (b *backend) warm(ctx context.Context) error {
 			return err
 		}
 	}
-	return b.bans.synced(ctx)
+	if err := b.bans.synced(ctx); err != nil {
+		return err
+	}
+	return b.overrides.synced(ctx)
 }
 
 // run keeps what the backend runs in the background (the fleet heartbeat,
-// the fleet bans' reporter and subscriber) going until ctx ends; the fleet
-// then leaves. Each failed beat is logged:
-// the daemon's logger writes one line of a kind per 10s and counts the rest.
+// the fleet bans' reporter and subscriber, the overrides' follower) going
+// until ctx ends; the fleet then leaves. Each failed beat is logged: the
+// daemon's logger writes one line of a kind per 10s and counts the rest.
 func (b *backend) run(ctx context.Context, log *slog.Logger) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	if b.bans != nil {
-		var wg sync.WaitGroup
-		defer wg.Wait()
 		wg.Go(func() { b.bans.run(ctx) })
+	}
+	if b.overrides != nil {
+		wg.Go(func() { b.overrides.follower.Run(ctx) })
 	}
 	if b.fleet == nil {
 		return
@@ -330,6 +343,9 @@ func (b *backend) collectors() []prometheus.Collector {
 	}
 	if b.bans != nil {
 		cs = append(cs, b.bans.collectors()...)
+	}
+	if b.overrides != nil {
+		cs = append(cs, b.overrides.collectors()...)
 	}
 	if b.breaker != nil {
 		cs = append(cs,

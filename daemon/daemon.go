@@ -204,6 +204,9 @@ func (d *Daemon) newCore(reg prometheus.Registerer) (*enforce.Core, error) {
 	if d.backend.fallback != nil { // a nil *fallback.Fallback must not become a non-nil Fallback
 		opts.Fallback = d.backend.fallback
 	}
+	if d.backend.overrides != nil {
+		opts.Overrides = d.backend.overrides.book
+	}
 	return enforce.New(opts)
 }
 

@@ -50,6 +50,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for durations and log sampling; nil means time.Now.
 	Now func() time.Time
+	// Overrides, when not nil, gives the operator's overrides in force
+	// (flashgate limits): Decide applies a rule's to its hits before it
+	// asks the limiter, and decides a dry run's limit beside them.
+	Overrides Overrides
 }
 
 // Fallback is what failure mode "local" needs: *fallback.Fallback (package
@@ -73,6 +77,8 @@ type Policies interface {
 type Core struct {
 	opts    Options
 	lastLog atomic.Int64 // UnixNano of the last sampled warning
+	// dryRuns counts the dry runs' decisions; nil without Overrides.
+	dryRuns *prometheus.CounterVec
 
 	// mu guards fronts.
 	mu     sync.Mutex
@@ -99,7 +105,14 @@ func New(opts Options) (*Core, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
-	return &Core{opts: opts}, nil
+	c := &Core{opts: opts}
+	if opts.Overrides != nil {
+		var err error
+		if c.dryRuns, err = newDryRuns(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("enforce: register metrics: %w", err)
+		}
+	}
+	return c, nil
 }
 
 // Registerer returns the registry the core and its front-ends register

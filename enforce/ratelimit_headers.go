@@ -169,7 +169,8 @@ type Policy struct {
 	problemTail string
 	// Ref is the front-end's own number for the policy's rule (e.g. its
 	// index in the front-end's rules); the core never reads it. Set it
-	// before the policy is shared.
+	// before the policy is shared. The policies the core makes itself (an
+	// override's limit in force) have Ref -1.
 	Ref int
 }
 

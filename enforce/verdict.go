@@ -134,8 +134,15 @@ func (f *Front) Decide(ctx context.Context, r *Request) Verdict {
 		a.refuse(ref.Policy, ref.RetryAfter)
 		return Verdict{Outcome: Outcome{Via: ViaRefusal, Denier: -1}, Answer: a, Label: LabelDenied}
 	}
+	var dry []dryRun
+	if f.c.opts.Overrides != nil {
+		dry = f.override(r)
+	}
 	v := Verdict{Outcome: f.decideHits(ctx, r.Hits, r), Answer: a}
 	o, d := &v.Outcome, &v.Decision
+	if dry != nil && o.Via == ViaLimiter && d.Allowed {
+		f.decideDryRuns(ctx, dry)
+	}
 	count := func(c *RuleCounters, l Label) {
 		if c == nil {
 			c = r.None

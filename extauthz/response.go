@@ -387,8 +387,19 @@ func (h *msgHeaders) fill(rs *ruleSet, p *enforce.Answer, fields []enforce.Field
 	return list
 }
 
-// ruleOf returns the rule of p, one of rs's policies.
-func (rs *ruleSet) ruleOf(p *enforce.Policy) *ruleResp { return &rs.rules[p.Ref] }
+// ruleOf returns the rule of p: one of rs's, or for a policy the core
+// made (an override's), response parts made for it alone.
+func (rs *ruleSet) ruleOf(p *enforce.Policy) *ruleResp {
+	if rs.own(p) {
+		return &rs.rules[p.Ref]
+	}
+	return &ruleResp{idx: -1, policy: p, policyHdr: header(enforce.HeaderRateLimitPolicy, p.Item()), limit: header(enforce.HeaderLimit, p.Limit())}
+}
+
+// own reports whether p is one of rs's policies, whose responses it keeps.
+func (rs *ruleSet) own(p *enforce.Policy) bool {
+	return p.Ref >= 0 && p.Ref < len(rs.rules) && rs.rules[p.Ref].policy == p
+}
 
 // maxKeyRules bounds the rules of a response that respKey fits.
 const maxKeyRules = 4
@@ -437,7 +448,7 @@ func (rs *ruleSet) key(p *enforce.Answer) (respKey, bool) {
 	}
 	k := 0 // the next state
 	for i, pol := range p.Policies {
-		if pol.Ref > 0xffff {
+		if pol.Ref > 0xffff || !rs.own(pol) {
 			return key, false
 		}
 		key.idx[i] = uint16(pol.Ref)
@@ -484,7 +495,7 @@ func (rs *ruleSet) policyHeader(p *enforce.Answer) *corev3.HeaderValueOption {
 	}
 	key, ok := policyKey{n: uint8(len(p.Policies))}, len(p.Policies) <= maxKeyPolicies
 	for i := 0; ok && i < len(p.Policies); i++ {
-		ok = p.Policies[i].Ref <= 0xffff
+		ok = p.Policies[i].Ref <= 0xffff && rs.own(p.Policies[i])
 		key.idx[i] = uint16(p.Policies[i].Ref)
 	}
 	if ok {

@@ -184,7 +184,7 @@ func TestAlerts(t *testing.T) {
 	}
 	for _, want := range []string{"FlashgateDown", "FlashgateAbsent", "FlashgateNotReady", "FlashgateRedisErrors", "FlashgateRedisSlow", "FlashgateBreakerOpen",
 		"FlashgateFailureModeDecisions", "FlashgateFleetSizeDropped", "FlashgateConfigReloadFailed",
-		"FlashgateRuleDeniesUnusualShare"} {
+		"FlashgateRuleDeniesUnusualShare", "FlashgateOverrideInForce"} {
 		if !seen[want] {
 			t.Errorf("no alert %s", want)
 		}

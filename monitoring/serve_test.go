@@ -397,7 +397,8 @@ func run(t *testing.T, bin string, args ...string) {
 }
 
 // driveRedis makes the events only the Redis backend shows: a ban added
-// and lifted with `flashgate bans`, then Redis killed under traffic, so
+// and lifted with `flashgate bans`, an override set and cleared with
+// `flashgate limits`, then Redis killed under traffic, so
 // that backend errors, failure-mode decisions and the breaker show.
 func (p *serveProc) driveRedis(redis *redistest.Server) {
 	t := p.t
@@ -408,6 +409,11 @@ func (p *serveProc) driveRedis(redis *redistest.Server) {
 	p.await(`flashgate_bans_raised_total{by="hand"}`, nil, positive("flashgate_bans_raised_total", "rule", "per_user", "by", "hand"))
 	run(t, p.bin, append([]string{"bans", "lift", "--rule", "per_user", "--value", "mallory"}, ops...)...)
 	p.await(`flashgate_bans_lifted_total`, nil, positive("flashgate_bans_lifted_total", "rule", "per_user"))
+	run(t, p.bin, append([]string{"limits", "set", "--rule", "per_user", "--requests", "1", "--for", "10m"}, ops...)...)
+	p.await(`flashgate_overrides_in_force{rule="per_user"}`, nil, positive("flashgate_overrides_in_force", "rule", "per_user"))
+	p.await(`flashgate_override_sets_total`, nil, positive("flashgate_override_sets_total", "rule", "per_user"))
+	run(t, p.bin, append([]string{"limits", "clear", "--rule", "per_user"}, ops...)...)
+	p.await(`flashgate_override_clears_total`, nil, positive("flashgate_override_clears_total", "rule", "per_user"))
 
 	redis.Kill()
 	n := 0

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/overrides"
 	"github.com/flashgate/flashgate/window/redisstore"
 )
 
@@ -66,6 +67,8 @@ type inspectResult struct {
 	// PenaltyBox is the rule's penalty box in force.
 	PenaltyBox penaltyBox `json:"penalty_box"`
 	Shadow     bool       `json:"shadow,omitempty"`
+	// Override is the rule's override in force (flashgate limits), if any.
+	Override *overrides.Override `json:"override,omitempty"`
 	// Now is Redis's time of the reading.
 	Now time.Time `json:"now"`
 
@@ -95,6 +98,9 @@ func runInspect(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions) 
 	}
 	if banned {
 		r.BannedUntil = until
+	}
+	if r.Override, err = overrideOf(ctx, p, t); err != nil {
+		return err
 	}
 	if o.json {
 		return writeJSON(w, r)
@@ -127,6 +133,7 @@ func (r *inspectResult) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "admits\t%s\n", admits)
 	fmt.Fprintf(tw, "banned\t%s\n", banned)
 	fmt.Fprintf(tw, "penalty box\t%s\n", describeBan(r.ban))
+	fmt.Fprintf(tw, "override\t%s\n", describeOverride(r.Override, r.Now))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}

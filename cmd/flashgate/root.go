@@ -61,6 +61,7 @@ probe and validate it.`,
 		newVersionCmd(e),
 		newInspectCmd(e),
 		newBansCmd(e),
+		newLimitsCmd(e),
 		newRatelimitCmd(e),
 	)
 	return root

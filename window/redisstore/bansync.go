@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,10 +123,7 @@ func (s *Subscriber) InForce(fn func(rule string, n int)) { s.book.InForce(s.fle
 // Run subscribes and applies the fleet's bans until ctx ends, reconnecting
 // with backoff.
 func (s *Subscriber) Run(ctx context.Context) {
-	ps := s.fleet.client.Subscribe(ctx, s.fleet.index)
-	defer ps.Close()
-	// A receive does not watch ctx: closing the subscription ends it.
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	ps, stop := subscribeTo(ctx, s.fleet.client, s.fleet.index)
 	defer stop()
 	var (
 		pause      = syncBackoffMin
@@ -162,13 +158,11 @@ func (s *Subscriber) Run(ctx context.Context) {
 		} else if s.resync > 0 && !lastSync.IsZero() {
 			wait = min(wait, max(time.Until(lastSync.Add(s.resync)), time.Millisecond))
 		}
-		msg, err := ps.ReceiveTimeout(ctx, wait)
-		if ctx.Err() != nil {
+		msg, got := receive(ctx, ps, wait, &pause, s.fail, "fleet bans")
+		switch got {
+		case recvDone:
 			return
-		}
-		var ne net.Error
-		switch {
-		case err != nil && errors.As(err, &ne) && ne.Timeout():
+		case recvTimeout:
 			if !unsynced && (s.resync <= 0 || time.Since(lastSync) < s.resync) {
 				// Quiet and not due for a sync: make sure the connection
 				// lives (the pong comes as a message).
@@ -177,14 +171,8 @@ func (s *Subscriber) Run(ctx context.Context) {
 				}
 			}
 			continue
-		case err != nil:
-			// The next receive reconnects and subscribes again.
-			s.fail(fmt.Errorf("fleet bans: subscribe: %w", err))
+		case recvLost:
 			subscribed = false
-			if !sleep(ctx, pause) {
-				return
-			}
-			pause = min(2*pause, syncBackoffMax)
 			continue
 		}
 		switch m := msg.(type) {

@@ -1,0 +1,450 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/flashgate/flashgate/daemon"
+	"github.com/flashgate/flashgate/descriptors"
+	"github.com/flashgate/flashgate/rls"
+	"github.com/flashgate/flashgate/window/overrides"
+	"github.com/flashgate/flashgate/window/redisstore"
+)
+
+func newLimitsCmd(e env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "limits",
+		Short: "Override a rule's limit or mode on every sidecar, for a while",
+		Long: `limits sets, clears and lists the fleet's overrides in serve's Redis: a rule's
+limit cut (or, with --allow-raise, raised), a rule switched between shadow
+and enforce mode, or a limit run beside a rule in shadow (a dry run), on
+every sidecar within a second, until the override's end (--for, at most
+24h), when the file's rule is in force again by itself. Every set and clear
+is kept in a history (the last 1000).
+
+Each subcommand takes serve's Redis flags, --key-prefix and rules
+(--config, or --rls-config and --domain for the ratelimit service;
+FLASHGATE_* variables set them as for serve).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newLimitsSetCmd(e), newLimitsClearCmd(e), newLimitsListCmd(e), newLimitsHistoryCmd(e))
+	return cmd
+}
+
+// ruleFlags name the rule of an override, and who changes it why.
+type ruleFlags struct {
+	rule, domain, by, reason string
+}
+
+func (r *ruleFlags) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&r.rule, "rule", "", "the rule: its name in the descriptors file; with --domain, a ratelimit rule's name or descriptor path (key_value.subkey)")
+	f.StringVar(&r.domain, "domain", "", "ratelimit service: the rule's domain in --rls-config")
+	f.StringVar(&r.by, "by", "", "who makes the change, for the history (default: the OS user)")
+	f.StringVar(&r.reason, "reason", "", "why, for the history")
+}
+
+// who is --by, else the OS user.
+func (r *ruleFlags) who(e env) string {
+	if r.by != "" {
+		return r.by
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if u, ok := e.lookupEnv("USER"); ok && u != "" {
+		return u
+	}
+	return "unknown"
+}
+
+// limitsOps is an operator command's connection to the overrides.
+type limitsOps struct {
+	*ops
+	store *redisstore.Overrides
+}
+
+func openLimits(o *opsOptions) (*limitsOps, error) {
+	p, err := openOps(o)
+	if err != nil {
+		return nil, err
+	}
+	s, err := redisstore.NewOverrides(p.client, p.keys, p.now)
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	return &limitsOps{ops: p, store: s}, nil
+}
+
+// resolveRule finds the rule rf names in serve's rules: its target and its
+// limit and mode as the file has them. An unknown rule is refused.
+func (p *limitsOps) resolveRule(rf *ruleFlags) (overrides.Target, overrides.Rule, error) {
+	if rf.rule == "" {
+		return overrides.Target{}, overrides.Rule{}, errors.New("--rule is missing: name a rule of the descriptors file (flashgate validate lists them), or with --domain a rule of the ratelimit config")
+	}
+	if rf.domain == "" {
+		cfg, err := daemon.LoadRules(p.opts.config)
+		if err != nil {
+			return overrides.Target{}, overrides.Rule{}, err
+		}
+		r := cfg.Rule(rf.rule)
+		if r == nil {
+			return overrides.Target{Domain: cfg.Domain, Rule: rf.rule}, overrides.Rule{},
+				p.unknownRule(fmt.Errorf("%w %q: %s has no rule of that name", descriptors.ErrUnknownRule, rf.rule, cfg.Name))
+		}
+		return overrides.Target{Domain: cfg.Domain, Rule: r.Name}, overrides.Rule{Limit: r.Limit, Shadow: r.Shadow}, nil
+	}
+	if p.opts.rlsConfig == "" {
+		return overrides.Target{}, overrides.Rule{}, errors.New("--domain needs --rls-config, serve's ratelimit config directory")
+	}
+	cfg, err := rls.LoadDir(p.opts.rlsConfig)
+	if err != nil {
+		return overrides.Target{}, overrides.Rule{}, err
+	}
+	d := cfg.Domain(rf.domain)
+	if d == nil {
+		return overrides.Target{}, overrides.Rule{}, fmt.Errorf("%w %q: the ratelimit config has no such domain", rls.ErrUnknownDomain, rf.domain)
+	}
+	for _, r := range d.Rules() {
+		if r.Path == rf.rule || r.Name != "" && r.Name == rf.rule {
+			if r.Unlimited {
+				return overrides.Target{}, overrides.Rule{}, fmt.Errorf("rule %s of domain %s is unlimited: it counts nothing to override", rf.rule, rf.domain)
+			}
+			return overrides.Target{Domain: d.Name, Rule: r.Label()}, overrides.Rule{Limit: r.WindowLimit(), Shadow: r.Shadow}, nil
+		}
+	}
+	return overrides.Target{Domain: d.Name, Rule: rf.rule}, overrides.Rule{},
+		fmt.Errorf("%w %q: domain %s has no rule of that name or descriptor path", descriptors.ErrUnknownRule, rf.rule, rf.domain)
+}
+
+// overrideRow is one override, as the limits commands print it (--json:
+// this object).
+type overrideRow struct {
+	*overrides.Override
+	RemainingMS int64 `json:"remaining_ms"`
+}
+
+func writeOverrideTable(w io.Writer, list []*overrides.Override, now time.Time) error {
+	return writeTable(w, "no overrides", "domain\trule\toverride\tremaining\tuntil\tby\treason", len(list), func(tw io.Writer, i int) {
+		o := list[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(o.Domain), o.Rule, describe(o), roundFor(o.Until.Sub(now)),
+			o.Until.UTC().Format("2006-01-02T15:04:05.000Z"), dash(o.By), dash(o.Reason))
+	})
+}
+
+// writeTable writes n rows under header, aligned, or none when n is 0.
+func writeTable(w io.Writer, none, header string, n int, row func(tw io.Writer, i int)) error {
+	if n == 0 {
+		if _, err := fmt.Fprintln(w, none); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for i := range n {
+		row(tw, i)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
+}
+
+// describe is o's override column, with --allow-raise shown.
+func describe(o *overrides.Override) string {
+	s := o.Describe()
+	if o.AllowRaise {
+		s += " (raise allowed)"
+	}
+	return s
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func rows(list []*overrides.Override, now time.Time) []overrideRow {
+	out := make([]overrideRow, len(list))
+	for i, o := range list {
+		out[i] = overrideRow{Override: o, RemainingMS: o.Until.Sub(now).Milliseconds()}
+	}
+	return out
+}
+
+func newLimitsSetCmd(e env) *cobra.Command {
+	var (
+		o                 opsOptions
+		rf                ruleFlags
+		requests          int
+		win, dur          time.Duration
+		shadow, enforce   bool
+		dryRun, allowRise bool
+	)
+	cmd := &cobra.Command{
+		Use:   "set --rule R (--requests N [--window W] [--dry-run] | --shadow | --enforce) --for D",
+		Short: "Override a rule's limit or mode on every sidecar until an end",
+		Long: `set overrides a rule on every sidecar within a second, for --for (at most
+24h); then the file's rule is in force again by itself. It replaces an
+override of the rule in force. The override outlives reloads of the file
+while the rule is in it, and a restart of Redis (the sidecars write back the
+overrides they hold).
+
+  --requests N [--window W]  the rule's limit becomes N per W (default: the
+                             rule's window); never above the file's limit
+                             unless --allow-raise
+  --requests N --dry-run     N runs beside the rule, in shadow: nothing is
+                             denied by it, and flashgate_override_dry_run_total
+                             counts the requests N would have denied
+  --shadow                   the rule denies nothing (needs --allow-raise:
+                             it lifts the limit)
+  --enforce                  a shadow rule denies
+
+A rule unknown to serve's rules (--config, or --rls-config and --domain) is
+refused.`,
+		Example: `  flashgate limits set --redis-addr 127.0.0.1:6379 --config rules.yaml --rule coupon_per_uid --requests 2 --for 15m --reason "orders failing"
+  flashgate limits set --redis-addr 127.0.0.1:6379 --config rules.yaml --rule coupon_per_uid --requests 2 --dry-run --for 10m`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ov := &overrides.Override{Requests: requests, Window: win, AllowRaise: allowRise, Reason: rf.reason}
+			n := 0
+			for _, m := range []struct {
+				on   bool
+				mode overrides.Mode
+			}{{cmd.Flags().Changed("requests") && !dryRun, overrides.ModeLimit}, {dryRun, overrides.ModeDryRun}, {shadow, overrides.ModeShadow}, {enforce, overrides.ModeEnforce}} {
+				if m.on {
+					ov.Mode, n = m.mode, n+1
+				}
+			}
+			switch {
+			case n != 1:
+				return errors.New("give one of --requests N, --requests N --dry-run, --shadow, --enforce")
+			case (ov.Mode == overrides.ModeShadow || ov.Mode == overrides.ModeEnforce) && (requests != 0 || win != 0):
+				return errors.New("--shadow and --enforce take no --requests or --window")
+			case dryRun && !cmd.Flags().Changed("requests"):
+				return errors.New("--dry-run needs --requests N")
+			}
+			return runLimitsSet(cmd.Context(), e, &o, &rf, ov, dur)
+		},
+	}
+	f := cmd.Flags()
+	rf.addFlags(f)
+	f.IntVar(&requests, "requests", 0, "the limit's requests per window")
+	f.DurationVar(&win, "window", 0, "the limit's window (default: the rule's)")
+	f.BoolVar(&dryRun, "dry-run", false, "run --requests beside the rule in shadow: count what it would deny, deny nothing")
+	f.BoolVar(&shadow, "shadow", false, "put the rule in shadow mode: decide and count, deny nothing (needs --allow-raise)")
+	f.BoolVar(&enforce, "enforce", false, "put a shadow rule in enforce mode")
+	f.BoolVar(&allowRise, "allow-raise", false, "allow a limit above the file's, or shadow mode")
+	f.DurationVar(&dur, "for", 0, "how long the override lasts (required; at most 24h), such as 15m")
+	_ = cmd.MarkFlagRequired("for")
+	o.register(cmd, e)
+	return cmd
+}
+
+func runLimitsSet(ctx context.Context, e env, o *opsOptions, rf *ruleFlags, ov *overrides.Override, dur time.Duration) error {
+	p, err := openLimits(o)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	t, r, err := p.resolveRule(rf)
+	if err != nil {
+		return err
+	}
+	now := p.now().Truncate(time.Millisecond)
+	ov.Target, ov.Set, ov.Until, ov.By = t, now, now.Add(dur), rf.who(e)
+	if err := ov.Check(r, now); err != nil {
+		return fmt.Errorf("rule %s (%s): %w", t.Rule, r.Limit, err)
+	}
+	if err := p.store.Set(ctx, ov); err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(e.stdout, rows([]*overrides.Override{ov}, now)[0])
+	}
+	return writeOverrideTable(e.stdout, []*overrides.Override{ov}, now)
+}
+
+func newLimitsClearCmd(e env) *cobra.Command {
+	var (
+		o  opsOptions
+		rf ruleFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "clear --rule R [--domain D] [--reason TEXT]",
+		Short: "End a rule's override on every sidecar",
+		Long: `clear ends a rule's override on every sidecar within a second: the file's
+rule is in force again. Clearing a rule without an override is not an error
+(the output says so) and is recorded in the history too.`,
+		Example: `  flashgate limits clear --redis-addr 127.0.0.1:6379 --config rules.yaml --rule coupon_per_uid --reason "orders back"`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runLimitsClear(cmd.Context(), e, &o, &rf)
+		},
+	}
+	rf.addFlags(cmd.Flags())
+	o.register(cmd, e)
+	return cmd
+}
+
+// clearResult is what limits clear prints (--json: this object).
+type clearResult struct {
+	overrides.Target
+	// Was is the override that was in force, nil if none.
+	Was *overrides.Override `json:"was,omitempty"`
+}
+
+func runLimitsClear(ctx context.Context, e env, o *opsOptions, rf *ruleFlags) error {
+	p, err := openLimits(o)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	t, _, err := p.resolveRule(rf)
+	if errors.Is(err, descriptors.ErrUnknownRule) {
+		// A rule a reload removed may still hold a dormant override.
+		if was, gerr := p.store.Get(ctx, t); gerr != nil || was == nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	was, err := p.store.Clear(ctx, t, rf.who(e), rf.reason)
+	if err != nil {
+		return err
+	}
+	r := clearResult{Target: t, Was: was}
+	if o.json {
+		return writeJSON(e.stdout, r)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "domain\t%s\nrule\t%s\n", dash(t.Domain), t.Rule)
+	if was != nil {
+		fmt.Fprintf(tw, "cleared\t%s, which would have ended %s\n", describe(was), stamp(was.Until, p.now()))
+	} else {
+		fmt.Fprintf(tw, "cleared\tnothing: the rule had no override in force\n")
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
+}
+
+func newLimitsListCmd(e env) *cobra.Command {
+	var o opsOptions
+	cmd := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List the overrides in force",
+		Long:  `list prints the overrides in force, soonest to end first.`,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := openLimits(&o)
+			if err != nil {
+				return err
+			}
+			defer p.close()
+			list, err := p.store.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			now := p.now()
+			if o.json {
+				return writeJSON(e.stdout, struct {
+					Overrides []overrideRow `json:"overrides"`
+				}{rows(list, now)})
+			}
+			return writeOverrideTable(e.stdout, list, now)
+		},
+	}
+	o.register(cmd, e)
+	return cmd
+}
+
+func newLimitsHistoryCmd(e env) *cobra.Command {
+	var (
+		o opsOptions
+		n int
+	)
+	cmd := &cobra.Command{
+		Use:   "history [--last N] [--json]",
+		Short: "Show the last sets and clears of overrides",
+		Long: `history prints the overrides set and cleared, newest first: when, the
+operation, who (the OS user or --by), the rule, the override and the reason.
+Redis keeps the last 1000.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := openLimits(&o)
+			if err != nil {
+				return err
+			}
+			defer p.close()
+			evs, err := p.store.History(cmd.Context(), n)
+			if err != nil {
+				return err
+			}
+			if o.json {
+				return writeJSON(e.stdout, struct {
+					History []overrides.Event `json:"history"`
+				}{evs})
+			}
+			return writeHistory(e.stdout, evs)
+		},
+	}
+	cmd.Flags().IntVar(&n, "last", 50, "how many events to show (at most 1000)")
+	o.register(cmd, e)
+	return cmd
+}
+
+func writeHistory(w io.Writer, evs []overrides.Event) error {
+	return writeTable(w, "no history", "at\top\tby\tdomain\trule\toverride\tfor\treason", len(evs), func(tw io.Writer, i int) {
+		ev := evs[i]
+		o := ev.Override
+		what, span := "-", "-"
+		if ev.Op == "set" {
+			what, span = describe(o), roundFor(o.Until.Sub(o.Set)).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.At.UTC().Format("2006-01-02T15:04:05.000Z"), ev.Op, dash(ev.By),
+			dash(o.Domain), o.Rule, what, span, dash(ev.Reason))
+	})
+}
+
+// overrideOf returns the override in force of t's rule, nil if none.
+func overrideOf(ctx context.Context, p *ops, t *target) (*overrides.Override, error) {
+	s, err := redisstore.NewOverrides(p.client, p.keys, p.now)
+	if err != nil {
+		return nil, err
+	}
+	domain := t.Domain
+	if domain == "" {
+		cfg, err := daemon.LoadRules(p.opts.config)
+		if err != nil {
+			return nil, err
+		}
+		domain = cfg.Domain
+	}
+	return s.Get(ctx, overrides.Target{Domain: domain, Rule: t.Rule})
+}
+
+// describeOverride is inspect's override line.
+func describeOverride(o *overrides.Override, now time.Time) string {
+	if o == nil {
+		return "none"
+	}
+	s := describe(o) + ", until " + stamp(o.Until, now) + ", by " + dash(o.By)
+	if o.Reason != "" {
+		s += ": " + o.Reason
+	}
+	return s
+}

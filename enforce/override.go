@@ -1,0 +1,102 @@
+package enforce
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/overrides"
+)
+
+// Overrides gives the operator's override in force of a rule, named by its
+// requests counter's label (RuleLabel): an *overrides.Book is one. Lookup
+// returns nil for none; it must not block.
+type Overrides interface {
+	Lookup(domain, rule string) *overrides.Override
+}
+
+// DryRunSuffix ends the limit key of a dry run's window, beside the key
+// of the hit it runs beside (the same Cluster slot).
+const DryRunSuffix = "!dry"
+
+// dryRunTotal names the counter of the dry runs' decisions.
+const dryRunTotal = "flashgate_override_dry_run_total"
+
+// newDryRuns registers the dry runs' counter on reg.
+func newDryRuns(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: dryRunTotal,
+		Help: "Requests a dry-run override (flashgate limits set --dry-run) decided beside its rule, by domain, rule and result: would_deny (over the dry run's limit; admitted all the same) or admitted.",
+	}, []string{"domain", "rule", "result"})
+	if err := reg.Register(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// override applies the overrides in force to r's hits, in place: a
+// replaced limit (and the policy the headers name), a mode switched. It
+// returns the dry runs to decide beside the hits, nil for none.
+func (f *Front) override(r *Request) []dryRun {
+	var dry []dryRun
+	for j := range r.Tags {
+		t := &r.Tags[j]
+		if t.Counters == nil {
+			continue
+		}
+		lbl := t.Counters.label
+		o := f.c.opts.Overrides.Lookup(lbl.Domain, lbl.Rule)
+		if o == nil {
+			continue
+		}
+		h := &r.Hits[j]
+		if l, ok := o.DryRun(h.Limit); ok {
+			dry = append(dry, dryRun{hit: window.Hit{Key: h.Key + DryRunSuffix, Rule: h.Rule, Limit: l, Shadow: true, Cost: h.Cost}, label: lbl})
+			continue
+		}
+		l, shadow, changed := o.Apply(h.Limit, h.Shadow, f.Shadow())
+		h.Limit, h.Shadow = l, shadow
+		if changed && t.Policy != nil {
+			// Keyed by the file's policy: a reload makes new ones, and
+			// the override's limit follows from the file's.
+			t.Policy = o.Memo(t.Policy, func() any {
+				p := NewPolicy(lbl.Rule, l)
+				p.Ref = -1
+				return p
+			}).(*Policy)
+		}
+	}
+	return dry
+}
+
+// dryRun is one dry run's hit and the rule it runs beside.
+type dryRun struct {
+	hit    window.Hit
+	label  RuleLabel
+	report window.HitReport
+}
+
+// ReportHit implements window.HitReporter.
+func (d *dryRun) ReportHit(r window.HitReport) { d.report = r }
+
+// decideDryRuns decides the dry runs of a request its rules admitted, in
+// one call of the limiter, and counts their would-be denials. A failed
+// call counts nothing.
+func (f *Front) decideDryRuns(ctx context.Context, dry []dryRun) {
+	hits := make([]window.Hit, len(dry))
+	for i := range dry {
+		hits[i] = dry[i].hit
+		hits[i].Tag = &dry[i]
+	}
+	if _, err := f.c.opts.Limiter.Decide(ctx, hits); err != nil {
+		return
+	}
+	for i := range dry {
+		result := "admitted"
+		if dry[i].report.Over {
+			result = "would_deny"
+		}
+		f.c.dryRuns.WithLabelValues(dry[i].label.Domain, dry[i].label.Rule, result).Inc()
+	}
+}
