@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/daemon/ratelimitenv"
 )
 
@@ -174,7 +175,7 @@ func logNotHonoured(e env, fs *pflag.FlagSet, notHonoured map[string]string) err
 	}
 	level, _ := fs.GetString("log-level")
 	format, _ := fs.GetString("log-format")
-	h, err := newLogHandler(e.stderr, level, format)
+	h, err := daemon.NewLogHandler(e.stderr, level, format)
 	if err != nil {
 		return err
 	}

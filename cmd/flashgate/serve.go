@@ -73,11 +73,13 @@ func runServe(ctx context.Context, e env, c *serveConfig) error {
 
 // newDaemon builds the daemon of c, logging to e.stderr.
 func newDaemon(e env, c *serveConfig) (*daemon.Daemon, error) {
-	h, err := newLogHandler(e.stderr, c.logLevel, c.logFormat)
+	h, err := daemon.NewLogHandler(e.stderr, c.logLevel, c.logFormat)
 	if err != nil {
 		return nil, err
 	}
-	return daemon.New(c.daemonOptions(h))
+	o := c.Options
+	o.LogHandler = h
+	return daemon.New(o)
 }
 
 // serveDaemon serves d until ctx ends and calls d.Reload on every SIGHUP

@@ -82,6 +82,20 @@ type ClientConfig struct {
 	Restarts RestartListener
 }
 
+// ModeInUse is the mode a client of cfg runs in: Mode, else the one the
+// other fields imply.
+func (cfg ClientConfig) ModeInUse() string {
+	switch {
+	case cfg.Mode != "":
+		return cfg.Mode
+	case cfg.MasterName != "":
+		return ModeSentinel
+	case len(cfg.Addrs) == 1:
+		return ModeStandalone
+	}
+	return ModeCluster
+}
+
 // NewClient validates cfg and returns a go-redis client for it: a
 // *redis.Client (standalone or sentinel failover) or a *redis.ClusterClient.
 // It does not connect; the caller closes the client.
@@ -102,17 +116,7 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			return nil, errors.New("redis client: an address is empty")
 		}
 	}
-	mode := cfg.Mode
-	if mode == "" {
-		switch {
-		case cfg.MasterName != "":
-			mode = ModeSentinel
-		case len(cfg.Addrs) == 1:
-			mode = ModeStandalone
-		default:
-			mode = ModeCluster
-		}
-	}
+	mode := cfg.ModeInUse()
 	switch mode {
 	case ModeStandalone:
 		if len(cfg.Addrs) != 1 {
