@@ -64,7 +64,7 @@ func TestBansRoundTrip(t *testing.T) {
 	}
 	for i, want := range []banRow{edge, ip, uid} {
 		got := all.Bans[i]
-		if got.keyNames != want.keyNames || !got.Until.Equal(want.Until) {
+		if got.KeyNames != want.KeyNames || !got.Until.Equal(want.Until) {
 			t.Errorf("list[%d] = %+v, want %+v", i, got, want)
 		}
 	}

@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -136,24 +135,14 @@ func checkFlagsFit(changed func(string) bool, api string) error {
 	return nil
 }
 
-// checkResult is one answer, as printed by check --json.
-type checkResult struct {
-	N         int     `json:"n"`
-	Allowed   bool    `json:"allowed"`
-	Code      string  `json:"code,omitempty"`   // gRPC status code of the CheckResponse
-	Status    int     `json:"status,omitempty"` // HTTP status Envoy would answer with
-	LatencyMS float64 `json:"latency_ms"`
-	// Headers: the headers added to the response to the client.
-	Headers map[string]string `json:"headers,omitempty"`
-	// UpstreamHeaders: for an allowed request, headers added to the request
-	// sent upstream.
-	UpstreamHeaders map[string]string `json:"upstream_headers,omitempty"`
-	Body            string            `json:"body,omitempty"`
-	// Statuses: --api rls, each descriptor's status.
-	Statuses []rlsStatus `json:"statuses,omitempty"`
-	Error    string      `json:"error,omitempty"`
-}
+// checkResult is one answer, as check prints it.
+type checkResult = checkreq.Result
 
+// rlsStatus is one descriptor's status of an RLS answer.
+type rlsStatus = checkreq.RLSStatus
+
+// runCheck sends o.count checks and prints each answer; it fails when one
+// did.
 func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 	if o.count < 1 {
 		return fmt.Errorf("-n %d: must be at least 1", o.count)
@@ -161,45 +150,34 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 	if o.timeout <= 0 {
 		return fmt.Errorf("--timeout %s: must be positive", o.timeout)
 	}
-	if o.api == "rls" {
-		return runCheckRLS(ctx, stdout, o)
-	}
-	if !strings.HasPrefix(o.path, "/") {
-		return fmt.Errorf("--path %q: must start with /", o.path)
-	}
-	if o.api != "authz" && o.api != "http" {
+	co := checkreq.ClientOptions{API: o.api, Addr: o.addr, TLS: o.tls, Timeout: o.timeout}
+	switch o.api {
+	case checkreq.APIRLS:
+		if o.domain == "" || len(o.entries) == 0 {
+			return errors.New("--api rls needs --domain and at least one --entry key=value")
+		}
+		desc, err := checkreq.ParseEntries(o.entries)
+		if err != nil {
+			return err
+		}
+		co.RLS = &rlsv3.RateLimitRequest{Domain: o.domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc}, HitsAddend: o.addend}
+	case checkreq.APIAuthz, checkreq.APIHTTP:
+		spec, err := o.spec()
+		if err != nil {
+			return err
+		}
+		co.Spec = *spec
+	default:
+		if !strings.HasPrefix(o.path, "/") {
+			return fmt.Errorf("--path %q: must start with /", o.path)
+		}
 		return fmt.Errorf("--api %q: want authz, http or rls", o.api)
 	}
-	ip, err := checkreq.ParseIP(o.ip)
+	client, err := checkreq.NewClient(co)
 	if err != nil {
 		return err
 	}
-	headers, err := checkreq.ParseHeaders(o.headers)
-	if err != nil {
-		return err
-	}
-	ext, err := checkreq.ParsePairs("context-extension", o.extensions)
-	if err != nil {
-		return err
-	}
-	spec := checkreq.Spec{
-		Method: strings.ToUpper(o.method), Path: o.path, Host: o.host, Scheme: o.scheme,
-		Headers: headers, IP: ip, ContextExtensions: ext,
-	}
-	ask, closeFn, err := checker(o)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	return repeatCheck(ctx, stdout, o, func(ctx context.Context, n int) (checkResult, error) {
-		spec.ID = checkreq.NewID()
-		return ask(ctx, n, spec)
-	})
-}
-
-// repeatCheck sends o.count checks with ask, printing each answer, and
-// fails when one did.
-func repeatCheck(ctx context.Context, stdout io.Writer, o checkOptions, ask func(ctx context.Context, n int) (checkResult, error)) error {
+	defer client.Close()
 	enc := json.NewEncoder(stdout)
 	var failed int
 	var lastErr error
@@ -207,7 +185,7 @@ func repeatCheck(ctx context.Context, stdout io.Writer, o checkOptions, ask func
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		res, err := ask(ctx, i)
+		res, err := client.Ask(ctx, i)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -216,10 +194,11 @@ func repeatCheck(ctx context.Context, stdout io.Writer, o checkOptions, ask func
 			lastErr = err
 		}
 		if o.json {
-			if err := enc.Encode(res); err != nil {
-				return fmt.Errorf("write: %w", err)
-			}
-		} else if _, err := io.WriteString(stdout, res.line()); err != nil {
+			err = enc.Encode(res)
+		} else {
+			_, err = io.WriteString(stdout, line(res))
+		}
+		if err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
 	}
@@ -229,131 +208,31 @@ func repeatCheck(ctx context.Context, stdout io.Writer, o checkOptions, ask func
 	return nil
 }
 
-// askFunc sends check n of spec and returns its answer; err is the
-// failure recorded in res.Error.
-type askFunc func(ctx context.Context, n int, spec checkreq.Spec) (res checkResult, err error)
-
-// checker returns how to ask o's server (--api), and how to let it go.
-func checker(o checkOptions) (askFunc, func(), error) {
-	if o.api == "http" {
-		client, base, err := checkreq.HTTPClient(o.addr, 1, o.timeout)
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context, n int, spec checkreq.Spec) (checkResult, error) {
-			return askHTTP(ctx, client, base, n, spec)
-		}, client.CloseIdleConnections, nil
+// spec is the HTTP request the flags describe.
+func (o checkOptions) spec() (*checkreq.Spec, error) {
+	if !strings.HasPrefix(o.path, "/") {
+		return nil, fmt.Errorf("--path %q: must start with /", o.path)
 	}
-	creds, err := o.tls.DialOptions(o.addr)
+	ip, err := checkreq.ParseIP(o.ip)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	conn, err := checkreq.Dial(o.addr, creds...)
+	headers, err := checkreq.ParseHeaders(o.headers)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	client := authv3.NewAuthorizationClient(conn)
-	return func(ctx context.Context, n int, spec checkreq.Spec) (checkResult, error) {
-		callCtx, cancel := context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-		start := time.Now()
-		resp, err := client.Check(callCtx, checkreq.Build(spec))
-		latency := time.Since(start)
-		if err != nil {
-			return checkResult{N: n, LatencyMS: ms(latency), Error: err.Error()}, err
-		}
-		return describeResponse(n, resp, latency), nil
-	}, func() { conn.Close() }, nil
-}
-
-// askHTTP sends spec to the HTTP front-end at base and reads the answer as
-// a proxy would: 2xx allowed, 400, 431 and 5xx a failed check, any other
-// status denied.
-func askHTTP(ctx context.Context, client *http.Client, base string, n int, spec checkreq.Spec) (checkResult, error) {
-	req, err := checkreq.HTTPRequest(ctx, base, spec)
+	ext, err := checkreq.ParsePairs("context-extension", o.extensions)
 	if err != nil {
-		return checkResult{N: n, Error: err.Error()}, err
+		return nil, err
 	}
-	start := time.Now()
-	resp, err := client.Do(req)
-	if err != nil {
-		return checkResult{N: n, LatencyMS: ms(time.Since(start)), Error: err.Error()}, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	latency := time.Since(start)
-	if err != nil {
-		return checkResult{N: n, LatencyMS: ms(latency), Error: err.Error()}, err
-	}
-	res := checkResult{N: n, Status: resp.StatusCode, LatencyMS: ms(latency), Body: string(body)}
-	res.Allowed, err = checkreq.HTTPVerdict(resp.StatusCode)
-	if err != nil {
-		res.Error = fmt.Sprintf("%v: %s", err, strings.TrimSpace(res.Body))
-		return res, errors.New(res.Error)
-	}
-	res.Headers = make(map[string]string, len(resp.Header))
-	for k, vs := range resp.Header {
-		if k != "Date" && k != "Content-Length" {
-			res.Headers[strings.ToLower(k)] = strings.Join(vs, ", ")
-		}
-	}
-	return res, nil
-}
-
-// describeResponse reads a CheckResponse as Envoy's ext_authz filter would.
-func describeResponse(n int, resp *authv3.CheckResponse, latency time.Duration) checkResult {
-	code := codes.Code(resp.GetStatus().GetCode())
-	res := checkResult{N: n, Code: code.String(), LatencyMS: ms(latency)}
-	if code == codes.OK {
-		res.Allowed = true
-		res.Status = 200
-		ok := resp.GetOkResponse()
-		res.Headers = headerMap(ok.GetResponseHeadersToAdd())
-		res.UpstreamHeaders = headerMap(ok.GetHeaders())
-		return res
-	}
-	denied := resp.GetDeniedResponse()
-	res.Status = int(denied.GetStatus().GetCode())
-	if res.Status == 0 {
-		res.Status = 403 // Envoy's default for a denial without a status
-	}
-	res.Headers = headerMap(denied.GetHeaders())
-	res.Body = denied.GetBody()
-	return res
-}
-
-func headerMap(opts []*corev3.HeaderValueOption) map[string]string {
-	hs := make([]*corev3.HeaderValue, len(opts))
-	for i, o := range opts {
-		hs[i] = o.GetHeader()
-	}
-	return headerValueMap(hs)
-}
-
-// headerValueMap maps headers by lower-case name, a repeated name's values
-// joined with ", "; nil for none.
-func headerValueMap(hs []*corev3.HeaderValue) map[string]string {
-	if len(hs) == 0 {
-		return nil
-	}
-	m := make(map[string]string, len(hs))
-	for _, h := range hs {
-		k, v := strings.ToLower(h.GetKey()), h.GetValue()
-		if v == "" && len(h.GetRawValue()) > 0 {
-			v = string(h.GetRawValue())
-		}
-		if old, ok := m[k]; ok {
-			v = old + ", " + v
-		}
-		m[k] = v
-	}
-	return m
+	return &checkreq.Spec{Method: strings.ToUpper(o.method), Path: o.path, Host: o.host, Scheme: o.scheme,
+		Headers: headers, IP: ip, ContextExtensions: ext}, nil
 }
 
 // line formats r for people:
 //
 //	#1 allowed 200 0.412ms x-ratelimit-limit: 5; x-ratelimit-remaining: 4
-func (r checkResult) line() string {
+func line(r checkResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#%d ", r.N)
 	if r.Error != "" {
@@ -379,7 +258,7 @@ func (r checkResult) line() string {
 		b.WriteByte(' ')
 		b.WriteString(st.String())
 	}
-	if !r.Allowed && r.Code != "" && r.Code != codes.ResourceExhausted.String() && r.Code != rlsOverLimit {
+	if !r.Allowed && r.Code != "" && r.Code != codes.ResourceExhausted.String() && r.Code != checkreq.OverLimit {
 		fmt.Fprintf(&b, " (code %s)", r.Code)
 	}
 	b.WriteByte('\n')
@@ -403,5 +282,3 @@ func writeHeaders(b *strings.Builder, lead string, h map[string]string) {
 		b.WriteString(h[k])
 	}
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
