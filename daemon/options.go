@@ -192,6 +192,9 @@ func (o *Options) Validate(changed func(flag string) bool) error {
 			return errors.New(c.fail)
 		}
 	}
+	if err := CheckBan(o.Ban); err != nil {
+		return err
+	}
 	if err := o.XDS.validate(o.RLSConfig, changed); err != nil {
 		return err
 	}
@@ -295,6 +298,22 @@ func (o *XDSOptions) validate(rlsConfig string, changed func(string) bool) error
 	}
 	if (o.Files.Cert == "") != (o.Files.Key == "") {
 		return errors.New("--rls-xds-tls-cert and --rls-xds-tls-key go together")
+	}
+	return nil
+}
+
+// CheckBan refuses a penalty box that serve's --ban-* flags cannot set:
+// no field negative, a duration up to window.MaxBanDuration that needs a
+// threshold and a window.
+func CheckBan(b window.Ban) error {
+	if b.Threshold < 0 || b.Window < 0 || b.Duration < 0 {
+		return errors.New("--ban-threshold, --ban-window and --ban-duration must not be negative")
+	}
+	if b.Duration > window.MaxBanDuration {
+		return fmt.Errorf("--ban-duration %s is longer than the maximum of %s (one year)", b.Duration, window.MaxBanDuration)
+	}
+	if b.Duration > 0 && (b.Threshold == 0 || b.Window == 0) {
+		return fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to turn off the penalty box of the rules that set no duration)", b.Duration)
 	}
 	return nil
 }

@@ -31,29 +31,21 @@ key serve uses for a rule and value.`,
 	return cmd
 }
 
-// keyNames is what a limit key tells of itself.
-type keyNames = keyadmin.KeyNames
-
-// banRow is one ban, as the bans commands print it (--json: this object).
-type banRow = keyadmin.Ban
-
 // label is the rule column of a table.
-func label(n keyNames) string {
+func label(n keyadmin.KeyNames) string {
 	if n.Domain != "" {
 		return "domain " + n.Domain
 	}
 	return n.Rule
 }
 
-func writeBanTable(w io.Writer, rows []banRow) error {
-	if len(rows) == 0 {
-		if _, err := fmt.Fprintln(w, "no bans"); err != nil {
-			return fmt.Errorf("write: %w", err)
-		}
-		return nil
-	}
+func writeBanTable(w io.Writer, rows []keyadmin.Ban) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "rule\tkey\tremaining\tuntil\tvalue")
+	if len(rows) == 0 {
+		fmt.Fprintln(tw, "no bans")
+	} else {
+		fmt.Fprintln(tw, "rule\tkey\tremaining\tuntil\tvalue")
+	}
 	for _, r := range rows {
 		value := r.Value
 		if value == "" {
@@ -105,7 +97,7 @@ func runBansList(ctx context.Context, w io.Writer, o *opsOptions, rule, domain s
 	}
 	if o.json {
 		return writeJSON(w, struct {
-			Bans []banRow `json:"bans"`
+			Bans []keyadmin.Ban `json:"bans"`
 		}{rows})
 	}
 	return writeBanTable(w, rows)
@@ -160,7 +152,7 @@ func runBansAdd(ctx context.Context, e env, o *opsOptions, k *keyOptions, dur ti
 	if o.json {
 		return writeJSON(e.stdout, r)
 	}
-	return writeBanTable(e.stdout, []banRow{r})
+	return writeBanTable(e.stdout, []keyadmin.Ban{r})
 }
 
 func newBansLiftCmd(e env) *cobra.Command {
@@ -188,9 +180,6 @@ not an error (the output says it was not banned).`,
 	o.register(cmd, e)
 	return cmd
 }
-
-// liftResult is what bans lift prints (--json: this object).
-type liftResult = keyadmin.Lift
 
 func runBansLift(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions, reset bool) error {
 	p, err := openOps(o)

@@ -3,15 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -70,7 +68,7 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
   flashgate check --api rls --addr 127.0.0.1:9191 --domain edge --entry remote_address=10.0.0.7 -n 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFlagsFit(cmd.Flags().Changed, o.api); err != nil {
+			if err := checkreq.FlagsFit(cmd.Flags().Changed, o.api); err != nil {
 				return err
 			}
 			return runCheck(cmd.Context(), e.stdout, o)
@@ -96,51 +94,6 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
 	return cmd
 }
 
-// checkFlagsFit refuses the flags that do not apply to api, and the
-// required ones it lacks (changed reports whether a flag was set).
-func checkFlagsFit(changed func(string) bool, api string) error {
-	rlsFlags := []string{"domain", "entry", "hits-addend"}
-	switch api {
-	case "http":
-		for _, name := range rlsFlags {
-			if changed(name) {
-				return fmt.Errorf("--%s applies to --api rls only", name)
-			}
-		}
-		for _, name := range append([]string{"ip", "scheme", "context-extension"}, checkreq.TLSFlagNames()...) {
-			if changed(name) {
-				return fmt.Errorf("--%s applies to --api authz only: over HTTP the peer, scheme and route are the connection's", name)
-			}
-		}
-		if !changed("addr") {
-			return fmt.Errorf("--api http needs --addr: serve's --http-authz-addr")
-		}
-	case "rls":
-		for _, name := range []string{"path", "method", "host", "scheme", "header", "ip", "context-extension"} {
-			if changed(name) {
-				return fmt.Errorf("--%s does not apply to --api rls: it sends --domain and --entry", name)
-			}
-		}
-		return nil
-	default:
-		for _, name := range rlsFlags {
-			if changed(name) {
-				return fmt.Errorf("--%s applies to --api rls only", name)
-			}
-		}
-	}
-	if !changed("path") {
-		return errors.New(`required flag(s) "path" not set`)
-	}
-	return nil
-}
-
-// checkResult is one answer, as check prints it.
-type checkResult = checkreq.Result
-
-// rlsStatus is one descriptor's status of an RLS answer.
-type rlsStatus = checkreq.RLSStatus
-
 // runCheck sends o.count checks and prints each answer; it fails when one
 // did.
 func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
@@ -150,28 +103,14 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 	if o.timeout <= 0 {
 		return fmt.Errorf("--timeout %s: must be positive", o.timeout)
 	}
-	co := checkreq.ClientOptions{API: o.api, Addr: o.addr, TLS: o.tls, Timeout: o.timeout}
-	switch o.api {
-	case checkreq.APIRLS:
-		if o.domain == "" || len(o.entries) == 0 {
-			return errors.New("--api rls needs --domain and at least one --entry key=value")
-		}
-		desc, err := checkreq.ParseEntries(o.entries)
+	co := checkreq.ClientOptions{API: o.api, Addr: o.addr, TLS: o.tls, Timeout: o.timeout,
+		Domain: o.domain, Entries: o.entries, HitsAddend: o.addend}
+	if o.api != checkreq.APIRLS {
+		spec, err := checkreq.ParseSpec(o.method, o.path, o.host, o.scheme, o.headers, o.ip, o.extensions)
 		if err != nil {
 			return err
 		}
-		co.RLS = &rlsv3.RateLimitRequest{Domain: o.domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc}, HitsAddend: o.addend}
-	case checkreq.APIAuthz, checkreq.APIHTTP:
-		spec, err := o.spec()
-		if err != nil {
-			return err
-		}
-		co.Spec = *spec
-	default:
-		if !strings.HasPrefix(o.path, "/") {
-			return fmt.Errorf("--path %q: must start with /", o.path)
-		}
-		return fmt.Errorf("--api %q: want authz, http or rls", o.api)
+		co.Spec = spec
 	}
 	client, err := checkreq.NewClient(co)
 	if err != nil {
@@ -179,20 +118,7 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 	}
 	defer client.Close()
 	enc := json.NewEncoder(stdout)
-	var failed int
-	var lastErr error
-	for i := 1; i <= o.count; i++ {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		res, err := client.Ask(ctx, i)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			failed++
-			lastErr = err
-		}
+	return client.Repeat(ctx, o.count, func(res checkreq.Result) (err error) {
 		if o.json {
 			err = enc.Encode(res)
 		} else {
@@ -201,38 +127,14 @@ func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
 		if err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
-	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d checks failed: %w", failed, o.count, lastErr)
-	}
-	return nil
-}
-
-// spec is the HTTP request the flags describe.
-func (o checkOptions) spec() (*checkreq.Spec, error) {
-	if !strings.HasPrefix(o.path, "/") {
-		return nil, fmt.Errorf("--path %q: must start with /", o.path)
-	}
-	ip, err := checkreq.ParseIP(o.ip)
-	if err != nil {
-		return nil, err
-	}
-	headers, err := checkreq.ParseHeaders(o.headers)
-	if err != nil {
-		return nil, err
-	}
-	ext, err := checkreq.ParsePairs("context-extension", o.extensions)
-	if err != nil {
-		return nil, err
-	}
-	return &checkreq.Spec{Method: strings.ToUpper(o.method), Path: o.path, Host: o.host, Scheme: o.scheme,
-		Headers: headers, IP: ip, ContextExtensions: ext}, nil
+		return nil
+	})
 }
 
 // line formats r for people:
 //
 //	#1 allowed 200 0.412ms x-ratelimit-limit: 5; x-ratelimit-remaining: 4
-func line(r checkResult) string {
+func line(r checkreq.Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#%d ", r.N)
 	if r.Error != "" {
@@ -266,19 +168,12 @@ func line(r checkResult) string {
 }
 
 func writeHeaders(b *strings.Builder, lead string, h map[string]string) {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for i, k := range keys {
+	for i, k := range slices.Sorted(maps.Keys(h)) {
 		if i == 0 {
 			b.WriteString(lead)
 		} else {
 			b.WriteString("; ")
 		}
-		b.WriteString(k)
-		b.WriteString(": ")
-		b.WriteString(h[k])
+		b.WriteString(k + ": " + h[k])
 	}
 }

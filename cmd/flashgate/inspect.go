@@ -42,9 +42,6 @@ comma, ...), is an error that says so, as is a missing --value.`,
 	return cmd
 }
 
-// inspectResult is what inspect prints (--json: this object).
-type inspectResult = keyadmin.Inspection
-
 func runInspect(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions) error {
 	p, err := openOps(o)
 	if err != nil {
@@ -61,7 +58,7 @@ func runInspect(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions) 
 	return writeInspectTable(w, &r)
 }
 
-func writeInspectTable(w io.Writer, r *inspectResult) error {
+func writeInspectTable(w io.Writer, r *keyadmin.Inspection) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	rule := r.Rule
 	if r.Domain != "" {

@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -18,11 +17,9 @@ import (
 
 	"github.com/flashgate/flashgate/daemon/keyadmin"
 	"github.com/flashgate/flashgate/window"
-	"github.com/flashgate/flashgate/window/redisstore"
 )
 
-// opsTimeout is --redis-timeout's default for the operator commands: one
-// command, not a check on a deadline.
+// opsTimeout is --redis-timeout's default for the operator commands.
 const opsTimeout = 2 * time.Second
 
 // opsOptions are the flags every operator command takes.
@@ -73,36 +70,13 @@ func (k *keyOptions) ref() keyadmin.Ref {
 // ops is an operator command's connection to serve's Redis and rules.
 type ops struct {
 	*keyadmin.Admin
-	opts   *opsOptions
-	keys   window.Keys
-	client redis.UniversalClient
-	now    func() time.Time
+	now func() time.Time
 }
-
-// target is the limit key an operator named, with its rule's settings.
-type target = keyadmin.Target
 
 // openOps validates o and connects to Redis (lazily: the first command
 // dials). The caller closes it.
 func openOps(o *opsOptions) (*ops, error) {
-	switch o.backend {
-	case "redis":
-	case "memory":
-		return nil, errors.New("--backend memory: each serve process keeps its windows and bans in its own memory, out of this command's reach; inspect and bans work on the redis backend (--backend redis --redis-addr ...)")
-	default:
-		return nil, fmt.Errorf("--backend %q: want redis", o.backend)
-	}
-	if len(o.redisAddrs) == 0 {
-		return nil, errors.New("--redis-addr is missing: give serve's Redis (flag or FLASHGATE_REDIS_ADDR)")
-	}
-	if o.redisTimeout <= 0 {
-		return nil, fmt.Errorf("--redis-timeout %s: must be positive", o.redisTimeout)
-	}
 	keys, err := o.keys()
-	if err != nil {
-		return nil, err
-	}
-	ban, err := o.banOptions.parse()
 	if err != nil {
 		return nil, err
 	}
@@ -110,13 +84,12 @@ func openOps(o *opsOptions) (*ops, error) {
 	// before the call returns the error, which the command reports itself:
 	// an operator command is the whole process, so nothing else is lost.
 	redis.SetLogger(quietRedis{})
-	cc := o.clientConfig(o.redisTimeout)
-	cc.PoolSize, cc.MinIdleConns, cc.Name = 2, -1, redisstore.ClientName+"-ops"
-	a, err := keyadmin.Open(keyadmin.Options{Redis: cc, Keys: keys, Ban: ban, Config: o.config, RLSConfig: o.rlsConfig})
+	a, err := keyadmin.Open(keyadmin.Options{Backend: o.backend, Redis: o.clientConfig(o.redisTimeout), Keys: keys, Ban: o.ban(),
+		Config: o.config, RLSConfig: o.rlsConfig})
 	if err != nil {
 		return nil, err
 	}
-	return &ops{Admin: a, opts: o, keys: keys, client: a.Client(), now: time.Now}, nil
+	return &ops{Admin: a, now: time.Now}, nil
 }
 
 func (p *ops) close() { p.Close() }
@@ -125,21 +98,6 @@ func (p *ops) close() { p.Close() }
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
-
-// openTarget opens the connection of o and resolves the key k names; the
-// caller closes the connection.
-func openTarget(o *opsOptions, k *keyOptions, needValue bool) (*ops, *target, error) {
-	p, err := openOps(o)
-	if err != nil {
-		return nil, nil, err
-	}
-	t, err := p.Resolve(k.ref(), needValue)
-	if err != nil {
-		p.close()
-		return nil, nil, err
-	}
-	return p, t, nil
-}
 
 // writeJSON prints v as one indented JSON document.
 func writeJSON(w io.Writer, v any) error {

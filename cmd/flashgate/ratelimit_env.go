@@ -107,7 +107,7 @@ ratelimit's own headers with LIMIT_RESPONSE_HEADERS_ENABLED=true.`
 		if err := logNotHonoured(e, cmd.Flags(), res); err != nil {
 			return err
 		}
-		if !cmd.Flags().Changed("rls-config") && !changedIfAny(cmd.Flags(), "rls-xds-server") {
+		if !cmd.Flags().Changed("rls-config") && !cmd.Flags().Changed("rls-xds-server") {
 			return errors.New("no ratelimit config: CONFIG_TYPE=FILE (the default) with RUNTIME_ROOT, or CONFIG_TYPE=GRPC_XDS_SOTW in a build with --rls-xds-server")
 		}
 		return nil
@@ -115,12 +115,9 @@ ratelimit's own headers with LIMIT_RESPONSE_HEADERS_ENABLED=true.`
 	return cmd
 }
 
-// ratelimitAnswerDefaults are the defaults of serve's flags that the
-// ratelimit command changes without a variable of ratelimit's: its answers
-// are ratelimit's unless FLASHGATE_<FLAG> (or the flag) asks for more, and
-// like ratelimit, which has no Redis budget of its own, it waits for Redis
-// (up to half a second, the caller's deadline first) before the failure
-// mode answers in its place.
+// ratelimitAnswerDefaults are the ratelimit command's defaults of serve's
+// flags that no variable of ratelimit's sets: ratelimit's answers, and its
+// wait for Redis.
 var ratelimitAnswerDefaults = map[string]string{
 	"ratelimit-headers": "none",
 	"rls-extras":        "false",
@@ -159,12 +156,6 @@ func ratelimitDefaults(fs *pflag.FlagSet) {
 			f.DefValue = d.Value.String()
 		}
 	})
-}
-
-// changedIfAny reports whether fs has the flag name and it was set.
-func changedIfAny(fs *pflag.FlagSet, name string) bool {
-	f := fs.Lookup(name)
-	return f != nil && f.Changed
 }
 
 // logNotHonoured writes the variables not honoured, once, in one warning of

@@ -78,13 +78,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.logFormat, "log-format", "json", "json or text")
 }
 
-// Defaults of --warmup-timeout, --http-max-conns, --grpc-max-conns,
-// --grpc-max-pending, --http-authz-max-conns and --rls-http-max-conns. The
-// HTTP listener serves probes and scrapers, a few connections; the gRPC
-// listener a few per Envoy worker thread, of which a reconnecting fleet
-// has a handshake in progress for milliseconds each; the HTTP front-end a
-// proxy's pool of keep-alive connections; ratelimit's HTTP side probes
-// and /json clients. All together stay below a 4096 open-file limit.
+// Defaults of the listeners' caps: together below a 4096 open-file limit.
 const (
 	defaultWarmupTimeout     = 30 * time.Second
 	defaultHTTPMaxConns      = 128
@@ -94,8 +88,8 @@ const (
 	defaultRLSHTTPMaxConns   = 1024
 )
 
-// defaultCheckDeadline is --check-deadline's default: below the shipped
-// Envoy configs' ext_authz timeout of 50ms, with room for the answer.
+// defaultCheckDeadline is --check-deadline's default, below the shipped
+// Envoy configs' ext_authz timeout.
 const defaultCheckDeadline = 40 * time.Millisecond
 
 // serveConfig is serve's flags parsed and validated: the daemon's options
@@ -125,9 +119,7 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	if d.Headers, err = enforce.ParseFamilies(o.headers); err != nil {
 		return nil, fmt.Errorf("--ratelimit-headers %q: want both, ietf, x or none", o.headers)
 	}
-	if d.Ban, err = o.banOptions.parse(); err != nil {
-		return nil, err
-	}
+	d.Ban = o.ban()
 	if d.Keys, err = o.keys(); err != nil {
 		return nil, err
 	}
@@ -193,10 +185,8 @@ func (o *redisOptions) keys() (window.Keys, error) {
 	return k, nil
 }
 
-// banOptions are the server's penalty box (--ban-*), shared by serve and
-// the bans command, which must know whether a rule's box is on: the box of
-// the rules that ask for one (ban:), each field one the rule does not set.
-// A rule that does not ask is never banned.
+// banOptions are serve's penalty box (--ban-*), which completes the one a
+// rule asks for; the bans command needs it too.
 type banOptions struct {
 	banThreshold int
 	banWindow    time.Duration
@@ -209,19 +199,9 @@ func (o *banOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.banDuration, "ban-duration", window.DefaultBan.Duration, "penalty box of the rules that ask for one (ban:): how long a banned key is refused, at most 8760h (0: none for a rule that sets no duration)")
 }
 
-// parse returns the box; each field is checked, a duration up to
-// window.MaxBanDuration.
-func (o *banOptions) parse() (window.Ban, error) {
-	if o.banThreshold < 0 || o.banWindow < 0 || o.banDuration < 0 {
-		return window.Ban{}, fmt.Errorf("--ban-threshold, --ban-window and --ban-duration must not be negative")
-	}
-	if o.banDuration > window.MaxBanDuration {
-		return window.Ban{}, fmt.Errorf("--ban-duration %s is longer than the maximum of %s (one year)", o.banDuration, window.MaxBanDuration)
-	}
-	if o.banDuration > 0 && (o.banThreshold == 0 || o.banWindow == 0) {
-		return window.Ban{}, fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to turn off the penalty box of the rules that set no duration)", o.banDuration)
-	}
-	return window.Ban{Threshold: o.banThreshold, Window: o.banWindow, Duration: o.banDuration}, nil
+// ban is the box of the flags.
+func (o *banOptions) ban() window.Ban {
+	return window.Ban{Threshold: o.banThreshold, Window: o.banWindow, Duration: o.banDuration}
 }
 
 func parseClock(s string) (redisstore.Clock, error) {

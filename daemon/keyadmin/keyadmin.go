@@ -19,6 +19,9 @@ import (
 
 // Options say where serve's keys and rules are: serve's settings.
 type Options struct {
+	// Backend is serve's: daemon.BackendRedis, the one whose keys an
+	// operator reaches.
+	Backend string
 	// Redis is serve's Redis; its Timeout bounds each call.
 	Redis redisstore.ClientConfig
 	Keys  window.Keys
@@ -38,8 +41,26 @@ type Admin struct {
 	now    func() time.Time
 }
 
-// Open returns an Admin of o; the first call dials.
+// Open returns an Admin of o; the first call dials. Its errors name
+// serve's flags.
 func Open(o Options) (*Admin, error) {
+	switch o.Backend {
+	case daemon.BackendRedis:
+	case daemon.BackendMemory:
+		return nil, errors.New("--backend memory: each serve process keeps its windows and bans in its own memory, out of this command's reach; inspect and bans work on the redis backend (--backend redis --redis-addr ...)")
+	default:
+		return nil, fmt.Errorf("--backend %q: want redis", o.Backend)
+	}
+	if len(o.Redis.Addrs) == 0 {
+		return nil, errors.New("--redis-addr is missing: give serve's Redis (flag or FLASHGATE_REDIS_ADDR)")
+	}
+	if o.Redis.Timeout <= 0 {
+		return nil, fmt.Errorf("--redis-timeout %s: must be positive", o.Redis.Timeout)
+	}
+	if err := daemon.CheckBan(o.Ban); err != nil {
+		return nil, err
+	}
+	o.Redis.PoolSize, o.Redis.MinIdleConns, o.Redis.Name = 2, -1, redisstore.ClientName+"-ops"
 	client, err := redisstore.NewClient(o.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)

@@ -79,8 +79,31 @@ type ClientOptions struct {
 	Timeout time.Duration
 	// Spec is the request of APIAuthz and APIHTTP, each sent with a new ID.
 	Spec Spec
-	// RLS is the request of APIRLS.
-	RLS *rlsv3.RateLimitRequest
+	// Domain, Entries (key=value, in order: one descriptor) and HitsAddend
+	// are the request of APIRLS.
+	Domain     string
+	Entries    []string
+	HitsAddend uint32
+}
+
+// ParseSpec reads the HTTP request flashgate check's flags describe.
+func ParseSpec(method, path, host, scheme string, headers []string, ip string, extensions []string) (Spec, error) {
+	if !strings.HasPrefix(path, "/") {
+		return Spec{}, fmt.Errorf("--path %q: must start with /", path)
+	}
+	addr, err := ParseIP(ip)
+	if err != nil {
+		return Spec{}, err
+	}
+	hs, err := ParseHeaders(headers)
+	if err != nil {
+		return Spec{}, err
+	}
+	ext, err := ParsePairs("context-extension", extensions)
+	if err != nil {
+		return Spec{}, err
+	}
+	return Spec{Method: strings.ToUpper(method), Path: path, Host: host, Scheme: scheme, Headers: hs, IP: addr, ContextExtensions: ext}, nil
 }
 
 // Client sends one request again and again; it is not safe for concurrent
@@ -92,7 +115,19 @@ type Client struct {
 
 // NewClient returns a client of o's server. It does not connect yet.
 func NewClient(o ClientOptions) (*Client, error) {
-	if o.API == APIHTTP {
+	var req *rlsv3.RateLimitRequest
+	switch o.API {
+	case APIAuthz:
+	case APIRLS:
+		if o.Domain == "" || len(o.Entries) == 0 {
+			return nil, errors.New("--api rls needs --domain and at least one --entry key=value")
+		}
+		desc, err := ParseEntries(o.Entries)
+		if err != nil {
+			return nil, err
+		}
+		req = &rlsv3.RateLimitRequest{Domain: o.Domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc}, HitsAddend: o.HitsAddend}
+	case APIHTTP:
 		client, base, err := HTTPClient(o.Addr, 1, o.Timeout)
 		if err != nil {
 			return nil, err
@@ -102,6 +137,8 @@ func NewClient(o ClientOptions) (*Client, error) {
 			spec.ID = NewID()
 			return askHTTP(ctx, client, base, n, spec)
 		}, close: client.CloseIdleConnections}, nil
+	default:
+		return nil, fmt.Errorf("--api %q: want authz, http or rls", o.API)
 	}
 	creds, err := o.TLS.DialOptions(o.Addr)
 	if err != nil {
@@ -117,7 +154,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		defer cancel()
 		start := time.Now()
 		if o.API == APIRLS {
-			resp, err := rls.ShouldRateLimit(ctx, o.RLS)
+			resp, err := rls.ShouldRateLimit(ctx, req)
 			if err != nil {
 				return Result{N: n, LatencyMS: ms(time.Since(start)), Error: err.Error()}, err
 			}
@@ -139,6 +176,73 @@ func (c *Client) Ask(ctx context.Context, n int) (Result, error) { return c.ask(
 
 // Close releases the client's connections.
 func (c *Client) Close() { c.close() }
+
+// Repeat asks count times, handing each answer to print, and fails when a
+// call or print did; it stops at the end of ctx.
+func (c *Client) Repeat(ctx context.Context, count int, print func(Result) error) error {
+	var failed int
+	var lastErr error
+	for i := 1; i <= count; i++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		res, err := c.Ask(ctx, i)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			failed++
+			lastErr = err
+		}
+		if err := print(res); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d checks failed: %w", failed, count, lastErr)
+	}
+	return nil
+}
+
+// FlagsFit refuses the flags of flashgate check that do not apply to
+// api, and the required ones it lacks (changed reports whether a flag was
+// set).
+func FlagsFit(changed func(string) bool, api string) error {
+	rlsFlags := []string{"domain", "entry", "hits-addend"}
+	switch api {
+	case "http":
+		for _, name := range rlsFlags {
+			if changed(name) {
+				return fmt.Errorf("--%s applies to --api rls only", name)
+			}
+		}
+		for _, name := range append([]string{"ip", "scheme", "context-extension"}, TLSFlagNames()...) {
+			if changed(name) {
+				return fmt.Errorf("--%s applies to --api authz only: over HTTP the peer, scheme and route are the connection's", name)
+			}
+		}
+		if !changed("addr") {
+			return fmt.Errorf("--api http needs --addr: serve's --http-authz-addr")
+		}
+	case "rls":
+		for _, name := range []string{"path", "method", "host", "scheme", "header", "ip", "context-extension"} {
+			if changed(name) {
+				return fmt.Errorf("--%s does not apply to --api rls: it sends --domain and --entry", name)
+			}
+		}
+		return nil
+	default:
+		for _, name := range rlsFlags {
+			if changed(name) {
+				return fmt.Errorf("--%s applies to --api rls only", name)
+			}
+		}
+	}
+	if !changed("path") {
+		return errors.New(`required flag(s) "path" not set`)
+	}
+	return nil
+}
 
 // askHTTP sends spec to the HTTP front-end at base and reads the answer as
 // a proxy would: 2xx allowed, 400, 431 and 5xx a failed check, any other
