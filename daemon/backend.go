@@ -133,10 +133,10 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		return nil, err
 	}
 	b.onClose(func() { b.bans.client.Close() })
-	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(cc.Addrs, ","), c.RedisMode)
+	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(cc.Addrs, ","), cc.ModeInUse())
 	if c.RedisAutoPipeline {
 		b.describe += ", auto-pipelined"
-		if c.RedisMode == redisstore.ModeCluster {
+		if cc.ModeInUse() == redisstore.ModeCluster {
 			b.describe += " per master"
 		}
 		if c.RedisBatchWindow > 0 {
@@ -189,11 +189,8 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		fleetRestarts.set(b.fleet)
 		b.fleetSize = func() int { n, _ := b.fleet.Size(); return n }
 	}
-	// What failure mode local admits is written back to Redis when it
-	// answers again, before this sidecar's checks go to it. After an outage
-	// every check keeps its failure mode for the settle: long enough for the
-	// rest of the fleet to see Redis again (by a write-back retry, at most
-	// 100 ms apart, or the breaker's probe) and write back too.
+	// What failure mode local admits is written back to Redis before this
+	// sidecar's checks go to it again (window/fallback's doc.go).
 	b.fallback, err = fallback.New(fallback.Options{
 		Size: b.fleetSize, MaxKeys: c.MemoryMaxKeys,
 		WriteBack: r, Settle: max(fallback.DefaultRestoreSettle, 4*c.BreakerCooldown),
@@ -252,8 +249,7 @@ func (b *backend) warm(ctx context.Context) error {
 
 // run keeps what the backend runs in the background (the fleet heartbeat,
 // the fleet bans' reporter and subscriber) going until ctx ends; the fleet
-// then leaves. Each failed beat is logged:
-// the daemon's logger writes one line of a kind per 10s and counts the rest.
+// then leaves. Each failed beat is logged (under the log limit).
 func (b *backend) run(ctx context.Context, log *slog.Logger) {
 	if b.bans != nil {
 		var wg sync.WaitGroup
@@ -344,10 +340,8 @@ func (b *backend) collectors() []prometheus.Collector {
 	return cs
 }
 
-// redisLogger adapts go-redis's internal log lines to slog, at warn level:
-// they report dial and pool failures that the failure mode then handles.
-// They share one kind ("redis client"), so an outage writes one of them
-// per 10s (see logLimit).
+// redisLogger adapts go-redis's internal log lines to slog, at warn level,
+// all of one kind ("redis client") for the log limit.
 type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {

@@ -48,9 +48,6 @@ type Options struct {
 	// is given (the budget's maximum), RedisTimeout the budget's minimum.
 	Redis        redisstore.ClientConfig
 	RedisTimeout time.Duration
-	// RedisMode names the Redis mode in use (redisstore.ModeStandalone ...)
-	// for the log and the pipelines.
-	RedisMode string
 	// RedisAutoPipeline and RedisBatchWindow are redisstore.Options's.
 	RedisAutoPipeline bool
 	RedisBatchWindow  time.Duration
@@ -150,9 +147,9 @@ func (o *Options) validate() error {
 }
 
 // Validate checks the options together and resolves the ones that follow
-// from others: RedisMode, Redis.Timeout (the most one call is given: 90%
-// of CheckDeadline, never less than RedisTimeout) and a CheckDeadline
-// raised to fit RedisTimeout when the user left it. changed reports
+// from others: Redis.Timeout (the most one call is given, within
+// CheckDeadline, never less than RedisTimeout) and a CheckDeadline raised
+// to fit RedisTimeout when the user left it. changed reports
 // whether the user set serve's flag of that name (nil: none). Its errors
 // name serve's flags.
 func (o *Options) Validate(changed func(flag string) bool) error {
@@ -166,10 +163,7 @@ func (o *Options) Validate(changed func(flag string) bool) error {
 	if o.HTTPAuthzPathPrefix, err = httpauthz.NormalizePrefix(o.HTTPAuthzPathPrefix); err != nil {
 		return fmt.Errorf("--http-authz-path-prefix %q: %w", o.HTTPAuthzPathPrefix, err)
 	}
-	for _, c := range []struct {
-		bad  bool
-		fail string
-	}{
+	if err := firstFailure([]check{
 		{o.MemoryMaxKeys < 0, fmt.Sprintf("--memory-max-keys %d: must not be negative", o.MemoryMaxKeys)},
 		{o.BreakerFailures == 0, "--breaker-failures 0: want a positive count, or negative to disable the breaker"},
 		{o.BreakerRate <= 0 || o.BreakerRate > 1, fmt.Sprintf("--breaker-failure-rate %g: want a share in (0, 1]", o.BreakerRate)},
@@ -187,10 +181,8 @@ func (o *Options) Validate(changed func(flag string) bool) error {
 			"--http-authz-path-prefix and --http-authz-max-conns need --http-authz-addr"},
 		{o.DrainTimeout <= 0, fmt.Sprintf("--drain-timeout %s: must be positive", o.DrainTimeout)},
 		{o.Pprof && o.HTTPAddr == "", "--pprof needs --http-addr"},
-	} {
-		if c.bad {
-			return errors.New(c.fail)
-		}
+	}); err != nil {
+		return err
 	}
 	if err := CheckBan(o.Ban); err != nil {
 		return err
@@ -199,10 +191,7 @@ func (o *Options) Validate(changed func(flag string) bool) error {
 		return err
 	}
 	servesRLS := o.RLSConfig != "" || o.XDS.Server != ""
-	for _, c := range []struct {
-		bad  bool
-		fail string
-	}{
+	return firstFailure([]check{
 		{o.RLSResponseHeaders && !servesRLS, "--rls-response-headers needs --rls-config or --rls-xds-server"},
 		{changed("rls-extras") && !servesRLS, "--rls-extras needs --rls-config or --rls-xds-server"},
 		{o.RLSHTTPAddr != "" && !servesRLS, "--rls-http-addr needs --rls-config or --rls-xds-server"},
@@ -211,7 +200,18 @@ func (o *Options) Validate(changed func(flag string) bool) error {
 		{o.GRPCAddr == "", "--grpc-addr is empty"},
 		{(o.GRPCTLS.Cert == "") != (o.GRPCTLS.Key == ""), "--grpc-tls-cert and --grpc-tls-key go together: give both or neither"},
 		{o.GRPCTLS.CA != "" && o.GRPCTLS.Cert == "", "--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key"},
-	} {
+	})
+}
+
+// check is one of Validate's conditions: bad says fail.
+type check struct {
+	bad  bool
+	fail string
+}
+
+// firstFailure returns the first failing check's error, in order.
+func firstFailure(cs []check) error {
+	for _, c := range cs {
 		if c.bad {
 			return errors.New(c.fail)
 		}
@@ -224,8 +224,8 @@ var redisFlags = []string{"redis-addr", "redis-mode", "redis-master-name", "redi
 	"redis-db", "redis-tls", "redis-timeout", "redis-pool-size", "redis-autopipeline", "redis-batch-window", "clock",
 	"check-deadline", "fleet-size", "fleet-ttl", "warmup-timeout"}
 
-// validateBackend checks the backend's options and resolves the Redis
-// mode, the check deadline and the most one Redis call is given.
+// validateBackend checks the backend's options and resolves the check
+// deadline and the most one Redis call is given.
 func (o *Options) validateBackend(changed func(string) bool) error {
 	switch o.Backend {
 	case BackendMemory:
@@ -246,7 +246,6 @@ func (o *Options) validateBackend(changed func(string) bool) error {
 		case w > 0 && !o.RedisAutoPipeline:
 			return fmt.Errorf("--redis-batch-window %s needs --redis-autopipeline", w)
 		}
-		o.RedisMode = o.Redis.ModeInUse()
 	default:
 		return fmt.Errorf("--backend %q: want memory or redis", o.Backend)
 	}
@@ -277,18 +276,6 @@ func (o *XDSOptions) validate(rlsConfig string, changed func(string) bool) error
 		}
 		return nil
 	}
-	if rlsConfig != "" {
-		return errors.New("--rls-config and --rls-xds-server exclude each other: the ratelimit config comes from a directory or from xDS")
-	}
-	if _, _, err := net.SplitHostPort(o.Server); err != nil {
-		return fmt.Errorf("--rls-xds-server %q: want HOST:PORT", o.Server)
-	}
-	if o.NodeID == "" {
-		return errors.New("--rls-xds-node-id is empty")
-	}
-	if o.RetryInterval <= 0 {
-		return fmt.Errorf("--rls-xds-retry-interval %s: must be positive", o.RetryInterval)
-	}
 	if !o.TLS {
 		for _, name := range []string{"rls-xds-tls-cert", "rls-xds-tls-key", "rls-xds-tls-ca", "rls-xds-tls-server-name"} {
 			if changed(name) {
@@ -296,24 +283,23 @@ func (o *XDSOptions) validate(rlsConfig string, changed func(string) bool) error
 			}
 		}
 	}
-	if (o.Files.Cert == "") != (o.Files.Key == "") {
-		return errors.New("--rls-xds-tls-cert and --rls-xds-tls-key go together")
-	}
-	return nil
+	_, _, addrErr := net.SplitHostPort(o.Server)
+	return firstFailure([]check{
+		{rlsConfig != "", "--rls-config and --rls-xds-server exclude each other: the ratelimit config comes from a directory or from xDS"},
+		{addrErr != nil, fmt.Sprintf("--rls-xds-server %q: want HOST:PORT", o.Server)},
+		{o.NodeID == "", "--rls-xds-node-id is empty"},
+		{o.RetryInterval <= 0, fmt.Sprintf("--rls-xds-retry-interval %s: must be positive", o.RetryInterval)},
+		{(o.Files.Cert == "") != (o.Files.Key == ""), "--rls-xds-tls-cert and --rls-xds-tls-key go together"},
+	})
 }
 
 // CheckBan refuses a penalty box that serve's --ban-* flags cannot set:
 // no field negative, a duration up to window.MaxBanDuration that needs a
 // threshold and a window.
 func CheckBan(b window.Ban) error {
-	if b.Threshold < 0 || b.Window < 0 || b.Duration < 0 {
-		return errors.New("--ban-threshold, --ban-window and --ban-duration must not be negative")
-	}
-	if b.Duration > window.MaxBanDuration {
-		return fmt.Errorf("--ban-duration %s is longer than the maximum of %s (one year)", b.Duration, window.MaxBanDuration)
-	}
-	if b.Duration > 0 && (b.Threshold == 0 || b.Window == 0) {
-		return fmt.Errorf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to turn off the penalty box of the rules that set no duration)", b.Duration)
-	}
-	return nil
+	return firstFailure([]check{
+		{b.Threshold < 0 || b.Window < 0 || b.Duration < 0, "--ban-threshold, --ban-window and --ban-duration must not be negative"},
+		{b.Duration > window.MaxBanDuration, fmt.Sprintf("--ban-duration %s is longer than the maximum of %s (one year)", b.Duration, window.MaxBanDuration)},
+		{b.Duration > 0 && (b.Threshold == 0 || b.Window == 0), fmt.Sprintf("--ban-duration %s needs a positive --ban-threshold and --ban-window (or --ban-duration 0 to turn off the penalty box of the rules that set no duration)", b.Duration)},
+	})
 }

@@ -78,7 +78,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.logFormat, "log-format", "json", "json or text")
 }
 
-// Defaults of the listeners' caps: together below a 4096 open-file limit.
+// Defaults of the listeners' connection caps.
 const (
 	defaultWarmupTimeout     = 30 * time.Second
 	defaultHTTPMaxConns      = 128

@@ -19,16 +19,15 @@ import (
 
 // Options say where serve's keys and rules are: serve's settings.
 type Options struct {
-	// Backend is serve's: daemon.BackendRedis, the one whose keys an
-	// operator reaches.
+	// Backend is serve's; only daemon.BackendRedis's keys are in reach.
 	Backend string
 	// Redis is serve's Redis; its Timeout bounds each call.
 	Redis redisstore.ClientConfig
 	Keys  window.Keys
 	// Ban is serve's penalty box, which completes the one a rule asks for.
 	Ban window.Ban
-	// Config is serve's descriptors file ("" : the built-in example);
-	// RLSConfig its ratelimit config directory ("" : none).
+	// Config and RLSConfig are serve's descriptors file ("" : the example)
+	// and ratelimit config directory.
 	Config, RLSConfig string
 }
 
@@ -76,9 +75,6 @@ func Open(o Options) (*Admin, error) {
 // Close releases the connection.
 func (a *Admin) Close() { a.client.Close() }
 
-// Client is the connection to serve's Redis.
-func (a *Admin) Client() redis.UniversalClient { return a.client }
-
 // Ref names one limit key: Rule of the descriptors file and its Values,
 // or Domain of the ratelimit config and a descriptor's Entries (key=value).
 type Ref struct {
@@ -91,8 +87,7 @@ type Ref struct {
 // Target is the limit key a [Ref] names, with its rule's settings.
 type Target struct {
 	// Rule is the rule's name (ratelimit service: its name or path);
-	// Domain the domain of the ratelimit config, "" for the descriptors
-	// file.
+	// Domain the ratelimit config's domain, "" for the descriptors file.
 	Rule, Domain string
 	Key          string
 	Limit        window.Limit
@@ -237,8 +232,7 @@ func SplitKey(keys window.Keys, key string) (rule, value string, ok bool) {
 
 // KeyNames is what a limit key tells of itself.
 type KeyNames struct {
-	// Rule is the rule of the descriptors file the key is of; Domain the
-	// ratelimit service's domain instead (whose keys do not name the rule).
+	// Rule is the key's rule of the descriptors file, or Domain its RLS domain.
 	Rule   string `json:"rule,omitempty"`
 	Domain string `json:"domain,omitempty"`
 	Key    string `json:"key"`
@@ -375,22 +369,19 @@ type Inspection struct {
 	Oldest time.Time `json:"oldest,omitzero"`
 	Newest time.Time `json:"newest,omitzero"`
 	// AdmitsAt is when one more request fits (Now when it fits now).
-	AdmitsAt time.Time `json:"admits_at"`
-	Full     bool      `json:"full"`
-	// Banned: the fleet bans the key until BannedUntil.
-	Banned      bool      `json:"banned"`
-	BannedUntil time.Time `json:"banned_until,omitzero"`
-	// PenaltyBox is the rule's penalty box in force.
-	PenaltyBox PenaltyBox `json:"penalty_box"`
-	Shadow     bool       `json:"shadow,omitempty"`
+	AdmitsAt    time.Time  `json:"admits_at"`
+	Full        bool       `json:"full"`
+	Banned      bool       `json:"banned"`
+	BannedUntil time.Time  `json:"banned_until,omitzero"`
+	PenaltyBox  PenaltyBox `json:"penalty_box"`
+	Shadow      bool       `json:"shadow,omitempty"`
 	// Now is Redis's time of the reading.
 	Now time.Time `json:"now"`
 	// Target is the key's rule, for people.
 	Target *Target `json:"-"`
 }
 
-// Inspect reads the window and ban of the key ref names without changing
-// them.
+// Inspect reads the window and ban of the key ref names, changing nothing.
 func (a *Admin) Inspect(ctx context.Context, ref Ref) (Inspection, error) {
 	t, err := a.Resolve(ref, false)
 	if err != nil {

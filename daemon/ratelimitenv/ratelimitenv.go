@@ -16,20 +16,11 @@ import (
 	"github.com/flashgate/flashgate/window/redisstore"
 )
 
-// Var is one row of the mapping: one of ratelimit's variables and the
-// serve flag it sets.
+// Var is one row of the mapping: ratelimit's variable Name ("X_*": every
+// variable with that prefix), its Default ("" : serve's), the serve Flag
+// it sets ("" : none) and a Note on how, or why it is not honoured.
 type Var struct {
-	// Name is ratelimit's variable; a trailing "*" stands for every
-	// variable with that prefix.
-	Name string
-	// Default is ratelimit's default, applied when the variable is unset
-	// and serve's default differs; "" leaves serve's default.
-	Default string
-	// Flag is the serve flag the row sets; "" when none.
-	Flag string
-	// Note says how the value maps to the flag, or why the variable is not
-	// honoured.
-	Note string
+	Name, Default, Flag, Note string
 	// value returns the flag's value from the variable's v and, through
 	// get, the others' (defaults applied); set false leaves the flag. An
 	// error wrapping errNotHonoured is reported, any other ends the start.
@@ -190,8 +181,6 @@ func pipelineWindow(v string, _ func(string) string) (string, bool, error) {
 	return d.String(), true, nil
 }
 
-func nonEmpty(v string, _ func(string) string) (string, bool, error) { return v, v != "", nil }
-
 // keyPrefix takes ratelimit's CACHE_KEY_PREFIX ("ratelimit:", say) as
 // --key-prefix: without its trailing separator, which flashgate's keys add.
 func keyPrefix(v string, _ func(string) string) (string, bool, error) {
@@ -342,23 +331,18 @@ func headerNames(_ string, get func(string) string) (string, bool, error) {
 // docs/ratelimit.md's table.
 func Vars() []Var { return slices.Clone(vars) }
 
-// Setting is one flag value the environment gives.
+// Setting is one flag value the environment gives: variable Name's Raw
+// value (ratelimit's default unless Explicit) sets Flag to Value.
 type Setting struct {
-	// Name is the variable and Raw its value, or ratelimit's default when
-	// Explicit is false.
-	Name, Raw string
-	Explicit  bool
-	// Flag is set to Value.
-	Flag, Value string
+	Name, Raw, Flag, Value string
+	Explicit               bool
 }
 
 // Result is what the environment says.
 type Result struct {
-	// Settings are the flag values, in the table's order; the first
-	// setting of a flag wins over later ones.
+	// Settings are in the table's order; a flag's first setting wins.
 	Settings []Setting
-	// NotHonoured holds the variables set but not followed, each with
-	// its reason.
+	// NotHonoured holds the variables set but not followed, with why.
 	NotHonoured map[string]string
 }
 

@@ -26,11 +26,10 @@ const (
 // Result is one answer, read as the Envoy filter that asked would read it;
 // its JSON form is flashgate check --json's.
 type Result struct {
-	N       int    `json:"n"`
-	Allowed bool   `json:"allowed"`
-	Code    string `json:"code,omitempty"`   // gRPC status code, or the RLS's overall code
-	Status  int    `json:"status,omitempty"` // HTTP status Envoy would answer with
-	// LatencyMS is the call's time in milliseconds.
+	N         int     `json:"n"`
+	Allowed   bool    `json:"allowed"`
+	Code      string  `json:"code,omitempty"`   // gRPC status code, or the RLS's overall code
+	Status    int     `json:"status,omitempty"` // HTTP status Envoy would answer with
 	LatencyMS float64 `json:"latency_ms"`
 	// Headers are added to the response to the client; UpstreamHeaders,
 	// for an allowed request, to the request sent upstream.
@@ -70,8 +69,7 @@ var OverLimit = rlsv3.RateLimitResponse_OVER_LIMIT.String()
 type ClientOptions struct {
 	// API is APIAuthz, APIHTTP or APIRLS.
 	API string
-	// Addr is the server: host:port or unix:///path (APIHTTP: also
-	// http://host:port).
+	// Addr is host:port or unix:///path (APIHTTP: also http://host:port).
 	Addr string
 	// TLS secures the gRPC APIs.
 	TLS TLS
@@ -205,8 +203,7 @@ func (c *Client) Repeat(ctx context.Context, count int, print func(Result) error
 }
 
 // FlagsFit refuses the flags of flashgate check that do not apply to
-// api, and the required ones it lacks (changed reports whether a flag was
-// set).
+// api, and the required ones it lacks (changed: whether a flag was set).
 func FlagsFit(changed func(string) bool, api string) error {
 	rlsFlags := []string{"domain", "entry", "hits-addend"}
 	switch api {

@@ -28,7 +28,8 @@ type GuardOptions struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Budget is the memory budget in bytes for the over-limit cache and the
-	// penalty box together; 0 means DefaultGuardBudget. Minimum 64 KiB.
+	// penalty box together; 0 means DefaultGuardBudget, else at least
+	// MinGuardBudget.
 	Budget int64
 	// Ban is the penalty box of the rules that ask for one (see [RuleBan]):
 	// the fields a rule leaves zero are taken from it. A hit whose rule

@@ -60,7 +60,7 @@ type ClientConfig struct {
 	TLS bool
 	// PoolSize bounds the connections to each node: go-redis opens no more
 	// (MaxActiveConns), and pipelines (Cluster mode) share that pool instead
-	// of a dedicated one. 0 means go-redis's default of 10 per CPU.
+	// of a dedicated one. 0 means go-redis's default.
 	PoolSize int
 	// Name is the connection name (CLIENT SETNAME); empty means ClientName.
 	Name string
@@ -70,9 +70,8 @@ type ClientConfig struct {
 	// DefaultMinIdleConns, bounded by the pool size; negative means none.
 	MinIdleConns int
 	// Timeout is the budget of one round trip: it bounds reads, writes and
-	// waits for a pooled connection; dials get at least 250 ms. 0 means
-	// DefaultRedisTimeout. A context deadline, when shorter, cuts a command
-	// too.
+	// waits for a pooled connection (dials get a floor of their own). 0
+	// means DefaultRedisTimeout; a shorter context deadline cuts a command.
 	Timeout time.Duration
 	// Restarts, if not nil, is told when a new connection finds Redis
 	// restarted or failed over, and that connection fails with
