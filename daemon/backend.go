@@ -139,10 +139,10 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		return nil, err
 	}
 	b.onClose(func() { b.overrides.client.Close() })
-	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(cc.Addrs, ","), c.RedisMode)
+	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(cc.Addrs, ","), cc.ModeInUse())
 	if c.RedisAutoPipeline {
 		b.describe += ", auto-pipelined"
-		if c.RedisMode == redisstore.ModeCluster {
+		if cc.ModeInUse() == redisstore.ModeCluster {
 			b.describe += " per master"
 		}
 		if c.RedisBatchWindow > 0 {
@@ -195,10 +195,8 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		fleetRestarts.set(b.fleet)
 		b.fleetSize = func() int { n, _ := b.fleet.Size(); return n }
 	}
-	// What failure mode local admits is written back to Redis when it
-	// answers again, before this sidecar's checks go to it. After an outage
-	// every check keeps its failure mode for the settle: long enough for the
-	// rest of the fleet to see Redis again and write back too. The fleet
+	// What failure mode local admits is written back to Redis before this
+	// sidecar's checks go to it again (window/fallback's doc.go). The fleet
 	// agrees on the settle's end in Redis, and the breaker closes as the
 	// settle begins (the write-back found Redis answering).
 	fo := fallback.Options{
@@ -268,8 +266,8 @@ func (b *backend) warm(ctx context.Context) error {
 
 // run keeps what the backend runs in the background (the fleet heartbeat,
 // the fleet bans' reporter and subscriber, the overrides' follower) going
-// until ctx ends; the fleet then leaves. Each failed beat is logged: the
-// daemon's logger writes one line of a kind per 10s and counts the rest.
+// until ctx ends; the fleet then leaves. Each failed beat is logged (under
+// the log limit).
 func (b *backend) run(ctx context.Context, log *slog.Logger) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -371,10 +369,8 @@ func (b *backend) collectors() []prometheus.Collector {
 	return cs
 }
 
-// redisLogger adapts go-redis's internal log lines to slog, at warn level:
-// they report dial and pool failures that the failure mode then handles.
-// They share one kind ("redis client"), so an outage writes one of them
-// per 10s (see logLimit).
+// redisLogger adapts go-redis's internal log lines to slog, at warn level,
+// all of one kind ("redis client") for the log limit.
 type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {

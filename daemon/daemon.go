@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,6 +249,29 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		d.log.Info("stopped")
 	}
 	return runErr
+}
+
+// ServeReloading is [Daemon.Serve] that calls [Daemon.Reload] on every
+// value of reload meanwhile (the process's SIGHUP).
+func (d *Daemon) ServeReloading(ctx context.Context, reload <-chan os.Signal) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	reloads := make(chan struct{})
+	go func() {
+		defer close(reloads)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-reload:
+				d.Reload()
+			}
+		}
+	}()
+	err := d.Serve(ctx)
+	stop()
+	<-reloads
+	return err
 }
 
 // Reload reads the descriptors file, the ratelimit config directory and

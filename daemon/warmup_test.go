@@ -71,7 +71,7 @@ func TestWarmBackendOutlivesIdleCut(t *testing.T) {
 	}
 	o := &Options{
 		Backend: BackendRedis, Redis: redisstore.ClientConfig{Addrs: []string{rs.Addr()}, Timeout: time.Second},
-		RedisTimeout: time.Second, RedisMode: redisstore.ModeStandalone, RedisAutoPipeline: true, Keys: keys,
+		RedisTimeout: time.Second, RedisAutoPipeline: true, Keys: keys,
 		FleetSize: 1, BreakerFailures: -1, FailureMode: enforce.FailureLocal, Ban: window.DefaultBan,
 		LocalCacheSize: 1 << 20, Clock: redisstore.ClockRedis,
 	}

@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/flashgate/flashgate/daemon"
-	"github.com/flashgate/flashgate/descriptors"
-	"github.com/flashgate/flashgate/rls"
+	"github.com/flashgate/flashgate/daemon/keyadmin"
 	"github.com/flashgate/flashgate/window/bans"
 )
 
@@ -35,65 +31,28 @@ key serve uses for a rule and value.`,
 	return cmd
 }
 
-// keyNames is what a limit key tells of itself.
-type keyNames struct {
-	// Rule is the rule of the descriptors file the key is of; Domain the
-	// ratelimit service's domain instead (whose keys do not name the rule).
-	Rule   string `json:"rule,omitempty"`
-	Domain string `json:"domain,omitempty"`
-	Key    string `json:"key"`
-	// Value is the request value, only when the key holds it verbatim
-	// (short, of A-Z a-z 0-9 . _ -); a hashed value is never shown.
-	Value string `json:"value,omitempty"`
-}
-
-// names reads key's rule or domain and verbatim value.
-func (p *ops) names(key string) keyNames {
-	seg, value, _ := splitKey(p.keys, key)
-	n := keyNames{Rule: seg, Key: key, Value: value}
-	// No rule of a descriptors file is named so (the prefix is reserved).
-	if d, ok := strings.CutPrefix(seg, rls.KeyNamespace); ok {
-		n.Rule, n.Domain = "", d
-	}
-	return n
-}
-
 // label is the rule column of a table.
-func (n keyNames) label() string {
+func label(n keyadmin.KeyNames) string {
 	if n.Domain != "" {
 		return "domain " + n.Domain
 	}
 	return n.Rule
 }
 
-// banRow is one ban, as the bans commands print it (--json: this object).
-type banRow struct {
-	keyNames
-	Until       time.Time `json:"until"`
-	RemainingMS int64     `json:"remaining_ms"`
-}
-
-// row describes the ban of key until until, at now.
-func (p *ops) row(key string, until, now time.Time) banRow {
-	return banRow{keyNames: p.names(key), Until: until, RemainingMS: until.Sub(now).Milliseconds()}
-}
-
-func writeBanTable(w io.Writer, rows []banRow) error {
-	if len(rows) == 0 {
-		if _, err := fmt.Fprintln(w, "no bans"); err != nil {
-			return fmt.Errorf("write: %w", err)
-		}
-		return nil
-	}
+func writeBanTable(w io.Writer, rows []keyadmin.Ban) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "rule\tkey\tremaining\tuntil\tvalue")
+	if len(rows) == 0 {
+		fmt.Fprintln(tw, "no bans")
+	} else {
+		fmt.Fprintln(tw, "rule\tkey\tremaining\tuntil\tvalue")
+	}
 	for _, r := range rows {
 		value := r.Value
 		if value == "" {
 			value = "-"
 		}
 		remaining := roundFor(time.Duration(r.RemainingMS) * time.Millisecond).String()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.label(), r.Key, remaining, r.Until.UTC().Format("2006-01-02T15:04:05.000Z"), value)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", label(r.KeyNames), r.Key, remaining, r.Until.UTC().Format("2006-01-02T15:04:05.000Z"), value)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write: %w", err)
@@ -132,65 +91,16 @@ func runBansList(ctx context.Context, w io.Writer, o *opsOptions, rule, domain s
 		return err
 	}
 	defer p.close()
-	only, err := p.ruleSegment(rule, domain)
+	rows, err := p.Bans(ctx, rule, domain)
 	if err != nil {
 		return err
-	}
-	list, err := p.bans.List(ctx)
-	if err != nil {
-		return err
-	}
-	now := p.now()
-	rows := []banRow{}
-	for _, b := range list {
-		if seg, _, _ := splitKey(p.keys, b.Key); only == "" || seg == only {
-			rows = append(rows, p.row(b.Key, b.Until, now))
-		}
 	}
 	if o.json {
 		return writeJSON(w, struct {
-			Bans []banRow `json:"bans"`
+			Bans []keyadmin.Ban `json:"bans"`
 		}{rows})
 	}
 	return writeBanTable(w, rows)
-}
-
-// ruleSegment returns the rule part of the keys of rule (a rule of the
-// descriptors file) or domain (of the ratelimit config), checked against
-// the rules; "" for neither.
-func (p *ops) ruleSegment(rule, domain string) (string, error) {
-	var name string
-	switch {
-	case rule != "" && domain != "":
-		return "", errors.New("--rule and --domain: give one")
-	case rule != "":
-		cfg, err := daemon.LoadRules(p.opts.config)
-		if err != nil {
-			return "", err
-		}
-		if cfg.Rule(rule) == nil {
-			return "", p.unknownRule(fmt.Errorf("%w %q: %s has no rule of that name", descriptors.ErrUnknownRule, rule, cfg.Name))
-		}
-		name = rule
-	case domain != "":
-		if p.opts.rlsConfig == "" {
-			return "", errors.New("--domain needs --rls-config, serve's ratelimit config directory")
-		}
-		cfg, err := rls.LoadDir(p.opts.rlsConfig)
-		if err != nil {
-			return "", err
-		}
-		if cfg.Domain(domain) == nil {
-			return "", fmt.Errorf("%w %q: the ratelimit config has no such domain", rls.ErrUnknownDomain, domain)
-		}
-		// The ratelimit service keys a domain's windows under this rule.
-		name = rls.KeyNamespace + domain
-	default:
-		return "", nil
-	}
-	// The rule part as keys write it (hashed if long), whatever the value.
-	seg, _, _ := splitKey(p.keys, p.keys.Key(name, ""))
-	return seg, nil
 }
 
 func newBansAddCmd(e env) *cobra.Command {
@@ -227,35 +137,22 @@ func runBansAdd(ctx context.Context, e env, o *opsOptions, k *keyOptions, dur ti
 	if err := bans.CheckDuration(dur); err != nil {
 		return fmt.Errorf("--for %s: %w", dur, err)
 	}
-	p, t, err := openTarget(o, k, true)
+	p, err := openOps(o)
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	if !t.Ban.Enabled() {
-		return fmt.Errorf("rule %s has its penalty box off (%s): every sidecar would drop the ban at the key's first request; give the rule a ban (ban: {} takes serve's --ban-* flags) first", t.Rule, banSource(t))
+	r, t, err := p.AddBan(ctx, k.ref(), dur)
+	if err != nil {
+		return err
 	}
 	if t.Shadow {
 		fmt.Fprintf(e.stderr, "flashgate: rule %s is in shadow mode: the ban is recorded, but sidecars refuse nothing under this rule\n", t.Rule)
 	}
-	now := p.now()
-	until := now.Add(dur).Truncate(time.Millisecond)
-	if err := p.bans.Add(ctx, t.Key, until); err != nil {
-		return err
-	}
-	r := p.row(t.Key, until, now)
 	if o.json {
 		return writeJSON(e.stdout, r)
 	}
-	return writeBanTable(e.stdout, []banRow{r})
-}
-
-// banSource says why t's penalty box is off, for errors.
-func banSource(t *target) string {
-	if t.Asks {
-		return "its ban settings with serve's --ban-* flags"
-	}
-	return "it asks for no ban"
+	return writeBanTable(e.stdout, []keyadmin.Ban{r})
 }
 
 func newBansLiftCmd(e env) *cobra.Command {
@@ -284,42 +181,25 @@ not an error (the output says it was not banned).`,
 	return cmd
 }
 
-// liftResult is what bans lift prints (--json: this object).
-type liftResult struct {
-	keyNames
-	// WasBanned: the key was banned (until WasUntil) when lifted.
-	WasBanned   bool      `json:"was_banned"`
-	WasUntil    time.Time `json:"was_until,omitzero"`
-	ResetWindow bool      `json:"reset_window"`
-}
-
 func runBansLift(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions, reset bool) error {
-	p, t, err := openTarget(o, k, false)
+	p, err := openOps(o)
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	until, banned, err := p.bans.Get(ctx, t.Key)
+	r, err := p.LiftBan(ctx, k.ref(), reset)
 	if err != nil {
 		return err
-	}
-	if err := p.bans.Lift(ctx, t.Key, reset); err != nil {
-		return err
-	}
-	r := liftResult{keyNames: p.names(t.Key), WasBanned: banned, ResetWindow: reset}
-	if banned {
-		r.WasUntil = until
 	}
 	if o.json {
 		return writeJSON(w, r)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "rule\t%s\n", r.label())
+	fmt.Fprintf(tw, "rule\t%s\n", label(r.KeyNames))
 	fmt.Fprintf(tw, "key\t%s\n", r.Key)
-	switch {
-	case banned:
-		fmt.Fprintf(tw, "lifted\tyes: the ban that would have ended %s is over\n", stamp(until, p.now()))
-	default:
+	if r.WasBanned {
+		fmt.Fprintf(tw, "lifted\tyes: the ban that would have ended %s is over\n", stamp(r.WasUntil, p.now()))
+	} else {
 		fmt.Fprintf(tw, "lifted\tnothing: the key was not banned\n")
 	}
 	if reset {

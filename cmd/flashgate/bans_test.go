@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/daemon/keyadmin"
 	"github.com/flashgate/flashgate/window"
 )
 
@@ -25,7 +26,7 @@ func rlsDirBanning(t *testing.T) string {
 
 // banList is bans list --json.
 type banList struct {
-	Bans []banRow `json:"bans"`
+	Bans []keyadmin.Ban `json:"bans"`
 }
 
 // TestBansRoundTrip: bans add, list and lift on serve's Redis, for a rule
@@ -38,7 +39,7 @@ func TestBansRoundTrip(t *testing.T) {
 		f.check(t, "bob")
 	}
 
-	var uid, ip, edge banRow
+	var uid, ip, edge keyadmin.Ban
 	f.runJSON(t, &uid, "bans", "add", "--rule", "coupon_per_uid", "--value", "bob", "--for", "1h")
 	f.runJSON(t, &ip, "bans", "add", "--rule", "per_ip", "--value", "192.0.2.7", "--for", "10m")
 	f.runJSON(t, &edge, "bans", "add", "--domain", "edge", "--entry", "remote_address=203.0.113.9", "--for", "5m")
@@ -62,9 +63,9 @@ func TestBansRoundTrip(t *testing.T) {
 	if len(all.Bans) != 3 || all.Bans[0].Key != edge.Key || all.Bans[1].Key != ip.Key || all.Bans[2].Key != uid.Key {
 		t.Fatalf("list: %+v, want the three, soonest to end first", all)
 	}
-	for i, want := range []banRow{edge, ip, uid} {
+	for i, want := range []keyadmin.Ban{edge, ip, uid} {
 		got := all.Bans[i]
-		if got.keyNames != want.keyNames || !got.Until.Equal(want.Until) {
+		if got.KeyNames != want.KeyNames || !got.Until.Equal(want.Until) {
 			t.Errorf("list[%d] = %+v, want %+v", i, got, want)
 		}
 	}
@@ -88,7 +89,7 @@ func TestBansRoundTrip(t *testing.T) {
 	if r := f.inspect(t, "coupon_per_uid", "bob"); !r.Banned || !r.BannedUntil.Equal(uid.Until) || r.Count != 5 {
 		t.Errorf("inspect a banned key: %+v, want banned until %s, 5 counted", r, uid.Until)
 	}
-	var lift liftResult
+	var lift keyadmin.Lift
 	f.runJSON(t, &lift, "bans", "lift", "--rule", "coupon_per_uid", "--value", "bob")
 	if !lift.WasBanned || !lift.WasUntil.Equal(uid.Until) || lift.ResetWindow || lift.Key != uid.Key {
 		t.Errorf("lift: %+v", lift)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/flashgate/flashgate/internal/checkreq"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -49,11 +50,11 @@ func TestServeRLSOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("check --api rls --json: %v\n%s", err, out)
 	}
-	var res checkResult
+	var res checkreq.Result
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if !res.Allowed || res.Code != "OK" || len(res.Statuses) != 1 || res.Statuses[0] != (rlsStatus{Code: "OK", Limit: 2, Unit: "minute", Remaining: 1, ResetSeconds: 60}) {
+	if !res.Allowed || res.Code != "OK" || len(res.Statuses) != 1 || res.Statuses[0] != (checkreq.RLSStatus{Code: "OK", Limit: 2, Unit: "minute", Remaining: 1, ResetSeconds: 60}) {
 		t.Errorf("JSON answer %+v", res)
 	}
 

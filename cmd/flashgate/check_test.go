@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/flashgate/flashgate/internal/testing/authtest"
 )
 
@@ -63,10 +64,10 @@ func TestCheckJSON(t *testing.T) {
 	if err != nil {
 		t.Fatalf("check: %v", err)
 	}
-	var got []checkResult
+	var got []checkreq.Result
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		var r checkResult
+		var r checkreq.Result
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("line %q: %v", sc.Text(), err)
 		}

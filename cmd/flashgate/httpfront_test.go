@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flashgate/flashgate/internal/checkreq"
 )
 
 // TestServeHTTPFront: serve --http-authz-addr answers checks over HTTP
@@ -26,9 +28,9 @@ func TestServeHTTPFront(t *testing.T) {
 	if err != nil {
 		t.Fatalf("check --api http: %v\n%s", err, out)
 	}
-	var res []checkResult
+	var res []checkreq.Result
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r checkResult
+		var r checkreq.Result
 		if err := json.Unmarshal([]byte(l), &r); err != nil {
 			t.Fatalf("%q: %v", l, err)
 		}

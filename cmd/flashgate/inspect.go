@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/daemon/keyadmin"
 	"github.com/flashgate/flashgate/window/overrides"
-	"github.com/flashgate/flashgate/window/redisstore"
 )
 
 func newInspectCmd(e env) *cobra.Command {
@@ -45,70 +43,34 @@ comma, ...), is an error that says so, as is a missing --value.`,
 	return cmd
 }
 
-// inspectResult is what inspect prints (--json: this object).
-type inspectResult struct {
-	Rule   string `json:"rule"`
-	Domain string `json:"domain,omitempty"`
-	Key    string `json:"key"`
-	Limit  int    `json:"limit"`
-	// WindowMS is the window's length; Buckets its sub-windows (0: exact).
-	WindowMS int64 `json:"window_ms"`
-	Buckets  int   `json:"buckets,omitempty"`
-	// Count is what the next check counts before its own request.
-	Count  int       `json:"count"`
-	Oldest time.Time `json:"oldest,omitzero"`
-	Newest time.Time `json:"newest,omitzero"`
-	// AdmitsAt is when one more request fits (Now when it fits now).
-	AdmitsAt time.Time `json:"admits_at"`
-	Full     bool      `json:"full"`
-	// Banned: the fleet bans the key until BannedUntil.
-	Banned      bool      `json:"banned"`
-	BannedUntil time.Time `json:"banned_until,omitzero"`
-	// PenaltyBox is the rule's penalty box in force.
-	PenaltyBox penaltyBox `json:"penalty_box"`
-	Shadow     bool       `json:"shadow,omitempty"`
-	// Override is the rule's override in force (flashgate limits), if any.
+// inspection is what inspect prints (--json: this object): the key's
+// window and ban, and its rule's override in force (flashgate limits).
+type inspection struct {
+	keyadmin.Inspection
 	Override *overrides.Override `json:"override,omitempty"`
-	// Now is Redis's time of the reading.
-	Now time.Time `json:"now"`
-
-	lim window.Limit
-	ban window.Ban
 }
 
 func runInspect(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions) error {
-	p, t, err := openTarget(o, k, false)
+	p, err := openOps(o)
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	st, err := redisstore.Inspect(ctx, p.client, t.Key, t.Limit)
+	in, err := p.Inspect(ctx, k.ref())
 	if err != nil {
 		return err
 	}
-	until, banned, err := p.bans.Get(ctx, t.Key)
-	if err != nil {
-		return err
-	}
-	r := inspectResult{
-		Rule: t.Rule, Domain: t.Domain, Key: t.Key, Limit: t.Limit.Requests,
-		WindowMS: t.Limit.Window.Milliseconds(), Buckets: t.Limit.Buckets,
-		Count: st.Count, Oldest: st.Oldest, Newest: st.Newest, AdmitsAt: st.AdmitsAt, Full: st.Full(),
-		Banned: banned, PenaltyBox: newPenaltyBox(t.Ban), Shadow: t.Shadow, Now: st.Now, lim: t.Limit, ban: t.Ban,
-	}
-	if banned {
-		r.BannedUntil = until
-	}
-	if r.Override, err = overrideOf(ctx, p, t); err != nil {
+	r := inspection{Inspection: in}
+	if r.Override, err = overrideOf(ctx, p, in.Target); err != nil {
 		return err
 	}
 	if o.json {
 		return writeJSON(w, r)
 	}
-	return r.writeTable(w)
+	return writeInspectTable(w, &r)
 }
 
-func (r *inspectResult) writeTable(w io.Writer) error {
+func writeInspectTable(w io.Writer, r *inspection) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	rule := r.Rule
 	if r.Domain != "" {
@@ -127,12 +89,12 @@ func (r *inspectResult) writeTable(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "rule\t%s\n", rule)
 	fmt.Fprintf(tw, "key\t%s\n", r.Key)
-	fmt.Fprintf(tw, "count\t%d of %s\n", r.Count, describeLimit(r.lim))
+	fmt.Fprintf(tw, "count\t%d of %s\n", r.Count, describeLimit(r.Target.Limit))
 	fmt.Fprintf(tw, "oldest\t%s\n", stamp(r.Oldest, r.Now))
 	fmt.Fprintf(tw, "newest\t%s\n", stamp(r.Newest, r.Now))
 	fmt.Fprintf(tw, "admits\t%s\n", admits)
 	fmt.Fprintf(tw, "banned\t%s\n", banned)
-	fmt.Fprintf(tw, "penalty box\t%s\n", describeBan(r.ban))
+	fmt.Fprintf(tw, "penalty box\t%s\n", describeBan(r.Target.Ban))
 	fmt.Fprintf(tw, "override\t%s\n", describeOverride(r.Override, r.Now))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write: %w", err)

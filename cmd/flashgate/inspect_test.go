@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/flashgate/flashgate/daemon/keyadmin"
+	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -85,22 +87,22 @@ func (f *fleet) runJSON(t *testing.T, v any, args ...string) {
 }
 
 // inspect returns what inspect --json says of rule and value.
-func (f *fleet) inspect(t *testing.T, rule, value string) inspectResult {
+func (f *fleet) inspect(t *testing.T, rule, value string) keyadmin.Inspection {
 	t.Helper()
-	var r inspectResult
+	var r keyadmin.Inspection
 	f.runJSON(t, &r, "inspect", "--rule", rule, "--value", value)
 	return r
 }
 
 // check sends one check of uid and returns flashgate check's answer.
-func (f *fleet) check(t *testing.T, uid string) checkResult {
+func (f *fleet) check(t *testing.T, uid string) checkreq.Result {
 	t.Helper()
 	out, _, err := runCmd(t, context.Background(), "check", "--addr", f.grpcAddr, "--path", "/api/coupon/7",
 		"-H", "x-uid: "+uid, "--ip", "192.0.2.7", "--json")
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out)
 	}
-	var r checkResult
+	var r checkreq.Result
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("check --json: %v\n%s", err, out)
 	}
@@ -170,7 +172,7 @@ func TestInspectRLS(t *testing.T) {
 	if resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("ShouldRateLimit: %v, %v", resp, err)
 	}
-	var r inspectResult
+	var r keyadmin.Inspection
 	f.runJSON(t, &r, "inspect", "--domain", "edge", "--entry", "remote_address=203.0.113.9")
 	if r.Count != 1 || r.Limit != 2 || r.WindowMS != 60000 || r.Domain != "edge" || r.Rule != "remote_address" {
 		t.Errorf("inspect: %+v, want 1 of 2 per minute, domain edge", r)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/flashgate/flashgate/daemon"
+	"github.com/flashgate/flashgate/daemon/keyadmin"
 	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window/overrides"
@@ -77,7 +78,7 @@ func openLimits(o *opsOptions) (*limitsOps, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := redisstore.NewOverrides(p.client, p.keys, p.now)
+	s, err := redisstore.NewOverrides(p.Client(), p.Keys(), p.now)
 	if err != nil {
 		p.close()
 		return nil, err
@@ -99,7 +100,7 @@ func (p *limitsOps) resolveRule(rf *ruleFlags) (overrides.Target, overrides.Rule
 		r := cfg.Rule(rf.rule)
 		if r == nil {
 			return overrides.Target{Domain: cfg.Domain, Rule: rf.rule}, overrides.Rule{},
-				p.unknownRule(fmt.Errorf("%w %q: %s has no rule of that name", descriptors.ErrUnknownRule, rf.rule, cfg.Name))
+				p.UnknownRule(fmt.Errorf("%w %q: %s has no rule of that name", descriptors.ErrUnknownRule, rf.rule, cfg.Name))
 		}
 		return overrides.Target{Domain: cfg.Domain, Rule: r.Name}, overrides.Rule{Limit: r.Limit, Shadow: r.Shadow}, nil
 	}
@@ -421,8 +422,8 @@ func writeHistory(w io.Writer, evs []overrides.Event) error {
 }
 
 // overrideOf returns the override in force of t's rule, nil if none.
-func overrideOf(ctx context.Context, p *ops, t *target) (*overrides.Override, error) {
-	s, err := redisstore.NewOverrides(p.client, p.keys, p.now)
+func overrideOf(ctx context.Context, p *ops, t *keyadmin.Target) (*overrides.Override, error) {
+	s, err := redisstore.NewOverrides(p.Client(), p.Keys(), p.now)
 	if err != nil {
 		return nil, err
 	}

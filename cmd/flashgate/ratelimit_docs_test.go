@@ -6,41 +6,43 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/flashgate/flashgate/daemon/ratelimitenv"
 )
 
-var updateDocs = flag.Bool("update-docs", false, "rewrite docs/ratelimit.md's table of ratelimit's variables from ratelimitVars")
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/ratelimit.md's table of ratelimit's variables from ratelimitenv.Vars()")
 
 // Markers around docs/ratelimit.md's table of ratelimit's variables.
 const (
-	ratelimitTableBegin = "<!-- ratelimit env table: generated from cmd/flashgate/ratelimit_env.go by `go test ./cmd/flashgate -run TestRatelimitDocsTable -update-docs` -->\n"
+	ratelimitTableBegin = "<!-- ratelimit env table: generated from daemon/ratelimitenv by `go test ./cmd/flashgate -run TestRatelimitDocsTable -update-docs` -->\n"
 	ratelimitTableEnd   = "<!-- end of ratelimit env table -->\n"
 )
 
-// ratelimitTable renders ratelimitVars as the docs' table; a row whose
+// ratelimitTable renders ratelimitenv.Vars() as the docs' table; a row whose
 // flag this build lacks says so.
 func ratelimitTable() string {
 	fs := serveFlags()
 	var b strings.Builder
 	b.WriteString("| variable | ratelimit's default | serve flag | how, or why not honoured |\n|---|---|---|---|\n")
-	for _, r := range ratelimitVars {
+	for _, r := range ratelimitenv.Vars() {
 		def := ""
-		if r.def != "" {
-			def = "`" + r.def + "`"
+		if r.Default != "" {
+			def = "`" + r.Default + "`"
 		}
 		to := "not honoured"
-		if r.flag != "" {
-			to = "`--" + r.flag + "`"
-			if fs.Lookup(r.flag) == nil {
+		if r.Flag != "" {
+			to = "`--" + r.Flag + "`"
+			if fs.Lookup(r.Flag) == nil {
 				to += " (not honoured yet: not in this build)"
 			}
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.name, def, to, strings.ReplaceAll(r.note, "|", "\\|"))
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.Name, def, to, strings.ReplaceAll(r.Note, "|", "\\|"))
 	}
 	return b.String()
 }
 
 // TestRatelimitDocsTable: docs/ratelimit.md's table of ratelimit's
-// variables is ratelimitVars's.
+// variables is ratelimitenv.Vars()'s.
 func TestRatelimitDocsTable(t *testing.T) {
 	const path = "../../docs/ratelimit.md"
 	data, err := os.ReadFile(path)
@@ -62,5 +64,5 @@ func TestRatelimitDocsTable(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("%s's ratelimit env table differs from ratelimitVars; run with -update-docs. Want:\n%s", path, want)
+	t.Errorf("%s's ratelimit env table differs from ratelimitenv.Vars(); run with -update-docs. Want:\n%s", path, want)
 }

@@ -53,7 +53,11 @@ in-flight checks finish (up to --drain-timeout), and serve exits 0.`,
 			if err != nil {
 				return err
 			}
-			return runServe(cmd.Context(), e, c)
+			d, err := newDaemon(e, c)
+			if err != nil {
+				return err
+			}
+			return serveDaemon(cmd.Context(), d)
 		},
 	}
 	o.addFlags(cmd.Flags())
@@ -61,48 +65,22 @@ in-flight checks finish (up to --drain-timeout), and serve exits 0.`,
 	return cmd
 }
 
-// runServe builds the daemon of c and serves it until ctx ends (SIGTERM,
-// SIGINT), reloading it on SIGHUP.
-func runServe(ctx context.Context, e env, c *serveConfig) error {
-	d, err := newDaemon(e, c)
-	if err != nil {
-		return err
-	}
-	return serveDaemon(ctx, d)
-}
-
 // newDaemon builds the daemon of c, logging to e.stderr.
 func newDaemon(e env, c *serveConfig) (*daemon.Daemon, error) {
-	h, err := newLogHandler(e.stderr, c.logLevel, c.logFormat)
+	h, err := daemon.NewLogHandler(e.stderr, c.logLevel, c.logFormat)
 	if err != nil {
 		return nil, err
 	}
-	return daemon.New(c.daemonOptions(h))
+	o := c.Options
+	o.LogHandler = h
+	return daemon.New(o)
 }
 
-// serveDaemon serves d until ctx ends and calls d.Reload on every SIGHUP
-// meanwhile: the process's one handler of SIGHUP, which therefore never
-// ends it.
+// serveDaemon serves d until ctx ends, reloading it on every SIGHUP: the
+// process's one handler of SIGHUP, which therefore never ends it.
 func serveDaemon(ctx context.Context, d *daemon.Daemon) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	reloads := make(chan struct{})
-	go func() {
-		defer close(reloads)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				d.Reload()
-			}
-		}
-	}()
-	err := d.Serve(ctx)
-	stop()
-	<-reloads
-	return err
+	return d.ServeReloading(ctx, hup)
 }

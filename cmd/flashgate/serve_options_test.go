@@ -39,14 +39,14 @@ func TestServeEnvBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.backend != "redis" || o.redisTimeout != 40*time.Millisecond {
-		t.Errorf("flags did not win: backend %q, timeout %s", o.backend, o.redisTimeout)
+	if o.Backend != "redis" || o.redisTimeout != 40*time.Millisecond {
+		t.Errorf("flags did not win: backend %q, timeout %s", o.Backend, o.redisTimeout)
 	}
 	if strings.Join(o.redisAddrs, ",") != "a:1,b:2" || !o.redisTLS || o.banDuration != 0 ||
-		o.localCacheSize != 64<<20 || o.grpcAddr != "0.0.0.0:9000" || !o.shadow || o.redisAutoPipe {
+		o.LocalCacheSize != 64<<20 || o.GRPCAddr != "0.0.0.0:9000" || !o.Shadow || o.RedisAutoPipeline {
 		t.Errorf("environment not applied: %+v", o)
 	}
-	if o.httpAddr != "127.0.0.1:9192" || o.failureMode != "local" || o.keyPrefix != "fg" || o.banThreshold != 5 {
+	if o.HTTPAddr != "127.0.0.1:9192" || o.failureMode != "local" || o.keyPrefix != "fg" || o.banThreshold != 5 {
 		t.Errorf("defaults lost: %+v", o)
 	}
 }
@@ -207,8 +207,8 @@ func TestServeDeadline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.budgetMax != tc.budget || c.checkDeadline != tc.deadline || c.deadlineRaised != tc.raised {
-				t.Errorf("budget %s, deadline %s, raised %v; want %s, %s, %v", c.budgetMax, c.checkDeadline, c.deadlineRaised, tc.budget, tc.deadline, tc.raised)
+			if c.Redis.Timeout != tc.budget || c.CheckDeadline != tc.deadline || c.DeadlineRaised != tc.raised {
+				t.Errorf("budget %s, deadline %s, raised %v; want %s, %s, %v", c.Redis.Timeout, c.CheckDeadline, c.DeadlineRaised, tc.budget, tc.deadline, tc.raised)
 			}
 		})
 	}

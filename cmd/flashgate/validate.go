@@ -7,6 +7,7 @@ import (
 
 	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/descriptors"
+	"github.com/flashgate/flashgate/rls"
 	"github.com/spf13/cobra"
 )
 
@@ -77,4 +78,17 @@ func listErrors(w io.Writer, errs ...error) error {
 		}
 	}
 	return fmt.Errorf("%d errors", n)
+}
+
+// validateRLS loads a ratelimit config directory and prints it. Errors in
+// the files are *rls.ConfigError, unwrapped.
+func validateRLS(w io.Writer, dir string) error {
+	cfg, err := rls.LoadDir(dir)
+	if err != nil {
+		return err
+	}
+	if err := cfg.WriteTable(w); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
 }

@@ -3,10 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"runtime"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/flashgate/flashgate/internal/buildinfo"
 )
 
 // stampedVersion and stampedCommit are set at build time by the linker, the
@@ -21,11 +22,6 @@ var (
 	stampedCommit  string
 )
 
-// buildStamp is what the build stamped into the binary; empty fields were not.
-type buildStamp struct {
-	version, commit string
-}
-
 func newVersionCmd(e env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
@@ -33,55 +29,10 @@ func newVersionCmd(e env) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			info, _ := debug.ReadBuildInfo()
-			return writeVersion(e.stdout, buildStamp{version: stampedVersion, commit: stampedCommit}, info)
+			if _, err := io.WriteString(e.stdout, buildinfo.Line(buildinfo.Stamp{Version: stampedVersion, Commit: stampedCommit}, info)); err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+			return nil
 		},
 	}
-}
-
-// writeVersion prints one line:
-//
-//	flashgate v1.2.3 commit 0123abcd (modified) 2026-01-02T03:04:05Z go1.26.0 linux/amd64
-//
-// A stamped version or commit wins over the build info's. Without either, a
-// build outside a module version prints "devel", and one without VCS
-// stamping (-buildvcs=false, no .git) the commit "unknown". info may be nil.
-func writeVersion(w io.Writer, s buildStamp, info *debug.BuildInfo) error {
-	version, commit, modified, when := "devel", "unknown", false, ""
-	goVersion := runtime.Version()
-	if info != nil {
-		if v := info.Main.Version; v != "" && v != "(devel)" {
-			version = v
-		}
-		if info.GoVersion != "" {
-			goVersion = info.GoVersion
-		}
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			case "vcs.time":
-				when = s.Value
-			}
-		}
-	}
-	if s.version != "" {
-		version = s.version
-	}
-	if s.commit != "" {
-		commit = s.commit
-	}
-	line := fmt.Sprintf("flashgate %s commit %s", version, commit)
-	if modified {
-		line += " (modified)"
-	}
-	if when != "" {
-		line += " " + when
-	}
-	line += fmt.Sprintf(" %s %s/%s\n", goVersion, runtime.GOOS, runtime.GOARCH)
-	if _, err := io.WriteString(w, line); err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	return nil
 }

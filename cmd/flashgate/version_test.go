@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -19,41 +17,6 @@ func TestVersionCommand(t *testing.T) {
 	}
 	if !regexp.MustCompile(`^flashgate \S+ commit \S+.* go\S+ \w+/\w+\n$`).MatchString(out) {
 		t.Errorf("version = %q", out)
-	}
-}
-
-func TestWriteVersion(t *testing.T) {
-	vcs := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
-		{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}, {Key: "vcs.time", Value: "2026-01-02T03:04:05Z"},
-	}}
-	tests := map[string]struct {
-		stamp buildStamp
-		info  *debug.BuildInfo
-		want  string
-	}{
-		"no build info": {buildStamp{}, nil, "flashgate devel commit unknown go"},
-		"devel without vcs": {
-			buildStamp{}, &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}},
-			"flashgate devel commit unknown go1.26.0 ",
-		},
-		"release with vcs": {buildStamp{}, vcs, "flashgate v1.2.3 commit 0123abcd (modified) 2026-01-02T03:04:05Z go1.26.0 "},
-		"stamped, no vcs": {
-			buildStamp{version: "v2.0.0", commit: "feedc0de"}, &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}},
-			"flashgate v2.0.0 commit feedc0de go1.26.0 ",
-		},
-		"stamped wins over vcs": {buildStamp{version: "v2.0.0", commit: "feedc0de"}, vcs, "flashgate v2.0.0 commit feedc0de (modified) "},
-		"commit stamped only":   {buildStamp{commit: "feedc0de"}, nil, "flashgate devel commit feedc0de go"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			var b bytes.Buffer
-			if err := writeVersion(&b, tc.stamp, tc.info); err != nil {
-				t.Fatal(err)
-			}
-			if !strings.HasPrefix(b.String(), tc.want) {
-				t.Errorf("got %q, want prefix %q", b.String(), tc.want)
-			}
-		})
 	}
 }
 

@@ -16,6 +16,9 @@ import (
 // DefaultGuardBudget is the default memory budget of a [Guard], in bytes.
 const DefaultGuardBudget = 32 << 20
 
+// MinGuardBudget is the smallest memory budget [New] accepts, in bytes.
+const MinGuardBudget = 64 << 10
+
 // guardEntryCost approximates the bytes one cached key costs besides the key
 // itself: the entry, ristretto's item and its policy counters.
 const guardEntryCost = 160
@@ -25,7 +28,8 @@ type GuardOptions struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Budget is the memory budget in bytes for the over-limit cache and the
-	// penalty box together; 0 means DefaultGuardBudget. Minimum 64 KiB.
+	// penalty box together; 0 means DefaultGuardBudget, else at least
+	// MinGuardBudget.
 	Budget int64
 	// Ban is the penalty box of the rules that ask for one (see [RuleBan]):
 	// the fields a rule leaves zero are taken from it. A hit whose rule
@@ -97,7 +101,7 @@ func NewGuard(next window.Limiter, opts GuardOptions) (*Guard, error) {
 	if opts.Budget == 0 {
 		opts.Budget = DefaultGuardBudget
 	}
-	if opts.Budget < 64<<10 {
+	if opts.Budget < MinGuardBudget {
 		return nil, fmt.Errorf("guard: budget of %d bytes is below the minimum of 64 KiB", opts.Budget)
 	}
 	if opts.Ban.Duration < 0 || opts.Ban.Window < 0 || opts.Ban.Threshold < 0 {

@@ -60,7 +60,7 @@ type ClientConfig struct {
 	TLS bool
 	// PoolSize bounds the connections to each node: go-redis opens no more
 	// (MaxActiveConns), and pipelines (Cluster mode) share that pool instead
-	// of a dedicated one. 0 means go-redis's default of 10 per CPU.
+	// of a dedicated one. 0 means go-redis's default.
 	PoolSize int
 	// Name is the connection name (CLIENT SETNAME); empty means ClientName.
 	Name string
@@ -70,9 +70,8 @@ type ClientConfig struct {
 	// DefaultMinIdleConns, bounded by the pool size; negative means none.
 	MinIdleConns int
 	// Timeout is the budget of one round trip: it bounds reads, writes and
-	// waits for a pooled connection; dials get at least 250 ms. 0 means
-	// DefaultRedisTimeout. A context deadline, when shorter, cuts a command
-	// too.
+	// waits for a pooled connection (dials get a floor of their own). 0
+	// means DefaultRedisTimeout; a shorter context deadline cuts a command.
 	Timeout time.Duration
 	// Restarts, if not nil, is told when a new connection finds Redis
 	// restarted or failed over, and that connection fails with
@@ -80,6 +79,20 @@ type ClientConfig struct {
 	// INFO server once. Standalone and Sentinel only; on a Cluster, whose
 	// masters each have a run id of their own, it is not used.
 	Restarts RestartListener
+}
+
+// ModeInUse is the mode a client of cfg runs in: Mode, else the one the
+// other fields imply.
+func (cfg ClientConfig) ModeInUse() string {
+	switch {
+	case cfg.Mode != "":
+		return cfg.Mode
+	case cfg.MasterName != "":
+		return ModeSentinel
+	case len(cfg.Addrs) == 1:
+		return ModeStandalone
+	}
+	return ModeCluster
 }
 
 // NewClient validates cfg and returns a go-redis client for it: a
@@ -102,17 +115,7 @@ func NewClient(cfg ClientConfig) (redis.UniversalClient, error) {
 			return nil, errors.New("redis client: an address is empty")
 		}
 	}
-	mode := cfg.Mode
-	if mode == "" {
-		switch {
-		case cfg.MasterName != "":
-			mode = ModeSentinel
-		case len(cfg.Addrs) == 1:
-			mode = ModeStandalone
-		default:
-			mode = ModeCluster
-		}
-	}
+	mode := cfg.ModeInUse()
 	switch mode {
 	case ModeStandalone:
 		if len(cfg.Addrs) != 1 {

@@ -1,4 +1,4 @@
-package main
+package rls
 
 import (
 	"fmt"
@@ -7,13 +7,13 @@ import (
 	"text/tabwriter"
 
 	"github.com/flashgate/flashgate/enforce"
-	"github.com/flashgate/flashgate/rls"
 )
 
-// writeRLSTable prints a ratelimit config's domains and rules (validate).
-func writeRLSTable(w io.Writer, cfg *rls.Config) error {
+// WriteTable prints c's domains and rules for people (`flashgate
+// validate`), one table per domain; it returns the first write error.
+func (c *Config) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for _, d := range cfg.Domains() {
+	for _, d := range c.Domains() {
 		fmt.Fprintf(tw, "domain %s (%s)\n", d.Name, d.File)
 		fmt.Fprintln(tw, "  rule\tlimit\twindow\toptions")
 		for _, r := range d.Rules() {
@@ -58,17 +58,4 @@ func writeRLSTable(w io.Writer, cfg *rls.Config) error {
 		}
 	}
 	return tw.Flush()
-}
-
-// validateRLS loads a ratelimit config directory and prints it. Errors in
-// the files are *rls.ConfigError, unwrapped.
-func validateRLS(w io.Writer, dir string) error {
-	cfg, err := rls.LoadDir(dir)
-	if err != nil {
-		return err
-	}
-	if err := writeRLSTable(w, cfg); err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	return nil
 }

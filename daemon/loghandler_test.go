@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"log/slog"
@@ -10,7 +10,7 @@ import (
 
 func TestLogDurationsAsStrings(t *testing.T) {
 	var buf logtest.Buffer
-	h, err := newLogHandler(&buf, "info", "json")
+	h, err := NewLogHandler(&buf, "info", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
