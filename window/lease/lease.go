@@ -12,30 +12,6 @@ import (
 	"github.com/flashgate/flashgate/window/redisstore"
 )
 
-// Bounds of a rule's lease length.
-const (
-	// MinFor is the shortest lease.
-	MinFor = time.Millisecond
-	// MaxFor is the longest lease: below the fallback's settle after an
-	// outage, so that every lease of a Redis that came back empty has ended
-	// before the new one grants (docs/design.md).
-	MaxFor = time.Second
-)
-
-// CheckFor reports whether d is a lease length a rule may ask for with
-// window w: MinFor to MaxFor, and no longer than the window.
-func CheckFor(d, w time.Duration) error {
-	switch {
-	case d < MinFor || d > MaxFor:
-		return fmt.Errorf("lease for %s: must be between %s and %s", d, MinFor, MaxFor)
-	case d > w:
-		return fmt.Errorf("lease for %s: must be no longer than the window, %s", d, w)
-	case d%time.Microsecond != 0:
-		return fmt.Errorf("lease for %s: must be a whole number of microseconds", d)
-	}
-	return nil
-}
-
 // RuleLease is what a Holder reads of a hit's Tag: the lease length its
 // rule asks for, 0 for none. A front-end's rule implements it.
 type RuleLease interface {
