@@ -112,6 +112,7 @@ type held struct {
 	start         time.Time // the reserving call's first send
 	deadline      time.Time // closed to admissions from then
 	closed        bool
+	returned      bool // its unused slots were sent back, or are in a reservation's call
 	timer         *time.Timer
 }
 
@@ -143,8 +144,12 @@ func (h *Holder) Close() {
 	h.mu.Unlock()
 	for _, ks := range states {
 		ks.mu.Lock()
-		if l := ks.cur; l != nil && !l.closed {
-			h.closeLocked(l, true)
+		if l := ks.cur; l != nil && !l.returned {
+			if !l.closed {
+				h.closeLocked(l)
+			}
+			l.returned = true
+			h.sendBack(l)
 		}
 		ks.mu.Unlock()
 	}
@@ -368,10 +373,14 @@ func (h *Holder) take(ctx context.Context, hit *window.Hit, st *window.HitState)
 // unused slots go back in the same call.
 func (h *Holder) reserve(ctx context.Context, ks *keyState, hit *window.Hit, dur time.Duration, cost int) error {
 	var back *held
-	if l := ks.cur; l != nil && !l.closed {
-		if h.closeLocked(l, false) > 0 {
+	if l := ks.cur; l != nil && !l.returned {
+		if !l.closed {
+			h.closeLocked(l)
+		}
+		if l.granted > l.used {
 			back = l
 		}
+		l.returned = true
 	}
 	n, known := h.size()
 	if !known {
@@ -398,7 +407,10 @@ func (h *Holder) reserve(ctx context.Context, ks *keyState, hit *window.Hit, dur
 	ks.refill = ch
 	ks.mu.Unlock()
 
-	call := redisstore.LeaseCall{Key: hit.Key, Limit: hit.Limit, For: dur, ID: h.store.LeaseID(), Want: want}
+	// A grant of less than half the batch wanted is not worth a call: the
+	// check waits (denied) until that much fits, rather than every sidecar
+	// of a full window calling for each slot that frees.
+	call := redisstore.LeaseCall{Key: hit.Key, Limit: hit.Limit, For: dur, ID: h.store.LeaseID(), Want: want, Least: max(cost, want/2)}
 	if back != nil {
 		call.BackID, call.BackFrom, call.BackTo = back.id, back.used+1, back.granted
 	}
@@ -439,31 +451,26 @@ func (h *Holder) reserve(ctx context.Context, ks *keyState, hit *window.Hit, dur
 	return nil
 }
 
-// closeLocked closes l to admissions (its key's mu held), sizes the key's
-// next lease from l's use, and returns its unused slots: sent back at once
-// when send, else left to the caller's next reservation. It returns the
-// unused slots' count.
-func (h *Holder) closeLocked(l *held, send bool) int {
+// closeLocked closes l to admissions (its key's mu held) and sizes the
+// key's next lease from l's use; its unused slots go back with the key's
+// next reservation or by sendBack.
+func (h *Holder) closeLocked(l *held) {
 	l.closed = true
 	h.stats.held.Add(-1)
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	unused := l.granted - l.used
-	if unused <= 0 && h.now().Sub(l.start) < l.dur {
+	if l.granted-l.used <= 0 && h.now().Sub(l.start) < l.dur {
 		// Spent before its end: ask for twice as much.
 		l.ks.want = 2 * l.granted
 	} else {
 		// Ended with slots left: about what it admitted.
 		l.ks.want = max(l.used+l.used/4+1, 1)
 	}
-	if unused > 0 && send {
-		h.sendBack(l)
-	}
-	return unused
 }
 
-// sendBack returns l's unused slots in the background (nil: nothing).
+// sendBack returns l's unused slots in the background (nil: nothing); the
+// caller has marked l returned, under its key's mu.
 func (h *Holder) sendBack(l *held) {
 	if l == nil || l.granted <= l.used {
 		return
@@ -486,18 +493,32 @@ const maxIdleKeys = 1 << 16
 // leaves them to age out (stricter).
 const returnTimeout = time.Second
 
-// expire closes l at its deadline if it is still ks's lease, returns its
-// unused slots and sizes the key's next lease; a key whose lease went
-// unused is forgotten.
+// expire closes l at its deadline if it is still open. Its unused slots
+// go back with the key's next reservation if one comes within another
+// lease's length (a busy key: one call instead of two), else on their own
+// then (giveBack).
 func (h *Holder) expire(ks *keyState, l *held) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	if l.closed {
 		return
 	}
-	h.closeLocked(l, true)
+	h.closeLocked(l)
+	time.AfterFunc(l.dur, func() { h.giveBack(ks, l) })
+}
+
+// giveBack sends back l's unused slots unless a reservation took them, and
+// forgets a key whose lease went unused (so that an idle process holds
+// nothing and remembers little).
+func (h *Holder) giveBack(ks *keyState, l *held) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if !l.returned {
+		l.returned = true
+		h.sendBack(l)
+	}
 	if (l.used == 0 || len(h.keys) > maxIdleKeys) && ks.cur == l && ks.refill == nil {
 		ks.dead = true
 		if h.keys[l.key] == ks {

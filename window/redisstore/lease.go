@@ -28,8 +28,10 @@ type LeaseCall struct {
 	// ID names the lease: its slots are ID#1 … ID#n. From [Redis.LeaseID];
 	// the same on a retry of the call, which then grants nothing twice.
 	ID string
-	// Want is how many slots to reserve; 0 only returns Back's.
-	Want int
+	// Want is how many slots to reserve; 0 only returns Back's. Least is
+	// the fewest worth a grant (1 to Want, 0 means 1): with less room than
+	// that the call grants nothing and RetryAfter says when Least fit.
+	Want, Least int
 	// Back returns the slots BackID#BackFrom … BackID#BackTo of an
 	// earlier, closed lease on Key; BackID "" returns none.
 	BackID           string
@@ -42,8 +44,8 @@ type Grant struct {
 	Slots int
 	// Count is the key's entries after the call, the slots included.
 	Count int
-	// RetryAfter, when Slots is 0 and Want was not, is how long until one
-	// more entry fits the window.
+	// RetryAfter, when Slots is 0 and Want was not, is how long until
+	// Least more entries fit the window.
 	RetryAfter time.Duration
 	// Returned is how many of Back's slots were still in the key.
 	Returned int
@@ -71,7 +73,7 @@ func (r *Redis) Lease(ctx context.Context, c LeaseCall) (Grant, error) {
 		return Grant{}, errors.New("redis lease: empty key or lease id")
 	case c.Limit.Buckets > 0:
 		return Grant{}, fmt.Errorf("redis lease: %s: a lease needs an exact window", c.Limit)
-	case c.Want < 0 || c.Want > c.Limit.Requests || c.For <= 0 || c.BackFrom < 0 || c.BackTo > window.MaxRequests:
+	case c.Want < 0 || c.Want > c.Limit.Requests || c.Least < 0 || c.Least > max(c.Want, 1) || c.For <= 0 || c.BackFrom < 0 || c.BackTo > window.MaxRequests:
 		return Grant{}, fmt.Errorf("redis lease: want %d of %s for %s: out of range", c.Want, c.Limit, c.For)
 	}
 	if err := c.Limit.Validate(); err != nil {
@@ -87,7 +89,7 @@ func (r *Redis) Lease(ctx context.Context, c LeaseCall) (Grant, error) {
 	}
 	res, err := r.lease.eval(ctx, r.client, []string{c.Key}, []any{
 		c.ID, c.Want, c.Limit.Requests, c.Limit.Window.Microseconds(), c.For.Microseconds(), now,
-		c.BackID, from, to,
+		c.BackID, from, to, max(c.Least, 1),
 	})
 	if err != nil {
 		return Grant{}, fmt.Errorf("redis lease: %w", classified(err))

@@ -3,13 +3,14 @@
 --   KEYS[1]: the key, an exact log (one entry per admission, see redis.lua).
 --   ARGV: lease id; want (slots to reserve, 0 to only return); limit; window (µs); lease (µs);
 --         now in µs as a decimal string, or "" for Redis TIME; back id, back from, back to: the
---         slots back..'#'..from … back..'#'..to of an earlier lease to return ("" for none).
+--         slots back..'#'..from … back..'#'..to of an earlier lease to return ("" for none); least,
+--         the fewest slots worth a grant (1 to want).
 -- Reply: now (µs, a decimal string); granted; the key's count after the call; when nothing was
---   granted, µs until one more entry fits (at least 1), else 0; the slots returned.
+--   granted, µs until least more entries fit (at least 1), else 0; the slots returned.
 --
 -- Returns first: a returned slot's member is removed (ZREM), which a retry repeats harmlessly.
 -- Then the grant: entries at or before now - window leave, and granted = min(want, limit - count)
--- slots are added as id..'#1' … id..'#granted', each scored at now + lease, the latest instant the
+-- slots, none when that is below least, are added as id..'#1' … id..'#granted', each scored at now + lease, the latest instant the
 -- sidecar may use it (docs/design.md, "Leased admissions"). A retried call that finds id..'#1'
 -- answers what the earlier attempt granted and adds nothing. The key lives at least lease + window
 -- from now, so that every slot stays until it leaves the window; its lifetime only grows.
@@ -27,6 +28,7 @@ local nows = string.format('%d', now)
 
 local returned = 0
 local back, from, to = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local least = math.max(tonumber(ARGV[10]) or 1, 1)
 if back ~= '' then
   local ms = {}
   for j = from, to do
@@ -54,6 +56,9 @@ if redis.call('ZSCORE', key, id .. '#1') then
   end
 else
   granted = math.max(math.min(want, limit - card), 0)
+  if granted < least then
+    granted = 0
+  end
   local ends = string.format('%d', now + lease)
   local args = { 'NX' }
   for j = 1, granted do
@@ -70,8 +75,9 @@ else
 end
 local wait = 0
 if granted == 0 then
-  if card >= limit then
-    local at = redis.call('ZRANGE', key, card - limit, card - limit, 'WITHSCORES')
+  local i = card - limit + least - 1 -- the entry whose leaving makes room for least
+  if i >= 0 and i < card then
+    local at = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
     wait = math.max(tonumber(at[2]) + window - now, 1)
   else
     wait = window

@@ -146,3 +146,23 @@ func TestLeaseRedisClockStep(t *testing.T) {
 		t.Fatalf("after a step of %s: %d slots, want the 3 scored within the step of leaving", step, g.Slots)
 	}
 }
+
+// TestLeaseLeastGrant: with less room than Least nothing is granted, and
+// the retry-after is when Least entries fit.
+func TestLeaseLeastGrant(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New()
+	r, _ := newLeaseStore(t, clk)
+	lease := func(want, least int) Grant {
+		return mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: r.LeaseID(), Want: want, Least: least})
+	}
+	lease(6, 6) // scored t0 + 50ms
+	clk.Advance(100 * time.Millisecond)
+	lease(2, 2) // scored t0 + 150ms: 8 of 10
+	if g := lease(4, 3); g.Slots != 0 || g.RetryAfter != leaseLimit.Window+testLease-100*time.Millisecond {
+		t.Fatalf("room for 2, least 3: %+v; want nothing until the first lease's slots leave", g)
+	}
+	if g := lease(4, 2); g.Slots != 2 {
+		t.Fatalf("room for 2, least 2: %d slots, want 2", g.Slots)
+	}
+}
