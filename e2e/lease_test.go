@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,4 +78,36 @@ func TestLeasedFleetPerUser(t *testing.T) {
 		}
 	}
 	leaseFigures(t, procs, len(all))
+}
+
+// TestLeasedFleetSidecarKilled: one sidecar SIGKILLed mid-run, holding a
+// lease: its unused slots are never used and still count, so no window
+// holds more than the limit.
+func TestLeasedFleetSidecarKilled(t *testing.T) {
+	rs := redistest.Start(t)
+	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleasekill", "--config", "testdata/lease.yaml")
+	var killed atomic.Bool
+	runFleetAsking(t, procs, 3*time.Second, leaseLimit, func(i int, p *proc) answer {
+		if i == 0 && killed.Load() {
+			time.Sleep(10 * time.Millisecond) // its callers idle rather than spin on a dead socket
+			return answer{Err: errors.New("killed"), Sent: time.Now()}
+		}
+		return p.Check(claim(""))
+	}, func() {
+		killed.Store(true)
+		procs[0].kill()
+	})
+}
+
+// TestLeasedFleetSidecarPaused: one sidecar stopped (SIGSTOP) for 200 ms,
+// longer than its lease: when it resumes, its lease has ended, and the
+// checks it decides then are not admitted from it.
+func TestLeasedFleetSidecarPaused(t *testing.T) {
+	rs := redistest.Start(t)
+	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleasepause", "--config", "testdata/lease.yaml")
+	runFleetAsking(t, procs, 3*time.Second, leaseLimit, func(_ int, p *proc) answer { return p.Check(claim("")) }, func() {
+		procs[0].Signal(syscall.SIGSTOP)
+		time.Sleep(200 * time.Millisecond)
+		procs[0].Signal(syscall.SIGCONT)
+	})
 }
