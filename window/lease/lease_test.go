@@ -293,3 +293,51 @@ func poll(d time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// TestHolderSkewedLoad: one sidecar takes most of the checks, two others a
+// trickle: the busy one's leases stay within its fair share, so the quiet
+// ones still get leases, and no window holds more than the limit.
+func TestHolderSkewedLoad(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	lim := window.Limit{Requests: 30, Window: 300 * time.Millisecond}
+	const fleet = 3
+	opts := Options{Size: func() (int, bool) { return fleet, true }}
+	busy := newSidecar(t, rs.Addr(), opts)
+	quiet := []*sidecar{newSidecar(t, rs.Addr(), opts), newSidecar(t, rs.Addr(), opts)}
+	hit := func() []window.Hit { return []window.Hit{leasedHit("fg:{s}:global", lim, 20*time.Millisecond)} }
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		all     []span
+		trickle [2]int
+	)
+	end := time.Now().Add(1500 * time.Millisecond)
+	for i, q := range quiet {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				from := time.Now()
+				d, err := q.h.Decide(context.Background(), hit())
+				if err == nil && d.Allowed {
+					mu.Lock()
+					all, trickle[i] = append(all, span{from, time.Now()}), trickle[i]+1
+					mu.Unlock()
+				}
+				time.Sleep(15 * time.Millisecond)
+			}
+		})
+	}
+	hot := hammer([]*sidecar{busy}, 8, time.Until(end), hit)
+	wg.Wait()
+	all = append(all, hot...)
+	checkInvariant(t, "skewed load", all, lim.Requests, lim.Window)
+	if n := busy.store.largest.Load(); n > int64(lim.Requests/fleet) {
+		t.Errorf("the busy sidecar took a lease of %d slots, over the fair share %d", n, lim.Requests/fleet)
+	}
+	for i, q := range quiet {
+		if q.h.Stats().Leases == 0 || trickle[i] == 0 {
+			t.Errorf("quiet sidecar %d: %d leases, %d admissions: starved", i, q.h.Stats().Leases, trickle[i])
+		}
+	}
+	t.Logf("%d admitted in 1.5s (limit %d per %s), the quiet ones %v", len(all), lim.Requests, lim.Window, trickle)
+}
