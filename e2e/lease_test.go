@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -139,5 +141,49 @@ func TestLeasedFleetRedisRestarted(t *testing.T) {
 	})
 	if now := leaseAdmissions(procs); now <= after {
 		t.Errorf("no admission from a lease in the last 1.5 s after Redis returned (%v before, %v after)", after, now)
+	}
+}
+
+// TestLeasedFleetReloadLowersLimit: the leased rule's limit is reloaded
+// from 300 to 150 mid-run (a ConfigMap swap every sidecar watches). No
+// window holds more than the old limit, and once every sidecar has the new
+// rule (plus a margin for the checks already being decided) no window holds
+// more than the new one: the leases granted under the old limit are
+// revoked at the next check.
+func TestLeasedFleetReloadLowersLimit(t *testing.T) {
+	rs := redistest.Start(t)
+	old := fixture(t, "lease.yaml")
+	lower := []byte(strings.Replace(string(old), "requests: 300", "requests: 150", 1))
+	cm := newConfigMap(t, old)
+	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleasereload", "--config", cm.Path())
+	limitOf := func(p *proc) int {
+		n, err := strconv.Atoi(p.Check(claim("")).Headers()["x-ratelimit-limit"])
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+	var applied time.Time
+	adm := runFleetAsking(t, procs, 4*time.Second, leaseLimit, func(_ int, p *proc) answer { return p.Check(claim("")) }, func() {
+		since := time.Now()
+		cm.Update(lower)
+		for _, p := range procs {
+			if _, ok := untilApplied(since, func() bool { return limitOf(p) == 150 }); !ok {
+				t.Errorf("a sidecar never applied the lower limit")
+			}
+		}
+		applied = time.Now()
+	})
+	const margin = 300 * time.Millisecond // checks mapped under the old rule still being decided
+	var later []answer
+	for _, a := range adm.snapshot() {
+		if a.Sent.After(applied.Add(margin)) {
+			later = append(later, a)
+		}
+	}
+	n := provablyWithin(later, time.Second)
+	t.Logf("after the reload applied: %d admissions, the most in one window %d", len(later), n)
+	if n > 150 {
+		t.Errorf("%d admissions within one window after every sidecar applied the limit of 150", n)
 	}
 }
