@@ -187,3 +187,23 @@ func TestLeasedFleetReloadLowersLimit(t *testing.T) {
 		t.Errorf("%d admissions within one window after every sidecar applied the limit of 150", n)
 	}
 }
+
+// TestLeasedFleetSlowLink: one sidecar's Redis link delays every reply by
+// 50 ms, as long as a lease: its reservations come back too late to use
+// (or past its budget), so its checks take failure mode local at its
+// share; a slot Redis granted it anyway is never used and only makes the
+// window stricter. No window holds more than the limit plus that share.
+func TestLeasedFleetSlowLink(t *testing.T) {
+	rs := redistest.Start(t)
+	px := startProxy(t, rs.Addr())
+	const prefix = "e2eleaseslow"
+	procs := startFleet(t, leaseSidecars-1, rs.Addr(), prefix, "--config", "testdata/lease.yaml")
+	procs = append(procs, startFleet(t, 1, px.Addr(), prefix, "--config", "testdata/lease.yaml")...)
+	waitFleetSize(t, procs, leaseSidecars, 10*time.Second)
+	px.SetDelay(50 * time.Millisecond)
+	share := (leaseLimit + leaseSidecars - 1) / leaseSidecars
+	runFleetAsking(t, procs, 3*time.Second, leaseLimit+share, func(_ int, p *proc) answer { return p.Check(claim("")) }, nil)
+	m := procs[len(procs)-1].Metrics()
+	t.Logf("the slow sidecar: %v admissions from leases, %v by failure mode local", m.Value("flashgate_lease_admissions_total"),
+		m.Value("flashgate_failure_mode_decisions_total", "mode", "local"))
+}
