@@ -20,6 +20,12 @@ const (
 	leaseSidecars = 4
 )
 
+// leasesDecide are the flags of the tests that hold the leases alone to the
+// limit: a generous budget and failure mode deny, so that a reservation
+// late on a loaded machine is refused rather than admitted by the local
+// fallback (whose bounds guarantees.md states and the fault tests hold).
+var leasesDecide = []string{"--redis-timeout", "1s", "--failure-mode", "deny"}
+
 // claim is a request for the leased claim path, with x-uid: uid if not "".
 func claim(uid string) req {
 	r := req{Path: "/api/claim", IP: "10.7.7.7"}
@@ -51,7 +57,7 @@ func leaseFigures(t *testing.T, procs []*proc, admitted int) {
 // 3 s: no window provably holds more than the limit.
 func TestLeasedFleetExact(t *testing.T) {
 	rs := redistest.Start(t)
-	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2elease", "--config", "testdata/lease.yaml")
+	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2elease", append(leasesDecide, "--config", "testdata/lease.yaml")...)
 	all := runFleetAsking(t, procs, 3*time.Second, leaseLimit, func(_ int, p *proc) answer { return p.Check(claim("")) }, nil).snapshot()
 	leaseFigures(t, procs, len(all))
 }
@@ -60,7 +66,7 @@ func TestLeasedFleetExact(t *testing.T) {
 // and a per-user rule on the same request: neither limit is passed.
 func TestLeasedFleetPerUser(t *testing.T) {
 	rs := redistest.Start(t)
-	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleaseuser", "--config", "testdata/lease.yaml")
+	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleaseuser", append(leasesDecide, "--config", "testdata/lease.yaml")...)
 	const users = 200
 	var mu sync.Mutex
 	byUser := map[string][]answer{}
@@ -87,7 +93,7 @@ func TestLeasedFleetPerUser(t *testing.T) {
 // holds more than the limit.
 func TestLeasedFleetSidecarKilled(t *testing.T) {
 	rs := redistest.Start(t)
-	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleasekill", "--config", "testdata/lease.yaml")
+	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleasekill", append(leasesDecide, "--config", "testdata/lease.yaml")...)
 	var killed atomic.Bool
 	runFleetAsking(t, procs, 3*time.Second, leaseLimit, func(i int, p *proc) answer {
 		if i == 0 && killed.Load() {
@@ -106,7 +112,7 @@ func TestLeasedFleetSidecarKilled(t *testing.T) {
 // checks it decides then are not admitted from it.
 func TestLeasedFleetSidecarPaused(t *testing.T) {
 	rs := redistest.Start(t)
-	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleasepause", "--config", "testdata/lease.yaml")
+	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleasepause", append(leasesDecide, "--config", "testdata/lease.yaml")...)
 	runFleetAsking(t, procs, 3*time.Second, leaseLimit, func(_ int, p *proc) answer { return p.Check(claim("")) }, func() {
 		procs[0].Signal(syscall.SIGSTOP)
 		time.Sleep(200 * time.Millisecond)
@@ -155,7 +161,7 @@ func TestLeasedFleetReloadLowersLimit(t *testing.T) {
 	old := fixture(t, "lease.yaml")
 	lower := []byte(strings.Replace(string(old), "requests: 300", "requests: 150", 1))
 	cm := newConfigMap(t, old)
-	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleasereload", "--config", cm.Path())
+	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleasereload", append(leasesDecide, "--config", cm.Path())...)
 	limitOf := func(p *proc) int {
 		n, err := strconv.Atoi(p.Check(claim("")).Headers()["x-ratelimit-limit"])
 		if err != nil {
