@@ -16,6 +16,7 @@ import (
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
 	"github.com/flashgate/flashgate/window/guard"
+	"github.com/flashgate/flashgate/window/lease"
 	"github.com/flashgate/flashgate/window/memory"
 	"github.com/flashgate/flashgate/window/redisstore"
 )
@@ -36,6 +37,7 @@ type backend struct {
 	bans     *fleetBans      // the fleet-wide bans; nil for memory
 	// overrides are the fleet's overrides (flashgate limits); nil for memory
 	overrides *fleetOverrides
+	leases    *lease.Holder // leased rules' admissions; nil for memory
 	// fleetSize returns N for the fallback (fixed or discovered).
 	fleetSize func() int
 	describe  string
@@ -219,7 +221,32 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		// check's connection error instead.)
 		restarts.set(b.fallback)
 	}
-	return b.fallback.Watch(stack), nil
+	return b.leased(b.fallback.Watch(stack))
+}
+
+// leased wraps the Redis stack in the lease holder: a leased rule's hits
+// are admitted from reserved batches, its reservations held off as the
+// fallback and the breaker hold the checks off.
+func (b *backend) leased(next window.Limiter) (window.Limiter, error) {
+	size := func() (int, bool) { return b.fleetSize(), true }
+	if b.fleet != nil {
+		size = b.fleet.Size
+	}
+	h, err := lease.New(next, lease.Options{
+		Store: b.redis, Size: size, Timeout: b.budget.Current,
+		Gate: func(hits []window.Hit) error {
+			if b.breaker != nil && b.breaker.Open() {
+				return window.ErrBreakerOpen
+			}
+			return b.fallback.Gate(hits)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease holder: %w", err)
+	}
+	b.leases = h
+	b.onClose(h.Close) // its returns end before the store closes
+	return h, nil
 }
 
 // restartRelay passes a restart a client finds on to the part built after
@@ -344,6 +371,9 @@ func (b *backend) collectors() []prometheus.Collector {
 	}
 	if b.overrides != nil {
 		cs = append(cs, b.overrides.collectors()...)
+	}
+	if b.leases != nil {
+		cs = append(cs, leaseCollectors(b.leases)...)
 	}
 	if b.breaker != nil {
 		cs = append(cs,

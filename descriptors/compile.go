@@ -273,7 +273,7 @@ func (p *cfgParser) descriptors(n ast.Node, path []Match, inh inherited, depth i
 	return nil
 }
 
-var descriptorKeys = []string{"key", "value", "name", "rate_limit", "shadow_mode", "failure_mode", "local_share", "ban", "on_missing", "descriptors"}
+var descriptorKeys = []string{"key", "value", "name", "rate_limit", "shadow_mode", "failure_mode", "local_share", "ban", "on_missing", "lease", "descriptors"}
 
 func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth int) error {
 	fs, err := p.fields(n, "a descriptor", descriptorKeys...)
@@ -323,8 +323,12 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 	if nf != nil && rl == nil {
 		p.note(p.errf(nf.keyN, "name is set on a descriptor without rate_limit"))
 	}
+	lf := get("lease")
+	if lf != nil && rl == nil {
+		p.note(p.errf(lf.keyN, "lease is set on a descriptor without rate_limit"))
+	}
 	if rl != nil {
-		p.note(p.rule(n, kf, nf, rl, path, inh, matched))
+		p.note(p.rule(n, kf, nf, rl, lf, path, inh, matched))
 	}
 	if nested != nil {
 		if err := p.descriptors(nested.value, path, inh, depth+1); err != nil {
@@ -420,13 +424,25 @@ func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 // into a Rule at path, and adds it to the config if matched (the
 // descriptor's key and value are valid). Every error it finds is added to
 // the file's errors.
-func (p *cfgParser) rule(n ast.Node, kf, nf, rl *field, path []Match, inh inherited, matched bool) error {
+func (p *cfgParser) rule(n ast.Node, kf, nf, rl, lf *field, path []Match, inh inherited, matched bool) error {
 	limit, auto, limitErr := p.rateLimit(rl.value)
 	p.note(limitErr)
+	var lease time.Duration
+	if lf != nil && limitErr == nil {
+		if auto {
+			// A leased window is an exact log (the reserving script's).
+			limit.Buckets, auto = 0, false
+		}
+		var err error
+		if lease, err = p.lease(lf.value, limit); p.note(err) {
+			limitErr = errReported
+		}
+	}
 	line, col := nodePos(n)
 	r := &Rule{
 		Limit: limit, AutoBuckets: auto, Match: path, Shadow: inh.shadow, FailureMode: inh.failure,
 		LocalShare: inh.localShare, OnMissing: inh.onMissing, Ban: inh.ban, Line: line, Column: col,
+		Lease: lease,
 	}
 	var at ast.Node = n
 	if kf != nil {
@@ -717,6 +733,25 @@ func (p *cfgParser) ban(n ast.Node) (*window.Ban, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// lease reads a rule's lease: {for: D} for limit.
+func (p *cfgParser) lease(n ast.Node, limit window.Limit) (time.Duration, error) {
+	fs, err := p.fields(n, "lease", "for")
+	if err != nil {
+		return 0, err
+	}
+	if len(fs) == 0 {
+		return 0, p.missing(n, "lease needs for (lease: {for: 50ms})")
+	}
+	d, err := p.duration(fs[0].value, "lease for")
+	if err != nil {
+		return 0, err
+	}
+	if err := enforce.CheckLease(d, limit); err != nil {
+		return 0, p.fieldErr(n, map[string]ast.Node{"for": fs[0].value}, err)
+	}
+	return d, nil
+}
 
 // fieldErr places err, from one of enforce's checks of block n whose
 // fields' nodes are at, at the field it names; an error about the block as

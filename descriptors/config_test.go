@@ -47,6 +47,8 @@ func TestConfigErrors(t *testing.T) {
 		"exact_with_buckets":      "4:70: buckets is set with algorithm: exact; omit one of them",
 		"empty_value":             "4:12: value is empty: omit value to limit per request value",
 		"key_reused_in_path":      `6:14: descriptor key "path" is already used by an enclosing descriptor`,
+		"lease_too_long":          "6:18: lease for 2s must be between 1ms and 1s, in whole microseconds",
+		"lease_bucketed":          "6:12: a lease needs an exact window: 2000/1s in 60 buckets is bucketed (set algorithm: exact)",
 		"local_share_not_number":  "4:18: local_share must be a whole number, not a string",
 		"local_share_over_limit":  `5:18: local_share 3 is more than the 2 requests per window of rule "coupon_per_ip"`,
 		"local_share_too_large":   "4:18: local_share must be between 1 and 1000000, not 2000000 (omit it to share the limit evenly among the live sidecars)",
@@ -63,7 +65,7 @@ func TestConfigErrors(t *testing.T) {
 		"too_many_requests":       "4:28: requests must be at most 1000000 per window, not 2000000",
 		"two_documents":           "6:1: the file holds more than one YAML document; keep one",
 		"undeclared_key":          `3:10: descriptor key "uid" has no source: declare it under sources (for example uid: {request_headers: {header_name: x-uid}})`,
-		"unknown_key":             `4:5: unknown key "rate_limt" in a descriptor; known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors`,
+		"unknown_key":             `4:5: unknown key "rate_limt" in a descriptor; known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, lease, descriptors`,
 		"unknown_source":          `3:9: unknown source "cookie"; known sources: request_headers, remote_address, request_path, request_method, authority, context_extension`,
 		"unknown_top_key":         `2:1: unknown key "descriptor" in the descriptors file; known keys: domain, sources, client_ip, path_case, descriptors`,
 		"unused_source":           `4:3: source "devcie" is not used by any descriptor`,
@@ -165,13 +167,37 @@ func TestLocalShare(t *testing.T) {
 	}
 }
 
+// TestLease: lease: {for: D} on a rule; a large limit that would be
+// bucketed by its size stays an exact log when leased; a rule without it
+// has none.
+func TestLease(t *testing.T) {
+	b, err := os.ReadFile("testdata/lease.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := parse(t, string(b))
+	want := map[string]time.Duration{"claims": 50 * time.Millisecond, "big": 20 * time.Millisecond, "per_ip": 0}
+	for _, r := range cfg.Rules {
+		if r.LeaseFor() != want[r.Name] {
+			t.Errorf("rule %s: lease %s, want %s", r.Name, r.LeaseFor(), want[r.Name])
+		}
+		if r.Lease > 0 && r.Limit.Buckets != 0 {
+			t.Errorf("rule %s: leased on %s, want an exact log", r.Name, r.Limit)
+		}
+	}
+	var tb strings.Builder
+	if err := cfg.WriteTable(&tb); err != nil || !strings.Contains(tb.String(), "lease=50ms") {
+		t.Errorf("table (error %v) lacks lease=50ms:\n%s", err, tb.String())
+	}
+}
+
 // TestEveryConfigError: a file with several mistakes reports every one at
 // its position, in file order (two unknown keys of one descriptor, every
 // field of one descriptor, and a bad key or value with the rest of its
 // descriptor included), each bad descriptor left out without hiding its
 // siblings; past MaxErrors the list ends with how many more there are.
 func TestEveryConfigError(t *testing.T) {
-	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors"
+	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, lease, descriptors"
 	var overTwenty []string
 	for i := range MaxErrors {
 		overTwenty = append(overTwenty, fmt.Sprintf(":%d:28: requests must be at least 1, not 0", 5+3*i))

@@ -36,6 +36,7 @@
 //	        on_missing: skip           # skip | deny
 //	        local_share: 2             # per-sidecar admissions while Redis is down; default ceil(requests / fleet size)
 //	        ban: {threshold: 5, window: 10s, duration: 5m}   # asks for a penalty box; {} takes serve's --ban-* flags
+//	        lease: {for: 50ms}         # leased admissions (window/lease); this rule only, not inherited
 //
 // shadow_mode, failure_mode, on_missing, local_share and ban are inherited by nested
 // descriptors unless they set their own. A rule without ban is never banned;

@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/internal/configfile"
@@ -200,6 +201,9 @@ type Rule struct {
 	// Ban is the penalty box the rule asks for (ban:), its zero fields
 	// taken from the server's; nil: the rule's keys are never banned.
 	Ban *window.Ban
+	// Lease (lease: {for: D}) is how long a sidecar may admit from a batch
+	// of the rule's admissions reserved in one call; 0, the default: none.
+	Lease time.Duration
 	// Line and Column locate the descriptor in the file.
 	Line, Column int
 
@@ -218,6 +222,10 @@ func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
 // FallbackShare returns the rule's local_share, 0 for the fleet's share: a
 // hit tagged with r carries it to the Fallback (fallback.RuleShare).
 func (r *Rule) FallbackShare() int { return r.LocalShare }
+
+// LeaseFor returns the rule's lease length, 0 for none: a hit tagged with
+// r carries it to the lease holder (lease.RuleLease).
+func (r *Rule) LeaseFor() time.Duration { return r.Lease }
 
 // ClientIP says how the client IP (remote_address) is found.
 type ClientIP struct {

@@ -71,6 +71,9 @@ func (c *Config) WriteTable(w io.Writer) error {
 		if r.Ban != nil {
 			opts = append(opts, "ban="+banText(*r.Ban))
 		}
+		if r.Lease > 0 {
+			opts = append(opts, "lease="+r.Lease.String())
+		}
 		if len(opts) == 0 {
 			opts = []string{"-"}
 		}

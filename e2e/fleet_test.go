@@ -129,9 +129,16 @@ func fleetSizes(procs []*proc) []int {
 // fails if some span held more than bound admissions.
 func runFleet(t *testing.T, procs []*proc, d time.Duration, bound int, during func()) *admissions {
 	t.Helper()
+	uid := freshUID("fleet")
+	return runFleetAsking(t, procs, d, bound, func(_ int, p *proc) answer { return p.Check(coupon(uid, "10.9.9.9")) }, during)
+}
+
+// runFleetAsking is runFleet with the check each caller of sidecar i sends.
+func runFleetAsking(t *testing.T, procs []*proc, d time.Duration, bound int, ask func(i int, p *proc) answer, during func()) *admissions {
+	t.Helper()
 	adm := &admissions{}
 	stop := make(chan struct{})
-	wait, nDenied := hammer(procs, freshUID("fleet"), adm, stop)
+	wait, nDenied, nFailed := hammerWith(procs, adm, stop, ask)
 	if during != nil {
 		time.Sleep(1500 * time.Millisecond)
 		during()
@@ -143,7 +150,7 @@ func runFleet(t *testing.T, procs []*proc, d time.Duration, bound int, during fu
 	wait()
 	all := adm.snapshot()
 	n := provablyWithin(all, fleetWindow)
-	t.Logf("%d admissions, %d denials over %s; the most in one window: %d", len(all), nDenied.Load(), d, n)
+	t.Logf("%d admissions, %d denials, %d failures over %s; the most in one window: %d", len(all), nDenied.Load(), nFailed.Load(), d, n)
 	if n > bound {
 		logAdmissions(t, all)
 		t.Errorf("%d admissions certainly within one window of %s: want at most %d", n, fleetWindow, bound)

@@ -162,3 +162,27 @@ func CheckBan(b BanFields) (*window.Ban, error) {
 	}
 	return &ban, nil
 }
+
+// Bounds of a rule's lease (lease: {for: D}).
+const (
+	// MinLease is the shortest lease.
+	MinLease = time.Millisecond
+	// MaxLease is the longest: below the fallback's settle after an outage,
+	// so that every lease a Redis that came back empty forgot has ended
+	// before it grants again (docs/design.md, "Leased admissions").
+	MaxLease = time.Second
+)
+
+// CheckLease checks a rule's lease length d for its limit: MinLease to
+// MaxLease, no longer than the window, on an exact window.
+func CheckLease(d time.Duration, limit window.Limit) error {
+	switch {
+	case d < MinLease || d > MaxLease || d%time.Microsecond != 0:
+		return fieldErr("for", "lease for %s must be between %s and %s, in whole microseconds", d, MinLease, MaxLease)
+	case d > limit.Window:
+		return fieldErr("for", "lease for %s is longer than the window, %s", d, limit.Window)
+	case limit.Buckets > 0:
+		return fieldErr("", "a lease needs an exact window: %s is bucketed (set algorithm: exact)", limit)
+	}
+	return nil
+}

@@ -25,10 +25,12 @@ const (
 func (l Label) String() string { return Decisions[l] }
 
 // TagRule is what the limiter stack reads of a hit's rule through its Tag:
-// its penalty box (guard.RuleBan) and its local share (fallback.RuleShare).
+// its penalty box (guard.RuleBan), its local share (fallback.RuleShare)
+// and its lease (lease.RuleLease).
 type TagRule interface {
 	PenaltyBox() *window.Ban
 	FallbackShare() int
+	LeaseFor() time.Duration
 }
 
 // HitTag is a hit's Tag as a front-end sets it for [Front.Decide]: the
@@ -50,6 +52,9 @@ func (t *HitTag) PenaltyBox() *window.Ban { return t.Rule.PenaltyBox() }
 
 // FallbackShare returns the hit's rule's local share (fallback.RuleShare).
 func (t *HitTag) FallbackShare() int { return t.Rule.FallbackShare() }
+
+// LeaseFor returns the hit's rule's lease length (lease.RuleLease).
+func (t *HitTag) LeaseFor() time.Duration { return t.Rule.LeaseFor() }
 
 // ReportHit implements window.HitReporter.
 func (t *HitTag) ReportHit(r window.HitReport) { t.Report = r }

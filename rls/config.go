@@ -122,6 +122,9 @@ type Rule struct {
 	FailureMode enforce.FailureMode
 	LocalShare  int
 	Ban         *window.Ban
+	// Lease (lease: {for: D}, flashgate's) is how long a sidecar may admit
+	// from a batch of the rule's admissions reserved in one call; 0: none.
+	Lease time.Duration
 	// DetailedMetric and ValueToMetric are accepted for compatibility;
 	// flashgate's metric labels never carry request values, so they change
 	// nothing.
@@ -148,6 +151,10 @@ func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
 // FallbackShare returns the rule's local_share, 0 for the fleet's share: a
 // hit tagged with r carries it to the Fallback (fallback.RuleShare).
 func (r *Rule) FallbackShare() int { return r.LocalShare }
+
+// LeaseFor returns the rule's lease length, 0 for none: a hit tagged with
+// r carries it to the lease holder (lease.RuleLease).
+func (r *Rule) LeaseFor() time.Duration { return r.Lease }
 
 // Label is what metrics call the rule: its name, else its path.
 func (r *Rule) Label() string {

@@ -18,7 +18,7 @@ import (
 // rate_limit, and a bad descriptor without hiding its siblings or its
 // nested ones; past MaxErrors the list ends with how many more there are.
 func TestEveryError(t *testing.T) {
-	descFields := "known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, failure_mode, local_share, ban"
+	descFields := "known fields: key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold, quota_mode, metadata, failure_mode, local_share, ban, lease"
 	rlFields := "known fields: unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, requests, window, algorithm, buckets"
 	fortnight := `: invalid rate limit unit "fortnight": want second, minute, hour, day or week`
 	var overTwenty []string

@@ -178,9 +178,13 @@ type (
 		// dynamic metadata: any YAML, accepted and ignored.
 		Metadata any `yaml:"metadata"`
 		// flashgate's additions
-		FailureMode *string  `yaml:"failure_mode"`
-		LocalShare  *int64   `yaml:"local_share"`
-		Ban         *yamlBan `yaml:"ban"`
+		FailureMode *string    `yaml:"failure_mode"`
+		LocalShare  *int64     `yaml:"local_share"`
+		Ban         *yamlBan   `yaml:"ban"`
+		Lease       *yamlLease `yaml:"lease"`
+	}
+	yamlLease struct {
+		For *string `yaml:"for"`
 	}
 	yamlBan struct {
 		Threshold *int64  `yaml:"threshold"`
@@ -590,6 +594,8 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 	p.note(err)
 	if y.RateLimit != nil {
 		p.note(p.placeRule(d, child, here, path, y, inh))
+	} else if y.Lease != nil {
+		p.note(p.errAt(here+".lease", "lease is set on a descriptor without rate_limit"))
 	}
 	return p.descriptors(d, child, here+".descriptors", path, y.Descriptors, depth+1, inh)
 }
@@ -608,6 +614,11 @@ func (p fileParser) placeRule(d *Domain, child *node, here, path string, y *yaml
 		// Where local_share is written: on this descriptor or inherited.
 		if err := enforce.CheckShareFits(r.LocalShare, int(r.RequestsPerUnit), r.Label()); err != nil {
 			return p.errAt(inh.localShareAt, "%s", err)
+		}
+	}
+	if y.Lease != nil && !r.Unlimited {
+		if err := p.lease(here+".lease", y.Lease, r); err != nil {
+			return err
 		}
 	}
 	if !r.Unlimited {
@@ -669,6 +680,26 @@ func (p fileParser) ban(at string, y *yamlBan) (*window.Ban, error) {
 		return nil, p.fieldErr(at, err)
 	}
 	return ban, nil
+}
+
+// lease reads rule r's lease block at path at; a leased window is an
+// exact log, so a limit its size would bucket stays exact.
+func (p fileParser) lease(at string, y *yamlLease, r *Rule) error {
+	if y.For == nil {
+		return p.errAt(at, "lease needs for (lease: {for: 50ms})")
+	}
+	d, err := time.ParseDuration(*y.For)
+	if err != nil {
+		return p.errAt(at+".for", "lease for %q is not a duration such as 50ms", *y.For)
+	}
+	if r.AutoBuckets {
+		r.Buckets, r.AutoBuckets = 0, false
+	}
+	if err := enforce.CheckLease(d, window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window, Buckets: r.Buckets}); err != nil {
+		return p.fieldErr(at, err)
+	}
+	r.Lease = d
+	return nil
 }
 
 // banDuration parses ban field s at path at, nil when absent.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/flashgate/flashgate/window"
 )
@@ -103,21 +104,23 @@ func TestConfigErrors(t *testing.T) {
 		"non_map_list":            `^testdata/bad/non_map_list\.yaml:3:5: `,
 		"negative_requests":       `^testdata/bad/negative_requests\.yaml:4:51: cannot unmarshal -1`,
 		// flashgate's additions
-		"mixed_forms":             `^testdata/bad/mixed_forms\.yaml:4:5: rate_limit mixes \{requests, window\} with \{unit, requests_per_unit\}`,
-		"subsecond_window":        `^testdata/bad/subsecond_window\.yaml:4:31: window "1500ms": in a ratelimit config, a whole number of seconds`,
-		"window_without_requests": `^testdata/bad/window_without_requests\.yaml:4:5: rate_limit needs requests$`,
-		"bad_failure_mode":        `^testdata/bad/bad_failure_mode\.yaml:4:5: failure_mode "open" must be local, allow or deny$`,
-		"local_share_above_limit": `^testdata/bad/local_share_above_limit\.yaml:4:5: local_share 5 is more than the 2 requests per window of rule "a"$`,
-		"zero_local_share":        `^testdata/bad/zero_local_share\.yaml:4:5: local_share must be between 1 and 1000000, not 0 \(omit it`,
-		"ban_too_long":            `^testdata/bad/ban_too_long\.yaml:4:38: ban duration 8761h0m0s is longer than the maximum of 8760h0m0s \(one year\)$`,
-		"ban_negative_duration":   `^testdata/bad/ban_negative_duration\.yaml:4:38: ban duration -5m0s must not be negative$`,
-		"ban_zero_window":         `^testdata/bad/ban_zero_window\.yaml:4:25: ban window must be positive, not 0s$`,
-		"ban_threshold_too_large": `^testdata/bad/ban_threshold_too_large\.yaml:4:11: ban threshold must be at most 2147483647, not 3000000000$`,
-		"bad_algorithm":           `^testdata/bad/bad_algorithm\.yaml:4:52: algorithm "fixed" must be auto, exact or buckets$`,
-		"zero_buckets":            `^testdata/bad/zero_buckets\.yaml:4:52: buckets must be between 1 and 1000, not 0`,
-		"exact_with_buckets":      `^testdata/bad/exact_with_buckets\.yaml:4:61: buckets is set with algorithm: exact; omit one of them$`,
-		"empty_algorithm":         `^testdata/bad/empty_algorithm\.yaml:4:43: algorithm "" must be auto, exact or buckets$`,
-		"zero_requests":           `^testdata/bad/zero_requests\.yaml:4:18: requests must be at least 1, not 0$`,
+		"mixed_forms":              `^testdata/bad/mixed_forms\.yaml:4:5: rate_limit mixes \{requests, window\} with \{unit, requests_per_unit\}`,
+		"subsecond_window":         `^testdata/bad/subsecond_window\.yaml:4:31: window "1500ms": in a ratelimit config, a whole number of seconds`,
+		"window_without_requests":  `^testdata/bad/window_without_requests\.yaml:4:5: rate_limit needs requests$`,
+		"bad_failure_mode":         `^testdata/bad/bad_failure_mode\.yaml:4:5: failure_mode "open" must be local, allow or deny$`,
+		"local_share_above_limit":  `^testdata/bad/local_share_above_limit\.yaml:4:5: local_share 5 is more than the 2 requests per window of rule "a"$`,
+		"zero_local_share":         `^testdata/bad/zero_local_share\.yaml:4:5: local_share must be between 1 and 1000000, not 0 \(omit it`,
+		"ban_too_long":             `^testdata/bad/ban_too_long\.yaml:4:38: ban duration 8761h0m0s is longer than the maximum of 8760h0m0s \(one year\)$`,
+		"ban_negative_duration":    `^testdata/bad/ban_negative_duration\.yaml:4:38: ban duration -5m0s must not be negative$`,
+		"ban_zero_window":          `^testdata/bad/ban_zero_window\.yaml:4:25: ban window must be positive, not 0s$`,
+		"ban_threshold_too_large":  `^testdata/bad/ban_threshold_too_large\.yaml:4:11: ban threshold must be at most 2147483647, not 3000000000$`,
+		"lease_too_long":           `^testdata/bad/lease_too_long\.yaml:4:13: lease for 2s must be between 1ms and 1s`,
+		"lease_without_rate_limit": `^testdata/bad/lease_without_rate_limit\.yaml:4:5: lease is set on a descriptor without rate_limit$`,
+		"bad_algorithm":            `^testdata/bad/bad_algorithm\.yaml:4:52: algorithm "fixed" must be auto, exact or buckets$`,
+		"zero_buckets":             `^testdata/bad/zero_buckets\.yaml:4:52: buckets must be between 1 and 1000, not 0`,
+		"exact_with_buckets":       `^testdata/bad/exact_with_buckets\.yaml:4:61: buckets is set with algorithm: exact; omit one of them$`,
+		"empty_algorithm":          `^testdata/bad/empty_algorithm\.yaml:4:43: algorithm "" must be auto, exact or buckets$`,
+		"zero_requests":            `^testdata/bad/zero_requests\.yaml:4:18: requests must be at least 1, not 0$`,
 		// ext_authz's own keys: Envoy sends the descriptors
 		"sources": `^testdata/bad/sources\.yaml:2:1: unknown field "sources"`,
 		// a key YAML reads as a number is reported, not skipped
@@ -189,6 +192,31 @@ func TestFlashgateAdditions(t *testing.T) {
 	for k, w := range want {
 		if got[k] != w {
 			t.Errorf("rule %s: %s, want %s", k, got[k], w)
+		}
+	}
+}
+
+// TestLease: lease: {for: D} on a ratelimit descriptor; a limit its size
+// would bucket stays an exact log when leased.
+func TestLease(t *testing.T) {
+	cfg, err := ParseFiles([]File{{Name: "lease.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: claim
+    lease: {for: 50ms}
+    rate_limit: {unit: second, requests_per_unit: 50000}
+  - key: other
+    rate_limit: {unit: second, requests_per_unit: 5}
+`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Duration{"claim": 50 * time.Millisecond, "other": 0}
+	for _, r := range cfg.Domain("d").Rules() {
+		if r.LeaseFor() != want[r.Path] {
+			t.Errorf("rule %s: lease %s, want %s", r.Path, r.LeaseFor(), want[r.Path])
+		}
+		if r.Lease > 0 && r.Buckets != 0 {
+			t.Errorf("rule %s: leased on %d buckets, want an exact log", r.Path, r.Buckets)
 		}
 	}
 }

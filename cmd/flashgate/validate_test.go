@@ -74,7 +74,7 @@ func TestValidate(t *testing.T) {
 // many more, and exits 1 counting them all; with both formats, the errors
 // of both.
 func TestValidateEveryError(t *testing.T) {
-	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, descriptors"
+	known := "known keys: key, value, name, rate_limit, shadow_mode, failure_mode, local_share, ban, on_missing, lease, descriptors"
 	const three, over = "testdata/bad_three.yaml", "testdata/bad_over_twenty.yaml"
 	var overLines strings.Builder
 	for i := range 20 {

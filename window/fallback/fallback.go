@@ -293,6 +293,17 @@ func (f *Fallback) Restarted() {
 	f.wb.poke()
 }
 
+// Gate returns [ErrRestoring] when a call for hits must not reach the
+// store now (an outage, its settle, their keys' admissions not yet written
+// back), as Watch's limiter would: for a caller that reaches the store
+// another way (a lease's reservation). Nil without Options.WriteBack.
+func (f *Fallback) Gate(hits []window.Hit) error {
+	if f.wb == nil || !f.wb.gated() {
+		return nil
+	}
+	return f.wb.gate(hits)
+}
+
 // Watch returns next with every successful decision observed by f: the
 // layer of the stack that seeds the fallback (Guard(f.Watch(Breaker(…)))).
 // With Options.WriteBack it also holds calls off next (returning

@@ -98,6 +98,7 @@ type Redis struct {
 	client  Client
 	script  *script          // the decision's (redis.lua)
 	restore *script          // the write-back's (restoreLua)
+	lease   *script          // the leases' (lease.lua)
 	perKey  bool             // one script per key, pipelined (Cluster, Ring)
 	local   bool             // ClockLocal: now is passed to the script
 	now     func() time.Time // the local clock
@@ -146,6 +147,7 @@ func newRedis(client Client, opts Options, adjust func(*pipelineTuning)) (*Redis
 		client:  client,
 		script:  newScript(slidingLua),
 		restore: newScript(restoreLua),
+		lease:   newScript(leaseLua),
 		local:   opts.Clock == ClockLocal,
 		now:     opts.Now,
 	}

@@ -1,0 +1,168 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/redistest"
+	"github.com/flashgate/flashgate/window/testclock"
+)
+
+// newLeaseStore returns a store on a fresh redis-server whose clock is
+// clk (ClockLocal), so that a test moves the script's now, and its client.
+func newLeaseStore(t *testing.T, clk *testclock.Clock) (*Redis, redis.UniversalClient) {
+	t.Helper()
+	rs := redistest.Start(t)
+	c := newTestClient(t, ClientConfig{Addrs: []string{rs.Addr()}})
+	r, err := New(c, Options{Clock: ClockLocal, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r, c
+}
+
+func mustLease(t *testing.T, r *Redis, c LeaseCall) Grant {
+	t.Helper()
+	g, err := r.Lease(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Lease(want %d): %v", c.Want, err)
+	}
+	return g
+}
+
+const testLease = 50 * time.Millisecond
+
+var leaseLimit = window.Limit{Requests: 10, Window: time.Second}
+
+// TestLeaseGrantsWithinLimit: grants never take the key past its limit,
+// count with plain admissions, are scored at the lease's end and keep the
+// key alive until they leave the window.
+func TestLeaseGrantsWithinLimit(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New()
+	r, c := newLeaseStore(t, clk)
+	ctx := context.Background()
+	for i, want := range []int{4, 4, 2, 0} {
+		g := mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: r.LeaseID(), Want: 4})
+		if g.Slots != want {
+			t.Fatalf("grant %d: %d slots, want %d", i, g.Slots, want)
+		}
+		if want == 0 && g.RetryAfter != leaseLimit.Window+testLease {
+			t.Fatalf("full: retry after %s, want the window plus the lease", g.RetryAfter)
+		}
+	}
+	zs, err := c.ZRangeWithScores(ctx, "lk", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := float64(clk.Now().Add(testLease).UnixMicro())
+	for _, z := range zs {
+		if z.Score != end {
+			t.Fatalf("slot %q scored %f, want the lease's end %f", z.Member, z.Score, end)
+		}
+	}
+	if ttl := c.PTTL(ctx, "lk").Val(); ttl < leaseLimit.Window+testLease-10*time.Millisecond {
+		t.Fatalf("key lives %s: shorter than the window plus the lease", ttl)
+	}
+	d, err := r.Decide(ctx, []window.Hit{{Key: "lk", Limit: leaseLimit}})
+	if err != nil || d.Allowed {
+		t.Fatalf("a plain check on a key full of slots: %+v, %v; want denied", d, err)
+	}
+}
+
+// TestLeaseSlotsCountUntilTheLeaseEndLeaves: a slot reserved at t counts
+// until t + lease + window, not t + window.
+func TestLeaseSlotsCountUntilTheLeaseEndLeaves(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New()
+	r, _ := newLeaseStore(t, clk)
+	if g := mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: r.LeaseID(), Want: 10}); g.Slots != 10 {
+		t.Fatalf("first grant: %d", g.Slots)
+	}
+	clk.Advance(leaseLimit.Window)
+	g := mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: r.LeaseID(), Want: 1})
+	if g.Slots != 0 || g.RetryAfter != testLease {
+		t.Fatalf("a window later: %+v; want nothing, retry after the lease", g)
+	}
+	clk.Advance(testLease)
+	if g := mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: r.LeaseID(), Want: 10}); g.Slots != 10 {
+		t.Fatalf("a window after the lease's end: %d slots, want 10", g.Slots)
+	}
+}
+
+// TestLeaseReturnsAreIdempotent: unused slots go back once; returning
+// them again, or retrying a grant, counts nothing twice.
+func TestLeaseReturnsAreIdempotent(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New()
+	r, c := newLeaseStore(t, clk)
+	id := r.LeaseID()
+	first := mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: id, Want: 6})
+	again := mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: id, Want: 6})
+	if first.Slots != 6 || again.Slots != 6 || again.Count != 6 {
+		t.Fatalf("grant %+v then its retry %+v: want 6 slots once", first, again)
+	}
+	// Slots 3 to 6 were not used.
+	back := LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, BackID: id, BackFrom: 3, BackTo: 6}
+	for i, want := range []int{4, 0} {
+		g := mustLease(t, r, back)
+		if g.Returned != want || g.Count != 2 {
+			t.Fatalf("return %d: %+v; want %d returned, 2 left", i, g, want)
+		}
+	}
+	if n := c.ZCard(context.Background(), "lk").Val(); n != 2 {
+		t.Fatalf("key holds %d entries, want the 2 used slots", n)
+	}
+	if g := mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: r.LeaseID(), Want: 10}); g.Slots != 8 {
+		t.Fatalf("after the return: %d slots, want 8", g.Slots)
+	}
+}
+
+// TestLeaseRedisClockStep: a forward step of Redis's clock by δ forgets
+// only the entries scored within δ of leaving the window: the bound of
+// docs/design.md, L plus those.
+func TestLeaseRedisClockStep(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New()
+	r, _ := newLeaseStore(t, clk)
+	lease := func(want int) Grant {
+		return mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: r.LeaseID(), Want: want})
+	}
+	lease(3) // scored t0 + 50ms
+	clk.Advance(100 * time.Millisecond)
+	lease(7) // scored t0 + 150ms
+	clk.Advance(leaseLimit.Window - 100*time.Millisecond)
+	if g := lease(10); g.Slots != 0 {
+		t.Fatalf("a window after the first lease, before its end left: %d slots", g.Slots)
+	}
+	const step = 60 * time.Millisecond // the first lease's entries are within it of leaving; not the second's
+	clk.Advance(step)
+	if g := lease(10); g.Slots != 3 {
+		t.Fatalf("after a step of %s: %d slots, want the 3 scored within the step of leaving", step, g.Slots)
+	}
+}
+
+// TestLeaseLeastGrant: with less room than Least nothing is granted, and
+// the retry-after is when Least entries fit.
+func TestLeaseLeastGrant(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New()
+	r, _ := newLeaseStore(t, clk)
+	lease := func(want, least int) Grant {
+		return mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: r.LeaseID(), Want: want, Least: least})
+	}
+	lease(6, 6) // scored t0 + 50ms
+	clk.Advance(100 * time.Millisecond)
+	lease(2, 2) // scored t0 + 150ms: 8 of 10
+	if g := lease(4, 3); g.Slots != 0 || g.RetryAfter != leaseLimit.Window+testLease-100*time.Millisecond {
+		t.Fatalf("room for 2, least 3: %+v; want nothing until the first lease's slots leave", g)
+	}
+	if g := lease(4, 2); g.Slots != 2 {
+		t.Fatalf("room for 2, least 2: %d slots, want 2", g.Slots)
+	}
+}
