@@ -12,10 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/daemon/keyadmin"
 	"github.com/flashgate/flashgate/descriptors"
-	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window/overrides"
 	"github.com/flashgate/flashgate/window/redisstore"
 )
@@ -78,7 +76,7 @@ func openLimits(o *opsOptions) (*limitsOps, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := redisstore.NewOverrides(p.Client(), p.Keys(), p.now)
+	s, err := p.Overrides(p.now)
 	if err != nil {
 		p.close()
 		return nil, err
@@ -86,45 +84,9 @@ func openLimits(o *opsOptions) (*limitsOps, error) {
 	return &limitsOps{ops: p, store: s}, nil
 }
 
-// resolveRule finds the rule rf names in serve's rules: its target and its
-// limit and mode as the file has them. An unknown rule is refused.
+// resolveRule finds the rule rf names (see keyadmin.Admin.OverrideTarget).
 func (p *limitsOps) resolveRule(rf *ruleFlags) (overrides.Target, overrides.Rule, error) {
-	if rf.rule == "" {
-		return overrides.Target{}, overrides.Rule{}, errors.New("--rule is missing: name a rule of the descriptors file (flashgate validate lists them), or with --domain a rule of the ratelimit config")
-	}
-	if rf.domain == "" {
-		cfg, err := daemon.LoadRules(p.opts.config)
-		if err != nil {
-			return overrides.Target{}, overrides.Rule{}, err
-		}
-		r := cfg.Rule(rf.rule)
-		if r == nil {
-			return overrides.Target{Domain: cfg.Domain, Rule: rf.rule}, overrides.Rule{},
-				p.UnknownRule(fmt.Errorf("%w %q: %s has no rule of that name", descriptors.ErrUnknownRule, rf.rule, cfg.Name))
-		}
-		return overrides.Target{Domain: cfg.Domain, Rule: r.Name}, overrides.Rule{Limit: r.Limit, Shadow: r.Shadow}, nil
-	}
-	if p.opts.rlsConfig == "" {
-		return overrides.Target{}, overrides.Rule{}, errors.New("--domain needs --rls-config, serve's ratelimit config directory")
-	}
-	cfg, err := rls.LoadDir(p.opts.rlsConfig)
-	if err != nil {
-		return overrides.Target{}, overrides.Rule{}, err
-	}
-	d := cfg.Domain(rf.domain)
-	if d == nil {
-		return overrides.Target{}, overrides.Rule{}, fmt.Errorf("%w %q: the ratelimit config has no such domain", rls.ErrUnknownDomain, rf.domain)
-	}
-	for _, r := range d.Rules() {
-		if r.Path == rf.rule || r.Name != "" && r.Name == rf.rule {
-			if r.Unlimited {
-				return overrides.Target{}, overrides.Rule{}, fmt.Errorf("rule %s of domain %s is unlimited: it counts nothing to override", rf.rule, rf.domain)
-			}
-			return overrides.Target{Domain: d.Name, Rule: r.Label()}, overrides.Rule{Limit: r.WindowLimit(), Shadow: r.Shadow}, nil
-		}
-	}
-	return overrides.Target{Domain: d.Name, Rule: rf.rule}, overrides.Rule{},
-		fmt.Errorf("%w %q: domain %s has no rule of that name or descriptor path", descriptors.ErrUnknownRule, rf.rule, rf.domain)
+	return p.OverrideTarget(rf.rule, rf.domain)
 }
 
 // overrideRow is one override, as the limits commands print it (--json:
@@ -423,19 +385,7 @@ func writeHistory(w io.Writer, evs []overrides.Event) error {
 
 // overrideOf returns the override in force of t's rule, nil if none.
 func overrideOf(ctx context.Context, p *ops, t *keyadmin.Target) (*overrides.Override, error) {
-	s, err := redisstore.NewOverrides(p.Client(), p.Keys(), p.now)
-	if err != nil {
-		return nil, err
-	}
-	domain := t.Domain
-	if domain == "" {
-		cfg, err := daemon.LoadRules(p.opts.config)
-		if err != nil {
-			return nil, err
-		}
-		domain = cfg.Domain
-	}
-	return s.Get(ctx, overrides.Target{Domain: domain, Rule: t.Rule})
+	return p.Override(ctx, t, p.now)
 }
 
 // describeOverride is inspect's override line.
