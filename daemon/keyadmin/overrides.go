@@ -55,6 +55,9 @@ func (a *Admin) OverrideTarget(rule, domain string) (overrides.Target, overrides
 			if r.Unlimited {
 				return overrides.Target{}, overrides.Rule{}, fmt.Errorf("rule %s of domain %s is unlimited: it counts nothing to override", rule, domain)
 			}
+			if r.WindowLimit().Requests <= 0 {
+				return overrides.Target{}, overrides.Rule{}, fmt.Errorf("rule %s of domain %s allows 0 requests: it refuses every request without counting, which an override does not change", rule, domain)
+			}
 			return overrides.Target{Domain: d.Name, Rule: r.Label()}, overrides.Rule{Limit: r.WindowLimit(), Shadow: r.Shadow}, nil
 		}
 	}

@@ -85,9 +85,10 @@
 //     new outage, and a run id other than the one seen last (the store
 //     restarted, unseen by any call) begins the settle anew. With
 //     Options.SharedSettle the fleet ends its settle at one moment, the
-//     latest end any sidecar proposed as it found the store back; in the
-//     settle's last 100 ms nothing is admitted locally, so that what the
-//     fleet admitted is in the store when it turns to it; and
+//     latest end any sidecar proposed as it found the store back (on the
+//     store's clock); in the settle's last 100 ms nothing is admitted
+//     locally, so that what the fleet admitted is in the store when it
+//     turns to it (given write-back rounds shorter than that); and
 //     Options.OnReturn closes a breaker below Watch as the settle begins.
 //   - Unseen: a process none of whose calls reached the store during the
 //     outage (all refused above Watch, or none made) learns of it from

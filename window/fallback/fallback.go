@@ -50,11 +50,12 @@ type Options struct {
 	SharedSettle SettleStore
 }
 
-// SettleStore agrees the end of the fleet's settle after an outage.
-// SettleEnd proposes until (the zero time only reads) and returns the
-// latest end proposed for the settle under way, or the zero time if none.
+// SettleStore agrees the end of the fleet's settle after an outage, on
+// the store's clock, so that sidecars' clocks need not agree. SettleEnd
+// proposes an end d from the store's now (0 only reads) and returns how
+// far from now the latest end proposed lies, 0 if none or past.
 type SettleStore interface {
-	SettleEnd(ctx context.Context, until time.Time) (time.Time, error)
+	SettleEnd(ctx context.Context, d time.Duration) (time.Duration, error)
 }
 
 // Restorer writes local admissions back into the shared windows, each at

@@ -81,6 +81,7 @@ type writeBack struct {
 
 	keys        atomic.Int64           // keys in shards
 	settleUntil atomic.Int64           // UnixNano: every call takes its failure mode until then; 0 for none
+	settleBegan atomic.Int64           // UnixNano: when the settle under way began
 	runID       atomic.Pointer[string] // the store's run id as the last round found it
 	down        atomic.Uint64          // the outage under way (its number), or 0: Redis failed and no round since answered; every call is held off
 	outages     atomic.Uint64          // the outages so far: the next one's number less one
@@ -335,43 +336,56 @@ func (w *writeBack) markDown() bool {
 // settleIfDown begins the settle if outage (a number markDown gave, or 0
 // for none) is still the one under way: Redis answered a round that began
 // during it. An answer to a round that began before cannot end a later
-// outage.
+// outage. The settle is in place before the outage ends, so that no call
+// passes the gate in between.
 func (w *writeBack) settleIfDown(outage uint64) {
-	if outage != 0 && w.down.CompareAndSwap(outage, 0) {
-		w.beginSettle()
+	if outage == 0 || w.down.Load() != outage {
+		return
+	}
+	w.startSettle()
+	if w.down.CompareAndSwap(outage, 0) {
+		w.noteReturn()
 	}
 }
 
-// beginSettle notes a return of the store and begins the settle, at the
-// end the fleet agrees (see agree).
-func (w *writeBack) beginSettle() {
+// startSettle begins the settle now, on this sidecar's clock.
+func (w *writeBack) startSettle() {
+	if w.settle <= 0 {
+		return
+	}
+	now := w.now()
+	w.settleBegan.Store(now.UnixNano())
+	w.settleUntil.Store(now.Add(w.settle).UnixNano())
+}
+
+// noteReturn notes a return of the store once the settle is in place: the
+// breaker below is told, and the fleet's end agreed (see agree).
+func (w *writeBack) noteReturn() {
 	w.returns.Add(1)
 	if w.onReturn != nil {
 		w.onReturn()
 	}
-	if w.settle <= 0 {
-		return
+	if w.settle > 0 {
+		w.agree(w.settle)
 	}
-	until := w.now().Add(w.settle)
-	w.settleUntil.Store(until.UnixNano())
-	w.agree(until)
 }
 
-// agree proposes until (the zero time only reads) as the end of the fleet's
-// settle and, while this sidecar settles, takes the fleet's end if later,
-// up to 2 × Settle from now. A failed call changes nothing: the round's
-// next call meets the failure.
-func (w *writeBack) agree(until time.Time) {
+// agree proposes an end d from now (0 only reads) as the end of the
+// fleet's settle and, while this sidecar settles, takes the fleet's end if
+// later, up to 2 × Settle from the settle's beginning. The end is agreed on
+// the store's clock and taken as a span from this sidecar's now. A failed
+// call changes nothing: the round's next call meets the failure.
+func (w *writeBack) agree(d time.Duration) {
 	if w.settles == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.timeout)
 	defer cancel()
-	end, err := w.settles.SettleEnd(ctx, until)
-	if err != nil || end.IsZero() {
+	rem, err := w.settles.SettleEnd(ctx, d)
+	if err != nil || rem <= 0 {
 		return
 	}
-	e := min(end.UnixNano(), w.now().Add(2*w.settle).UnixNano())
+	e := min(w.now().Add(rem).UnixNano(), w.settleBegan.Load()+int64(2*w.settle))
 	for {
 		cur := w.settleUntil.Load()
 		if cur == 0 || e <= cur || w.settleUntil.CompareAndSwap(cur, e) {
@@ -500,11 +514,12 @@ func (w *writeBack) returned(outage uint64, id string) {
 	}
 	if id != "" {
 		if prev := w.runID.Swap(&id); prev != nil && *prev != id {
-			w.beginSettle()
+			w.startSettle()
+			w.noteReturn()
 			return
 		}
 	}
-	w.agree(time.Time{}) // a later return elsewhere in the fleet moves the end
+	w.agree(0) // a later return elsewhere in the fleet moves the end
 }
 
 // writeAll writes every remembered admission still in its window back, in

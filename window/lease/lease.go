@@ -292,6 +292,10 @@ func (lateError) Error() string {
 }
 func (lateError) Kind() window.ErrKind { return window.KindTimeout }
 
+// errHeld is reserve's answer while grants are held after an outage: the
+// check is denied (see take).
+var errHeld = errors.New("lease holder: grants held after an outage")
+
 // errNoFleet fails a check while the fleet's size is unknown.
 var errNoFleet = noFleetError{}
 
@@ -362,6 +366,14 @@ func (h *Holder) take(ctx context.Context, hit *window.Hit, st *window.HitState)
 		}
 		reserved++
 		if err := h.reserve(ctx, ks, hit, dur, cost); err != nil {
+			if errors.Is(err, errHeld) {
+				// No grant while leases of before an outage may still be
+				// in use, and no local admission beside the fleet's
+				// grants either: the check is denied until the hold ends.
+				until := time.Unix(0, h.heldUntil.Load())
+				*st = window.HitState{Count: hit.Limit.Requests, Over: true, RetryAfter: max(until.Sub(h.now()), time.Millisecond)}
+				return taken{}, nil
+			}
 			return taken{}, err
 		}
 	}
@@ -399,7 +411,7 @@ func (h *Holder) reserve(ctx context.Context, ks *keyState, hit *window.Hit, dur
 	if h.now().UnixNano() < h.heldUntil.Load() {
 		ks.mu.Unlock()
 		h.sendBack(back)
-		return window.ErrBreakerOpen
+		return errHeld
 	}
 	share := max((hit.Limit.Requests+max(n, 1)-1)/max(n, 1), 1)
 	want := min(max(ks.want, cost), max(share, cost), hit.Limit.Requests)

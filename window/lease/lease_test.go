@@ -188,7 +188,8 @@ func TestHolderIdleHoldsNothing(t *testing.T) {
 	}
 	ok := poll(5*time.Second, func() bool {
 		st := s.h.Stats()
-		return st.Held == 0 && rc.ZCard(context.Background(), "fg:{i}:k").Val() == int64(used)
+		// A return's count follows its call: read them together.
+		return st.Held == 0 && rc.ZCard(context.Background(), "fg:{i}:k").Val() == int64(used) && st.Reserved == uint64(used)+st.Returned
 	})
 	st := s.h.Stats()
 	if !ok {

@@ -8,22 +8,28 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// settleLua keeps the latest settle end proposed, in ms, in KEYS[1] until
-// it has passed (ARGV[2] ms from now, at least), and returns it: ARGV[1]
-// is the end proposed, 0 to only read. It returns 0 when none is kept.
+// settleLua keeps the latest settle end proposed in KEYS[1], in ms of
+// Redis's clock, until it has passed: ARGV[1] proposes an end that many ms
+// from Redis's now (0 only reads). It returns the ms from now to the end
+// kept, 0 when none is kept or it has passed.
 const settleLua = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local kept = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-local proposed = tonumber(ARGV[1])
-if proposed > kept then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return proposed
+local d = tonumber(ARGV[1])
+if d > 0 and now + d > kept then
+  kept = now + d
+  redis.call('SET', KEYS[1], string.format('%d', kept), 'PX', d + 1000)
 end
-return kept
+if kept <= now then
+  return 0
+end
+return kept - now
 `
 
 // Settles is where a fleet agrees when a settle after an outage ends
-// (fallback.SettleStore): one key, holding the latest end proposed until
-// it has passed.
+// (fallback.SettleStore): one key, holding the latest end proposed, on
+// Redis's clock, until it has passed.
 type Settles struct {
 	client redis.Scripter
 	key    string
@@ -35,23 +41,11 @@ func NewSettles(client redis.Scripter, key string) *Settles {
 	return &Settles{client: client, key: key, script: redis.NewScript(settleLua)}
 }
 
-// settleKeep is how long past its end a settle's end is kept, so that a
-// sidecar reading late still finds it.
-const settleKeep = time.Second
-
 // SettleEnd implements fallback.SettleStore.
-func (s *Settles) SettleEnd(ctx context.Context, until time.Time) (time.Time, error) {
-	var proposed, keep int64
-	if !until.IsZero() {
-		proposed = until.UnixMilli()
-		keep = max(time.Until(until), 0).Milliseconds() + settleKeep.Milliseconds()
-	}
-	ms, err := s.script.Run(ctx, s.client, []string{s.key}, proposed, max(keep, 1)).Int64()
+func (s *Settles) SettleEnd(ctx context.Context, d time.Duration) (time.Duration, error) {
+	ms, err := s.script.Run(ctx, s.client, []string{s.key}, max(d.Milliseconds(), 0)).Int64()
 	if err != nil {
-		return time.Time{}, fmt.Errorf("redis settle end: %w", clientClosed(classified(err)))
+		return 0, fmt.Errorf("redis settle end: %w", clientClosed(classified(err)))
 	}
-	if ms <= 0 {
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(ms), nil
+	return time.Duration(max(ms, 0)) * time.Millisecond, nil
 }
