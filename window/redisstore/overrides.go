@@ -5,19 +5,22 @@ package redisstore
 // overrides.Book in step is in overridesync.go; window/overrides decides
 // what an override may say and how it applies.
 //
-// Both keys share the hash tag {overrides}, so they live in one Cluster
-// slot and change in one transaction:
+// Both keys share the hash tag {all}, so they live in one Cluster slot
+// and change in one transaction; their second segment is not a hash tag,
+// so they cannot collide with a limit key ("<prefix>:{tag}:..."):
 //
-//	<prefix>:{overrides}      a hash: field "<domain>\x00<rule>" holds an
-//	                          override as JSON; field "~epoch" a random
-//	                          value that only Redis losing the hash
-//	                          removes (see overridesync.go). Ended
-//	                          overrides are pruned by writers and ignored
-//	                          by readers.
-//	<prefix>:{overrides}:log  the audit history, a list of events as JSON,
-//	                          newest first, trimmed to overrides.MaxHistory
-//	channel <prefix>:overrides "set <domain>/<rule>", "clear …", "restore <n>": a
-//	                          a sidecar reads the hash whole on each.
+//	<prefix>:overrides:{all}       a hash: field "<domain>\x00<rule>" holds
+//	                               an override as JSON; field "~epoch" a
+//	                               random value that only Redis losing the
+//	                               hash removes (see overridesync.go).
+//	                               Ended overrides are pruned by writers
+//	                               and ignored by readers.
+//	<prefix>:overrides:{all}:log   the audit history, a list of events as
+//	                               JSON, newest first, trimmed to
+//	                               overrides.MaxHistory
+//	channel <prefix>:overrides     "set <domain>/<rule>", "clear …",
+//	                               "restore <n>": a sidecar reads the hash
+//	                               whole on each.
 
 import (
 	"context"
@@ -61,7 +64,7 @@ func NewOverrides(client redis.UniversalClient, keys window.Keys, now func() tim
 		now = time.Now
 	}
 	p := keys.Prefix()
-	return &Overrides{client: client, hash: p + ":{overrides}", log: p + ":{overrides}:log", channel: p + ":overrides", now: now}, nil
+	return &Overrides{client: client, hash: p + ":overrides:{all}", log: p + ":overrides:{all}:log", channel: p + ":overrides", now: now}, nil
 }
 
 // Channel returns the Pub/Sub channel of the overrides' changes.
