@@ -430,12 +430,12 @@ func testPoolExhaustion(t *testing.T, autoPipeline bool) {
 		t.Logf("round %d: server side, %d checks took longer than %gs", round, slow, bucket)
 		// Under -race the two cores saturate on 1,000 handlers at once: in
 		// the first round all of them reach their 100 ms deadline together
-		// and the last ones finish late for want of CPU (0–136 of 1,000 in
-		// repeated runs on a quiet box, 278 beside a CPU hog). Tolerate
-		// half: were waiting not bounded by the deadline, nearly all 1,000
-		// would be held past 0.25 s (two connections 50 ms away drain 1,000
-		// checks in ~25 s), and the client-side bound above would fail too.
-		if tolerated := map[bool]uint64{false: 0, true: concurrent / 2}[raceEnabled]; slow > tolerated {
+		// and the last ones finish late for want of CPU (0–136 of 1,000 on
+		// a quiet box, up to 770 at a load average of 20). Were waiting not
+		// bounded by the deadline, two connections 50 ms away would hold
+		// all but the first few dozen past 0.25 s (and the client-side
+		// bound above would fail too), so nine in ten are tolerated.
+		if tolerated := map[bool]uint64{false: 0, true: concurrent * 9 / 10}[raceEnabled]; slow > tolerated {
 			t.Errorf("round %d: %d checks took longer than %gs inside flashgate: waiting for the pool is not bounded by --redis-timeout %s", round, slow, bucket, timeout)
 		}
 		if tl.denied.Load() == 0 {
