@@ -164,11 +164,7 @@ func TestOverridesFollowed(t *testing.T) {
 // overrides.MaxHistory events.
 func TestOverridesHistoryBounded(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
-	store, err := NewOverrides(c, testKeys(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, store := startOverrides(t)
 	ctx := context.Background()
 	target := overrides.Target{Domain: "shop", Rule: "coupon"}
 	for i := range overrides.MaxHistory + 3 {

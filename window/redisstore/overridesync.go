@@ -52,7 +52,10 @@ type Follower struct {
 	events  OverrideEvents
 	onError func(error)
 	synced  chan struct{}
-	epoch   string // the hash's epoch last seen; only Run's goroutine uses it
+	// Only Run's goroutine uses these: the hash's epoch last seen, and
+	// the entries skipped at the last read (their field's value's sum).
+	epoch   string
+	skipped map[string]uint64
 }
 
 // NewFollower returns a Follower keeping book in step; call Run.
@@ -144,23 +147,23 @@ func (f *Follower) sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("overrides: sync: %w", err)
 	}
-	var all *redis.MapStringStringCmd
-	_, err = f.s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSetNX(ctx, f.s.hash, epochField, epoch)
-		all = p.HGetAll(ctx, f.s.hash)
-		return nil
-	})
+	sent := f.book.Local()
+	m, now, err := f.s.readHash(ctx, epoch)
 	if err != nil {
-		return fmt.Errorf("overrides: sync: %w", err)
+		return err
 	}
-	list, e, _ := f.s.parse(all.Val())
-	restore, set, gone := f.book.Reconcile(list, f.epoch != "" && e != f.epoch)
+	got := f.book.Local()
+	// Redis read its clock between sent and got: take the middle.
+	f.book.SetOffset(now.Sub(sent.Add(got.Sub(sent) / 2)))
+	r := parse(m, now)
+	restore, set, gone, over := f.book.Reconcile(r.entries, f.epoch != "" && r.epoch != f.epoch)
+	f.report(r.skipped, over)
 	if len(restore) > 0 {
-		if err := f.s.restore(ctx, restore); err != nil {
+		if err := f.s.restore(ctx, r.epoch, restore); err != nil {
 			return err // the epoch is kept: the next read writes back again
 		}
 	}
-	f.epoch = e
+	f.epoch = r.epoch
 	if f.events != nil {
 		for _, o := range set {
 			f.events.Set(o)
@@ -170,4 +173,23 @@ func (f *Follower) sync(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// report tells the Book of the entries skipped that the last read did not
+// skip already: the ones that break the bounds, and the overrides in force
+// beyond overrides.MaxInForce.
+func (f *Follower) report(skips []skipped, over []*overrides.Override) {
+	for _, o := range over {
+		skips = append(skips, skipped{key: "\x01" + field(o.Target), sum: uint64(o.Rev), skip: overrides.Skip{
+			What: describeField(field(o.Target)), Reason: overrides.SkipBound,
+			Err: fmt.Errorf("more than %d overrides in force: the ones that end last are not applied", overrides.MaxInForce)}})
+	}
+	next := make(map[string]uint64, len(skips))
+	for _, s := range skips {
+		next[s.key] = s.sum
+		if sum, ok := f.skipped[s.key]; !ok || sum != s.sum {
+			f.book.Skipped(s.skip)
+		}
+	}
+	f.skipped = next
 }
