@@ -147,12 +147,14 @@ func (b *Book) replaceLocked(list []*Override) (set, gone, over []*Override) {
 	Sort(live)
 	slices.SortFunc(marks, func(a, c *Override) int { return cmp.Compare(c.Rev, a.Rev) })
 	next := make(map[Target]*Override, min(len(live), MaxInForce)+min(len(marks), MaxInForce))
+	// put keeps the higher revision of a rule's entries; it reports
+	// whether the rule is new to next.
 	put := func(o *Override) bool {
-		if have := next[o.Target]; have != nil && have.Rev >= o.Rev {
-			return false
+		have := next[o.Target]
+		if have == nil || have.Rev < o.Rev {
+			next[o.Target] = o
 		}
-		next[o.Target] = o
-		return true
+		return have == nil
 	}
 	n := 0
 	for _, o := range live {
@@ -191,27 +193,33 @@ func (b *Book) replaceLocked(list []*Override) (set, gone, over []*Override) {
 	return set, gone, over
 }
 
-// Reconcile follows the fleet's entries stored. When lost (Redis lost its
-// list since the last reconcile: restarted empty, flushed), each entry the
-// Book holds within its Horizon that outranks stored's for its rule (a
-// higher Rev, or stored has none) is kept and returned as restore, to be
-// written back, and stored's wins where it outranks the Book's: a sidecar
-// that saw a clear or a newer set prevails over one that missed it.
-// Otherwise stored is the truth. set, gone and over are Replace's.
-func (b *Book) Reconcile(stored []*Override, lost bool) (restore, set, gone, over []*Override) {
+// Reconcile follows the fleet's entries stored; held is the revision of
+// each rule's entry in Redis, whether stored holds it or it was skipped
+// (nil: stored's). Each entry the Book holds within its Horizon that
+// outranks Redis's for its rule (a higher Rev than held), or that Redis
+// lacks when lost (Redis lost its list since the last reconcile:
+// restarted empty, flushed), is kept and returned as restore, to be
+// written back; elsewhere stored wins, and a rule Redis lacks while not
+// lost was cleared. So a sidecar that saw a clear or a newer set prevails
+// over one that missed it, whichever writes back first. set, gone and
+// over are Replace's.
+func (b *Book) Reconcile(stored []*Override, held map[Target]int64, lost bool) (restore, set, gone, over []*Override) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if lost {
-		have := make(map[Target]*Override, len(stored))
+	if held == nil {
+		held = make(map[Target]int64, len(stored))
 		for _, o := range stored {
-			have[o.Target] = o
+			held[o.Target] = max(held[o.Target], o.Rev)
 		}
-		now := b.Now()
-		for t, o := range *b.cur.Load() {
-			if s := have[t]; now.Before(o.Horizon()) && (s == nil || s.Rev < o.Rev) {
-				restore = append(restore, o)
-			}
+	}
+	now := b.Now()
+	for t, o := range *b.cur.Load() {
+		rev, ok := held[t]
+		if now.Before(o.Horizon()) && (ok && rev < o.Rev || !ok && lost) {
+			restore = append(restore, o)
 		}
+	}
+	if len(restore) > 0 {
 		stored = append(slices.Clip(stored), restore...)
 	}
 	set, gone, over = b.replaceLocked(stored)

@@ -119,12 +119,12 @@ func TestBook(t *testing.T) {
 		t.Fatalf("Replace after a clear: set %v, gone %v", set, gone)
 	}
 	// Redis lost the list: a is kept, to be written back.
-	restore, set, gone, _ := b.Reconcile(nil, true)
+	restore, set, gone, _ := b.Reconcile(nil, nil, true)
 	if len(restore) != 1 || restore[0] != a || len(set) != 0 || len(gone) != 0 || b.Lookup("shop", "a") != a {
 		t.Fatalf("Reconcile lost: restore %v, set %v, gone %v", restore, set, gone)
 	}
 	// Not lost: the list is the truth.
-	if restore, _, gone, _ := b.Reconcile(nil, false); len(restore) != 0 || len(gone) != 1 || b.Lookup("shop", "a") != nil {
+	if restore, _, gone, _ := b.Reconcile(nil, nil, false); len(restore) != 0 || len(gone) != 1 || b.Lookup("shop", "a") != nil {
 		t.Fatalf("Reconcile: restore %v, gone %v", restore, gone)
 	}
 	// An override ends by itself, the list unread.
@@ -171,29 +171,43 @@ func TestBookRevisions(t *testing.T) {
 
 	b := NewBook(clock.Now)
 	b.Replace([]*Override{cleared(5)})
-	restore, _, gone, _ := b.Reconcile([]*Override{set(3)}, true)
+	restore, _, gone, _ := b.Reconcile([]*Override{set(3)}, nil, true)
 	if len(restore) != 1 || !restore[0].Cleared || len(gone) != 0 || b.Lookup("shop", "coupon") != nil {
 		t.Fatalf("a tombstone over an older override: restore %v, gone %v", restore, gone)
 	}
 
 	b = NewBook(clock.Now)
 	b.Replace([]*Override{set(3)})
-	restore, _, gone, _ = b.Reconcile([]*Override{cleared(5)}, true)
+	restore, _, gone, _ = b.Reconcile([]*Override{cleared(5)}, nil, false)
 	if len(restore) != 0 || len(gone) != 1 || b.Lookup("shop", "coupon") != nil {
 		t.Fatalf("an override under a newer tombstone: restore %v, gone %v", restore, gone)
 	}
-	restore, set7, _, _ := b.Reconcile([]*Override{set(7)}, true)
+	restore, set7, _, _ := b.Reconcile([]*Override{set(7)}, nil, false)
 	if len(restore) != 0 || len(set7) != 1 || b.Lookup("shop", "coupon") == nil {
 		t.Fatalf("a newer override over a tombstone: restore %v, set %v", restore, set7)
 	}
 
+	// Redis holds an older entry than the Book (a failover to a replica
+	// that missed the newest), lost or not: the Book's is written back,
+	// even over one Redis holds but this sidecar skipped.
+	if restore, _, _, _ := b.Reconcile([]*Override{set(6)}, nil, false); len(restore) != 1 || restore[0].Rev != 7 {
+		t.Fatalf("over an older stored entry: restore %v", restore)
+	}
+	if restore, _, _, _ := b.Reconcile(nil, map[Target]int64{target: 6}, false); len(restore) != 1 || restore[0].Rev != 7 {
+		t.Fatalf("over an older skipped entry: restore %v", restore)
+	}
+	if restore, _, _, _ := b.Reconcile(nil, map[Target]int64{target: 8}, false); len(restore) != 0 || b.Lookup("shop", "coupon") != nil {
+		t.Fatalf("under a newer skipped entry: restore %v", restore)
+	}
+	b.Replace([]*Override{set(7)})
+
 	// Ended, it is still written back until its horizon.
 	clock.Advance(2 * time.Hour)
-	if restore, _, _, _ := b.Reconcile(nil, true); len(restore) != 1 || restore[0].Rev != 7 || b.Lookup("shop", "coupon") != nil {
+	if restore, _, _, _ := b.Reconcile(nil, nil, true); len(restore) != 1 || restore[0].Rev != 7 || b.Lookup("shop", "coupon") != nil {
 		t.Fatalf("an ended override within its horizon: restore %v", restore)
 	}
 	clock.Advance(MaxDuration)
-	if restore, _, _, _ := b.Reconcile(nil, true); len(restore) != 0 {
+	if restore, _, _, _ := b.Reconcile(nil, nil, true); len(restore) != 0 {
 		t.Fatalf("past its horizon: restore %v", restore)
 	}
 }

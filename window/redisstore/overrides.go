@@ -94,7 +94,7 @@ return rev
 // winning: ARGV[3..] are triples (field, revision, entry), each written
 // unless the field holds an entry of a revision as high; "~rev" becomes at
 // least the highest written. It creates the epoch ARGV[1], publishes
-// "restore <n>" on ARGV[2] and returns n, the entries written.
+// "restore <n>" on ARGV[2] if n > 0 and returns n, the entries written.
 const overrideMergeLua = `
 redis.call('HSETNX', KEYS[1], '` + epochField + `', ARGV[1])
 local top = tonumber(redis.call('HGET', KEYS[1], '` + revField + `') or '0') or 0
@@ -106,8 +106,8 @@ for i = 3, #ARGV, 3 do
   if cur then
     local ok, d = pcall(cjson.decode, cur)
     have = 0
-    if ok and type(d) == 'table' then
-      have = tonumber(d.rev) or 0
+    if ok and type(d) == 'table' and type(d.rev) == 'number' then
+      have = d.rev
     end
   end
   if rev > have then
@@ -119,7 +119,9 @@ for i = 3, #ARGV, 3 do
   end
 end
 redis.call('HSET', KEYS[1], '` + revField + `', string.format('%d', top))
-redis.call('PUBLISH', ARGV[2], 'restore ' .. n)
+if n > 0 then
+  redis.call('PUBLISH', ARGV[2], 'restore ' .. n)
+end
 return n
 `
 
@@ -344,9 +346,11 @@ func (s *Overrides) readHash(ctx context.Context, epoch string) (map[string]stri
 }
 
 // parsed is the hash read: the entries valid within their horizon, the
+// revision of every rule's entry (valid or not; 0 for none readable), the
 // epoch, the ones skipped, and (field, value) pairs past their horizon.
 type parsed struct {
 	entries []*overrides.Override
+	held    map[overrides.Target]int64
 	epoch   string
 	skipped []skipped
 	prune   []any
@@ -363,7 +367,7 @@ type skipped struct {
 // parse reads the hash at now (Redis's): every entry is checked like the
 // ones Set writes (overrides.Override.Verify), whoever wrote it.
 func parse(m map[string]string, now time.Time) parsed {
-	var r parsed
+	r := parsed{held: make(map[overrides.Target]int64, len(m))}
 	for f, v := range m {
 		switch {
 		case f == epochField:
@@ -371,6 +375,13 @@ func parse(m map[string]string, now time.Time) parsed {
 			continue
 		case f == revField:
 			continue
+		}
+		if d, rule, ok := strings.Cut(f, "\x00"); ok {
+			var rev struct {
+				Rev int64 `json:"rev"`
+			}
+			_ = json.Unmarshal([]byte(v), &rev) // unreadable: 0, as the merge script has it
+			r.held[overrides.Target{Domain: d, Rule: rule}] = rev.Rev
 		}
 		o, reason, err := decode(v)
 		if err == nil && field(o.Target) != f {

@@ -160,6 +160,42 @@ func clearTarget(t *testing.T, store *Overrides, target overrides.Target) {
 	}
 }
 
+// TestOverridesOlderEntryOutranked: Redis holding an older entry than
+// the sidecars (a failover to a replica that missed the clear: the hash
+// and its epoch are there, the clear is not) is met by a write-back of the
+// newer one, not by the sidecars applying the older.
+func TestOverridesOlderEntryOutranked(t *testing.T) {
+	t.Parallel()
+	_, c, store := startOverrides(t)
+	ctx := context.Background()
+	target := overrides.Target{Domain: "shop", Rule: "coupon"}
+	a, b := newOvSidecar(t, store, nil), newOvSidecar(t, store, nil)
+	now := time.Now()
+	if err := store.Set(ctx, &overrides.Override{Target: target, Mode: overrides.ModeLimit, Requests: 5, Set: now, Until: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the override learnt", func() bool { return a.requests(target) == 5 && b.requests(target) == 5 })
+	older, err := c.HGet(ctx, store.hash, field(target)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clearTarget(t, store, target)
+	until(t, "the clear learnt", func() bool { return a.requests(target) == 0 && b.requests(target) == 0 })
+	if err := c.HSet(ctx, store.hash, field(target), older).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, store.Channel(), "set "+target.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the tombstone written back", func() bool {
+		v, err := c.HGet(ctx, store.hash, field(target)).Result()
+		return err == nil && strings.Contains(v, `"cleared":true`)
+	})
+	if a.requests(target) != 0 || b.requests(target) != 0 {
+		t.Fatal("the older override applied")
+	}
+}
+
 // TestOverridesSetAfterLossOutranks: a set made after Redis lost the hash
 // outranks an older override a sidecar writes back later (the revision
 // follows Redis's clock, not a counter Redis lost).

@@ -156,7 +156,7 @@ func (f *Follower) sync(ctx context.Context) error {
 	// Redis read its clock between sent and got: take the middle.
 	f.book.SetOffset(now.Sub(sent.Add(got.Sub(sent) / 2)))
 	r := parse(m, now)
-	restore, set, gone, over := f.book.Reconcile(r.entries, f.epoch != "" && r.epoch != f.epoch)
+	restore, set, gone, over := f.book.Reconcile(r.entries, r.held, f.epoch != "" && r.epoch != f.epoch)
 	f.report(r.skipped, over)
 	if len(restore) > 0 {
 		if err := f.s.restore(ctx, r.epoch, restore); err != nil {
