@@ -33,7 +33,7 @@ func newFleetOverrides(cc redisstore.ClientConfig, c *Options, log *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("overrides: %w", err)
 	}
-	store, err := redisstore.NewOverrides(client, c.Keys, nil)
+	store, err := redisstore.NewOverrides(client, c.Keys)
 	if err != nil {
 		client.Close()
 		return nil, err

@@ -144,23 +144,19 @@ type Overrides struct {
 	hash    string
 	log     string
 	channel string
-	now     func() time.Time
 
 	timeScript, read, set, merge, prune *redis.Script
 }
 
 // NewOverrides returns the overrides of the sidecars whose keys keys
-// builds, on client; now is the sidecar's clock (nil: time.Now), whose
-// offset to Redis's a Follower measures. It does not contact Redis.
-func NewOverrides(client redis.UniversalClient, keys window.Keys, now func() time.Time) (*Overrides, error) {
+// builds, on client. Their times are Redis's (a Follower measures its
+// sidecar's offset on its Book's clock). It does not contact Redis.
+func NewOverrides(client redis.UniversalClient, keys window.Keys) (*Overrides, error) {
 	if client == nil {
 		return nil, errors.New("overrides: the client is nil")
 	}
-	if now == nil {
-		now = time.Now
-	}
 	p := keys.Prefix()
-	return &Overrides{client: client, hash: p + ":overrides:{all}", log: p + ":overrides:{all}:log", channel: p + ":overrides", now: now,
+	return &Overrides{client: client, hash: p + ":overrides:{all}", log: p + ":overrides:{all}:log", channel: p + ":overrides",
 		timeScript: redis.NewScript(overrideTimeLua), read: redis.NewScript(overrideReadLua), set: redis.NewScript(overrideSetLua),
 		merge: redis.NewScript(overrideMergeLua), prune: redis.NewScript(overridePruneLua)}, nil
 }

@@ -71,7 +71,7 @@ func TestOverridesFollowed(t *testing.T) {
 			cfg, restartable := tc.cfg(t)
 			c := newTestClient(t, cfg)
 			keys := testKeys(t)
-			store, err := NewOverrides(c, keys, nil)
+			store, err := NewOverrides(c, keys)
 			if err != nil {
 				t.Fatal(err)
 			}

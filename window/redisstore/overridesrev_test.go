@@ -19,7 +19,7 @@ import (
 func startOverrides(t *testing.T) (*redistest.Server, redis.UniversalClient, *Overrides) {
 	t.Helper()
 	srv, c := startRedis(t)
-	store, err := NewOverrides(c, testKeys(t), nil)
+	store, err := NewOverrides(c, testKeys(t))
 	if err != nil {
 		t.Fatal(err)
 	}
