@@ -40,11 +40,21 @@ type FollowerOptions struct {
 // overrides: it subscribes to their channel and reads the hash whole after
 // every (re)subscription, every message and every Resync, so that a
 // sidecar that starts or reconnects learns what it missed;
-// [Follower.Synced] is closed after the first read. The hash's epoch
-// tells it when Redis lost the overrides (a restart without persistence, a
-// flush): it then writes back the ones it holds in force
+// [Follower.Synced] is closed after the first read. At each read it
+// writes back the entries (overrides and clears' tombstones) its Book
+// holds that outrank Redis's for their rule (a failover to a replica that
+// missed the newest), and, when the hash's epoch tells it Redis lost the
+// overrides (a restart without persistence, a flush), the ones Redis
+// lacks: one merge script, the highest revision winning
 // (overrides.Book.Reconcile). While Redis is down the Book keeps its
 // overrides, each until its end.
+//
+// Each read also takes Redis's TIME, on the node that holds the hash: the
+// Book learns the offset of the sidecar's clock to Redis's, and ends
+// overrides on Redis's clock. Every entry read is checked like the ones
+// Set writes (overrides.Override.Verify); one that breaks the bounds is
+// skipped and reported to the Book (overrides.Book.Skipped) once per
+// value.
 type Follower struct {
 	s       *Overrides
 	book    *overrides.Book
