@@ -336,26 +336,44 @@ func TestOverridesFromRedisChecked(t *testing.T) {
 }
 
 // TestOverridesEndOnRedisClock: sidecars whose clocks are a minute ahead
-// of and behind Redis's learn an override and end it together, on
-// Redis's clock.
+// of and behind Redis's run on Redis's clock once they read the hash, and
+// end an override together, on it.
 func TestOverridesEndOnRedisClock(t *testing.T) {
 	t.Parallel()
 	_, _, store := startOverrides(t)
+	ctx := context.Background()
 	skewed := func(d time.Duration) func() time.Time { return func() time.Time { return time.Now().Add(d) } }
 	ahead, behind, right := newOvSidecar(t, store, skewed(time.Minute)), newOvSidecar(t, store, skewed(-time.Minute)), newOvSidecar(t, store, nil)
-	// The operator's clock is off too: Set puts the end on Redis's.
-	opNow := time.Now().Add(-2 * time.Minute)
-	target := overrides.Target{Domain: "shop", Rule: "coupon"}
-	o := &overrides.Override{Target: target, Mode: overrides.ModeLimit, Requests: 2, Set: opNow, Until: opNow.Add(3 * time.Second)}
-	if err := store.Set(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
 	sidecars := []*ovSidecar{ahead, behind, right}
-	for _, s := range sidecars {
-		until(t, "the override learnt by every clock", func() bool { return s.requests(target) == 2 })
+	target := overrides.Target{Domain: "shop", Rule: "coupon"}
+	// The operator's clock is off too: Set puts the end on Redis's.
+	set := func(n int, d time.Duration) {
+		t.Helper()
+		opNow := time.Now().Add(-2 * time.Minute)
+		if err := store.Set(ctx, &overrides.Override{Target: target, Mode: overrides.ModeLimit, Requests: n, Set: opNow, Until: opNow.Add(d)}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	until(t, "the override ended on one sidecar", func() bool { return right.requests(target) == 0 })
+	set(5, time.Hour)
 	for _, s := range sidecars {
-		until(t, "the override ended on every clock", func() bool { return s.requests(target) == 0 })
+		until(t, "the override learnt by every clock", func() bool { return s.requests(target) == 5 })
+	}
+	// Each Book runs on Redis's clock, give or take the read's round trip
+	// (far less than the skew on any machine).
+	for i, s := range sidecars {
+		redisNow, err := store.Now(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := s.book.Now().Sub(redisNow); d < -10*time.Second || d > 10*time.Second {
+			t.Errorf("sidecar %d: its Book's clock is %s off Redis's", i, d)
+		}
+	}
+	// A short override replaces it: every sidecar has to learn it and
+	// end it on Redis's clock (the one behind would hold it a minute
+	// longer on its own).
+	set(3, 2*time.Second)
+	for _, s := range sidecars {
+		until(t, "the short override ended on every clock", func() bool { return s.requests(target) == 0 })
 	}
 }
