@@ -21,6 +21,7 @@ type fleetOverrides struct {
 	follower *redisstore.Follower
 	sets     *prometheus.CounterVec
 	clears   *prometheus.CounterVec
+	skipped  *prometheus.CounterVec
 	labels   ruleLabels
 }
 
@@ -32,7 +33,7 @@ func newFleetOverrides(cc redisstore.ClientConfig, c *Options, log *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("overrides: %w", err)
 	}
-	store, err := redisstore.NewOverrides(client, c.Keys, nil)
+	store, err := redisstore.NewOverrides(client, c.Keys)
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -48,8 +49,16 @@ func newFleetOverrides(cc redisstore.ClientConfig, c *Options, log *slog.Logger)
 			Name: "flashgate_override_clears_total",
 			Help: "Overrides in force cleared before their end (flashgate limits clear), by domain and rule, as this sidecar learnt them.",
 		}, []string{"domain", "rule"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_override_skipped_total",
+			Help: "Overrides in Redis this sidecar does not apply because they break an override's bounds, by reason (malformed, mode, duration, end, limit, raise, bound); each stored value counts once.",
+		}, []string{"reason"}),
 		labels: ruleLabels{seen: make(map[overrides.Target]struct{})},
 	}
+	f.book.OnSkip(func(s overrides.Skip) {
+		f.skipped.WithLabelValues(skipReason(s.Reason)).Inc()
+		log.Warn("overrides: an override in redis is not applied", "override", s.What, "reason", s.Reason, "error", s.Err)
+	})
 	f.follower, err = store.NewFollower(f.book, redisstore.FollowerOptions{
 		Events: f,
 		OnError: func(err error) {
@@ -87,7 +96,17 @@ func (f *fleetOverrides) synced(ctx context.Context) error {
 
 // collectors are the overrides' metrics.
 func (f *fleetOverrides) collectors() []prometheus.Collector {
-	return []prometheus.Collector{f.sets, f.clears, overridesInForce{f}}
+	return []prometheus.Collector{f.sets, f.clears, f.skipped, overridesInForce{f}}
+}
+
+// skipReason bounds the reason label to the overrides.Skip reasons.
+func skipReason(r string) string {
+	switch r {
+	case overrides.SkipMalformed, overrides.SkipMode, overrides.SkipDuration, overrides.SkipEnd, overrides.SkipLimit,
+		overrides.SkipRaise, overrides.SkipBound:
+		return r
+	}
+	return "other"
 }
 
 // ruleLabels bounds the rule labels of the override metrics to

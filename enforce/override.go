@@ -2,6 +2,8 @@ package enforce
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,6 +58,9 @@ func (f *Front) override(r *Request) []dryRun {
 			continue
 		}
 		l, shadow, changed := o.Apply(h.Limit, h.Shadow, f.Shadow())
+		if !changed && o.Mode == overrides.ModeLimit && o.Refused(h.Limit) {
+			f.refused(o, h.Limit)
+		}
 		h.Limit, h.Shadow = l, shadow
 		if changed && t.Policy != nil {
 			// Keyed by the file's policy: a reload makes new ones, and
@@ -68,6 +73,25 @@ func (f *Front) override(r *Request) []dryRun {
 		}
 	}
 	return dry
+}
+
+// refusedKey memoises, on an override, that a raise of the file's limit
+// was reported.
+type refusedKey struct{ file window.Limit }
+
+// refused reports, once per override and file's limit, an override that
+// Apply refuses as a raise without AllowRaise to the Overrides that hear
+// of skipped ones (an *overrides.Book does).
+func (f *Front) refused(o *overrides.Override, file window.Limit) {
+	s, ok := f.c.opts.Overrides.(interface{ Skipped(overrides.Skip) })
+	if !ok {
+		return
+	}
+	o.Memo(refusedKey{file}, func() any {
+		s.Skipped(overrides.Skip{What: strconv.QuoteToASCII(o.Target.String()), Reason: overrides.SkipRaise,
+			Err: fmt.Errorf("%s over the file's %s: %w", o.Describe(), file, overrides.ErrRaise)})
+		return struct{}{}
+	})
 }
 
 // dryRun is one dry run's hit and the rule it runs beside.

@@ -68,6 +68,22 @@ func TestDecideAppliesOverrides(t *testing.T) {
 		t.Fatalf("would-be denials counted: %v, want 1", got)
 	}
 
+	// A raise without allow_raise (written to Redis by hand, or the file
+	// came below it): the file's limit stands, and the Book hears of it
+	// once, however many checks meet it.
+	var skipped []overrides.Skip
+	book.OnSkip(func(s overrides.Skip) { skipped = append(skipped, s) })
+	raise := &overrides.Override{Target: cut.Target, Mode: overrides.ModeLimit, Requests: 1000, Set: clock, Until: clock.Add(time.Minute)}
+	book.Replace([]*overrides.Override{raise})
+	for range 2 {
+		if v := third(); v.Denied() || v.Answer.Policies[0] != policy {
+			t.Fatalf("a raise without allow_raise: denied %v, policies %v; want the file's answer", v.Denied(), v.Answer.Policies)
+		}
+	}
+	if len(skipped) != 1 || skipped[0].Reason != overrides.SkipRaise {
+		t.Fatalf("skips reported: %+v, want one raise", skipped)
+	}
+
 	book.Replace([]*overrides.Override{cut})
 	clock = clock.Add(time.Minute) // its end
 	if v := third(); v.Denied() {

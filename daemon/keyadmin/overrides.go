@@ -14,9 +14,10 @@ import (
 )
 
 // Overrides opens the fleet's overrides (flashgate limits) on the Admin's
-// connection, on clock now.
-func (a *Admin) Overrides(now func() time.Time) (*redisstore.Overrides, error) {
-	return redisstore.NewOverrides(a.client, a.opts.Keys, now)
+// connection. Its clock argument is not used: an override's times are
+// Redis's (redisstore.Overrides.Set).
+func (a *Admin) Overrides(_ func() time.Time) (*redisstore.Overrides, error) {
+	return redisstore.NewOverrides(a.client, a.opts.Keys)
 }
 
 // OverrideTarget finds the rule an override names in serve's rules: rule in

@@ -3,8 +3,10 @@
 // store that carries it to every sidecar and for the core that applies it
 // at check time: what an override may say ([Override.Check]: a bounded
 // duration, a valid limit, never a limit above the file's without
-// AllowRaise), how it applies to a hit of its rule ([Override.Apply]),
-// and what a sidecar knows of the overrides in force ([Book]).
+// AllowRaise), what a sidecar accepts of what it reads from the fleet,
+// whoever wrote it ([Override.Verify]), how it applies to a hit of its
+// rule ([Override.Apply]), and what a sidecar knows of the overrides in
+// force and of the fleet's order of sets and clears ([Book]).
 //
 // An override names its rule by the (domain, rule) pair under which the
 // front-ends count the rule's requests: a descriptors file's domain and

@@ -25,11 +25,41 @@ const (
 	MaxHistory = 1000
 	// MaxInForce bounds the overrides in force at once.
 	MaxInForce = 1000
+	// ClockSlack is how far Redis's clock may step back (a failover to a
+	// node whose clock is behind) without a sidecar refusing an override's
+	// end as too far in the future.
+	ClockSlack = time.Minute
+)
+
+// Reasons a sidecar skips an entry of the fleet's overrides instead of
+// applying it ([Override.Verify], [Book]); they label a metric, so the set
+// is closed.
+const (
+	// SkipMalformed: not an override: unreadable, a bad name, a By or
+	// Reason too long, a hash field that does not name its target.
+	SkipMalformed = "malformed"
+	// SkipMode: a mode unknown to this sidecar.
+	SkipMode = "mode"
+	// SkipDuration: a duration outside (0, MaxDuration].
+	SkipDuration = "duration"
+	// SkipEnd: an end (or a clear) further in the future than an override
+	// set now could have.
+	SkipEnd = "end"
+	// SkipLimit: requests or a window out of a limit's range.
+	SkipLimit = "limit"
+	// SkipRaise: a raise of the rule's limit (or shadow mode) without
+	// AllowRaise.
+	SkipRaise = "raise"
+	// SkipBound: beyond MaxInForce overrides in force.
+	SkipBound = "bound"
 )
 
 // ErrRaise is wrapped by [Override.Check]'s error for an override that
 // would make a rule's limit larger than the file's without AllowRaise.
 var ErrRaise = errors.New("the override would raise the rule's limit above the file's (give --allow-raise to mean it)")
+
+// ErrMode is wrapped by ParseMode's error: a mode unknown to this sidecar.
+var ErrMode = errors.New("not one of limit, shadow, enforce, dry-run")
 
 // Target names an overridden rule: Domain is the descriptors file's
 // domain or the ratelimit domain, Rule the rule's name (a ratelimit rule
@@ -75,7 +105,7 @@ func ParseMode(s string) (Mode, error) {
 			return Mode(m), nil
 		}
 	}
-	return 0, fmt.Errorf("override mode %q is not one of limit, shadow, enforce, dry-run", s)
+	return 0, fmt.Errorf("override mode %q: %w", truncate(s), ErrMode)
 }
 
 // MarshalText implements encoding.TextMarshaler; the zero Mode (the
@@ -102,8 +132,14 @@ func (m *Mode) UnmarshalText(b []byte) error {
 // until Until. It is a plain value; [Book] hands out pointers to copies
 // that nobody changes.
 type Override struct {
+	// Rev orders the sets and clears of the fleet (see Book): a later one
+	// has a higher Rev. Redis assigns it; 0 is the lowest.
+	Rev int64 `json:"rev,omitempty"`
 	Target
-	Mode Mode `json:"mode,omitempty"`
+	// Cleared marks a clear's tombstone: the rule has no override since
+	// Set (the clear's time); Mode, the limit and Until are zero.
+	Cleared bool `json:"cleared,omitempty"`
+	Mode    Mode `json:"mode,omitempty"`
 	// Requests and Window are the limit of ModeLimit and ModeDryRun;
 	// Window 0 keeps the rule's window.
 	Requests int           `json:"requests,omitempty"`
@@ -209,8 +245,66 @@ func Raises(l, file window.Limit) bool {
 	return float64(l.Requests)*float64(file.Window) > float64(file.Requests)*float64(l.Window)
 }
 
-// InForce reports whether o is in force at now.
-func (o *Override) InForce(now time.Time) bool { return now.Before(o.Until) }
+// InForce reports whether o is in force at now: set, not a clear, not
+// ended.
+func (o *Override) InForce(now time.Time) bool { return !o.Cleared && now.Before(o.Until) }
+
+// Horizon is until when o (an override, ended or not, or a clear) outranks
+// an older entry of its rule: every override set before o has ended by
+// then.
+func (o *Override) Horizon() time.Time { return o.Set.Add(MaxDuration + ClockSlack) }
+
+// Verify reports why a sidecar must not apply o, read from the fleet's
+// overrides at now (the fleet's clock), whoever wrote it: the bounds that
+// Check holds without the rule's file (a limit above the file's is refused
+// where it applies, by Apply). reason is one of the Skip constants, "" when
+// o may apply.
+func (o *Override) Verify(now time.Time) (reason string, err error) {
+	if err := checkName("domain", o.Domain, true); err != nil {
+		return SkipMalformed, err
+	}
+	if err := checkName("rule", o.Rule, false); err != nil {
+		return SkipMalformed, err
+	}
+	if len(o.By) > MaxBy || len(o.Reason) > MaxReason {
+		return SkipMalformed, fmt.Errorf("by is at most %d bytes and reason %d", MaxBy, MaxReason)
+	}
+	if o.Set.Sub(now) > ClockSlack {
+		return SkipEnd, fmt.Errorf("set at %s: in the future", o.Set.UTC().Format(time.RFC3339))
+	}
+	if o.Cleared {
+		if o.Mode != 0 {
+			return SkipMalformed, errors.New("a clear with a mode")
+		}
+		return "", nil
+	}
+	switch o.Mode {
+	case ModeLimit, ModeDryRun:
+		if o.Requests < 1 || o.Requests > window.MaxRequests || o.Window < 0 || o.Window > window.MaxWindow {
+			return SkipLimit, fmt.Errorf("limit %d per %s: out of range", o.Requests, o.Window)
+		}
+	case ModeShadow:
+		if !o.AllowRaise {
+			return SkipRaise, fmt.Errorf("shadow mode lifts the rule's limit: %w", ErrRaise)
+		}
+	case ModeEnforce:
+	default:
+		return SkipMode, fmt.Errorf("unknown override mode %d", o.Mode)
+	}
+	if d := o.Until.Sub(o.Set); d <= 0 || d > MaxDuration {
+		return SkipDuration, fmt.Errorf("lasts %s: want more than 0 and at most %s", d.Round(time.Second), MaxDuration)
+	}
+	if d := o.Until.Sub(now); d > MaxDuration+ClockSlack {
+		return SkipEnd, fmt.Errorf("ends in %s: more than %s from now", d.Round(time.Second), MaxDuration)
+	}
+	return "", nil
+}
+
+// Refused reports whether Apply keeps the file's limit, file, against o
+// because o would raise it without AllowRaise.
+func (o *Override) Refused(file window.Limit) bool {
+	return o.Mode == ModeLimit && !o.AllowRaise && o.limit(file).Validate() == nil && Raises(o.limit(file), file)
+}
 
 // Apply returns what a hit of o's rule becomes: its limit and shadow mode
 // given the file's (limit, shadow) and whether every rule is in shadow
@@ -255,7 +349,7 @@ func (o *Override) Memo(key any, mk func() any) any {
 
 // Clone returns a copy of o without its memo.
 func (o *Override) Clone() *Override {
-	return &Override{Target: o.Target, Mode: o.Mode, Requests: o.Requests, Window: o.Window, AllowRaise: o.AllowRaise,
+	return &Override{Rev: o.Rev, Target: o.Target, Cleared: o.Cleared, Mode: o.Mode, Requests: o.Requests, Window: o.Window, AllowRaise: o.AllowRaise,
 		Set: o.Set, Until: o.Until, By: o.By, Reason: o.Reason}
 }
 

@@ -104,27 +104,27 @@ func TestBook(t *testing.T) {
 	if got := b.Lookup("shop", "a"); got != nil {
 		t.Fatalf("empty book: Lookup = %v", got)
 	}
-	set, gone := b.Replace([]*Override{a, c})
+	set, gone, _ := b.Replace([]*Override{a, c})
 	if len(set) != 2 || len(gone) != 0 || b.Lookup("shop", "a") != a || b.Lookup("other", "a") != nil {
 		t.Fatalf("Replace: set %v, gone %v", set, gone)
 	}
 	// The same list again (another sidecar's nudge): nothing changes, the
 	// pointers (and their memos) stay.
 	same := a.Clone()
-	if set, gone := b.Replace([]*Override{same, c}); len(set) != 0 || len(gone) != 0 || b.Lookup("shop", "a") != a {
+	if set, gone, _ := b.Replace([]*Override{same, c}); len(set) != 0 || len(gone) != 0 || b.Lookup("shop", "a") != a {
 		t.Fatalf("Replace by the same: set %v, gone %v", set, gone)
 	}
 	// A clear: c goes.
-	if set, gone := b.Replace([]*Override{a}); len(set) != 0 || len(gone) != 1 || gone[0] != c {
+	if set, gone, _ := b.Replace([]*Override{a}); len(set) != 0 || len(gone) != 1 || gone[0] != c {
 		t.Fatalf("Replace after a clear: set %v, gone %v", set, gone)
 	}
 	// Redis lost the list: a is kept, to be written back.
-	restore, set, gone := b.Reconcile(nil, true)
+	restore, set, gone, _ := b.Reconcile(nil, nil, true)
 	if len(restore) != 1 || restore[0] != a || len(set) != 0 || len(gone) != 0 || b.Lookup("shop", "a") != a {
 		t.Fatalf("Reconcile lost: restore %v, set %v, gone %v", restore, set, gone)
 	}
 	// Not lost: the list is the truth.
-	if restore, _, gone := b.Reconcile(nil, false); len(restore) != 0 || len(gone) != 1 || b.Lookup("shop", "a") != nil {
+	if restore, _, gone, _ := b.Reconcile(nil, nil, false); len(restore) != 0 || len(gone) != 1 || b.Lookup("shop", "a") != nil {
 		t.Fatalf("Reconcile: restore %v, gone %v", restore, gone)
 	}
 	// An override ends by itself, the list unread.
@@ -134,7 +134,7 @@ func TestBook(t *testing.T) {
 		t.Fatal("an override in force at its end")
 	}
 	// Ended ones are neither set nor gone.
-	if set, gone := b.Replace(nil); len(set) != 0 || len(gone) != 0 {
+	if set, gone, _ := b.Replace(nil); len(set) != 0 || len(gone) != 0 {
 		t.Fatalf("ended: set %v, gone %v", set, gone)
 	}
 }
@@ -153,5 +153,82 @@ func TestBookBound(t *testing.T) {
 	}
 	if b.Lookup("d", list[0].Rule) == nil || b.Lookup("d", list[len(list)-1].Rule) != nil {
 		t.Fatal("the bound keeps the soonest to end")
+	}
+}
+
+// TestBookRevisions: when Redis lost the list, the Book's entry and the
+// stored one of a rule meet and the higher revision wins: a clear's
+// tombstone outranks an older override, and a newer override an older
+// tombstone; an entry is kept until its horizon, ended or not.
+func TestBookRevisions(t *testing.T) {
+	clock := testclock.New()
+	now := clock.Now()
+	target := Target{"shop", "coupon"}
+	set := func(rev int64) *Override {
+		return &Override{Rev: rev, Target: target, Mode: ModeLimit, Requests: 1, Set: now, Until: now.Add(time.Hour)}
+	}
+	cleared := func(rev int64) *Override { return &Override{Rev: rev, Target: target, Cleared: true, Set: now} }
+
+	b := NewBook(clock.Now)
+	b.Replace([]*Override{cleared(5)})
+	restore, _, gone, _ := b.Reconcile([]*Override{set(3)}, nil, true)
+	if len(restore) != 1 || !restore[0].Cleared || len(gone) != 0 || b.Lookup("shop", "coupon") != nil {
+		t.Fatalf("a tombstone over an older override: restore %v, gone %v", restore, gone)
+	}
+
+	b = NewBook(clock.Now)
+	b.Replace([]*Override{set(3)})
+	restore, _, gone, _ = b.Reconcile([]*Override{cleared(5)}, nil, false)
+	if len(restore) != 0 || len(gone) != 1 || b.Lookup("shop", "coupon") != nil {
+		t.Fatalf("an override under a newer tombstone: restore %v, gone %v", restore, gone)
+	}
+	restore, set7, _, _ := b.Reconcile([]*Override{set(7)}, nil, false)
+	if len(restore) != 0 || len(set7) != 1 || b.Lookup("shop", "coupon") == nil {
+		t.Fatalf("a newer override over a tombstone: restore %v, set %v", restore, set7)
+	}
+
+	// Redis holds an older entry than the Book (a failover to a replica
+	// that missed the newest), lost or not: the Book's is written back,
+	// even over one Redis holds but this sidecar skipped.
+	if restore, _, _, _ := b.Reconcile([]*Override{set(6)}, nil, false); len(restore) != 1 || restore[0].Rev != 7 {
+		t.Fatalf("over an older stored entry: restore %v", restore)
+	}
+	if restore, _, _, _ := b.Reconcile(nil, map[Target]int64{target: 6}, false); len(restore) != 1 || restore[0].Rev != 7 {
+		t.Fatalf("over an older skipped entry: restore %v", restore)
+	}
+	if restore, _, _, _ := b.Reconcile(nil, map[Target]int64{target: 8}, false); len(restore) != 0 || b.Lookup("shop", "coupon") != nil {
+		t.Fatalf("under a newer skipped entry: restore %v", restore)
+	}
+	b.Replace([]*Override{set(7)})
+
+	// Ended, it is still written back until its horizon.
+	clock.Advance(2 * time.Hour)
+	if restore, _, _, _ := b.Reconcile(nil, nil, true); len(restore) != 1 || restore[0].Rev != 7 || b.Lookup("shop", "coupon") != nil {
+		t.Fatalf("an ended override within its horizon: restore %v", restore)
+	}
+	clock.Advance(MaxDuration)
+	if restore, _, _, _ := b.Reconcile(nil, nil, true); len(restore) != 0 {
+		t.Fatalf("past its horizon: restore %v", restore)
+	}
+}
+
+// TestBookOffset: the Book ends overrides on the fleet's clock, its own
+// plus the offset.
+func TestBookOffset(t *testing.T) {
+	clock := testclock.New()
+	now := clock.Now()
+	b := NewBook(clock.Now)
+	b.Replace([]*Override{{Target: Target{"shop", "a"}, Mode: ModeShadow, AllowRaise: true, Set: now, Until: now.Add(time.Minute)}})
+	if b.Lookup("shop", "a") == nil {
+		t.Fatal("not in force")
+	}
+	b.SetOffset(time.Minute)
+	if b.Lookup("shop", "a") != nil || !b.Now().Equal(now.Add(time.Minute)) {
+		t.Fatal("in force past its end on the fleet's clock")
+	}
+	b.SetOffset(-time.Hour)
+	clock.Advance(time.Hour)
+	if b.Lookup("shop", "a") == nil {
+		t.Fatal("ended by the sidecar's clock, ahead of the fleet's")
 	}
 }

@@ -71,7 +71,7 @@ func TestOverridesFollowed(t *testing.T) {
 			cfg, restartable := tc.cfg(t)
 			c := newTestClient(t, cfg)
 			keys := testKeys(t)
-			store, err := NewOverrides(c, keys, nil)
+			store, err := NewOverrides(c, keys)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,11 +164,7 @@ func TestOverridesFollowed(t *testing.T) {
 // overrides.MaxHistory events.
 func TestOverridesHistoryBounded(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
-	store, err := NewOverrides(c, testKeys(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, store := startOverrides(t)
 	ctx := context.Background()
 	target := overrides.Target{Domain: "shop", Rule: "coupon"}
 	for i := range overrides.MaxHistory + 3 {

@@ -40,11 +40,21 @@ type FollowerOptions struct {
 // overrides: it subscribes to their channel and reads the hash whole after
 // every (re)subscription, every message and every Resync, so that a
 // sidecar that starts or reconnects learns what it missed;
-// [Follower.Synced] is closed after the first read. The hash's epoch
-// tells it when Redis lost the overrides (a restart without persistence, a
-// flush): it then writes back the ones it holds in force
+// [Follower.Synced] is closed after the first read. At each read it
+// writes back the entries (overrides and clears' tombstones) its Book
+// holds that outrank Redis's for their rule (a failover to a replica that
+// missed the newest), and, when the hash's epoch tells it Redis lost the
+// overrides (a restart without persistence, a flush), the ones Redis
+// lacks: one merge script, the highest revision winning
 // (overrides.Book.Reconcile). While Redis is down the Book keeps its
 // overrides, each until its end.
+//
+// Each read also takes Redis's TIME, on the node that holds the hash: the
+// Book learns the offset of the sidecar's clock to Redis's, and ends
+// overrides on Redis's clock. Every entry read is checked like the ones
+// Set writes (overrides.Override.Verify); one that breaks the bounds is
+// skipped and reported to the Book (overrides.Book.Skipped) once per
+// value.
 type Follower struct {
 	s       *Overrides
 	book    *overrides.Book
@@ -52,7 +62,10 @@ type Follower struct {
 	events  OverrideEvents
 	onError func(error)
 	synced  chan struct{}
-	epoch   string // the hash's epoch last seen; only Run's goroutine uses it
+	// Only Run's goroutine uses these: the hash's epoch last seen, and
+	// the entries skipped at the last read (their field's value's sum).
+	epoch   string
+	skipped map[string]uint64
 }
 
 // NewFollower returns a Follower keeping book in step; call Run.
@@ -144,23 +157,23 @@ func (f *Follower) sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("overrides: sync: %w", err)
 	}
-	var all *redis.MapStringStringCmd
-	_, err = f.s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSetNX(ctx, f.s.hash, epochField, epoch)
-		all = p.HGetAll(ctx, f.s.hash)
-		return nil
-	})
+	sent := f.book.Local()
+	m, now, err := f.s.readHash(ctx, epoch)
 	if err != nil {
-		return fmt.Errorf("overrides: sync: %w", err)
+		return err
 	}
-	list, e, _ := f.s.parse(all.Val())
-	restore, set, gone := f.book.Reconcile(list, f.epoch != "" && e != f.epoch)
+	got := f.book.Local()
+	// Redis read its clock between sent and got: take the middle.
+	f.book.SetOffset(now.Sub(sent.Add(got.Sub(sent) / 2)))
+	r := parse(m, now)
+	restore, set, gone, over := f.book.Reconcile(r.entries, r.held, f.epoch != "" && r.epoch != f.epoch)
+	f.report(r.skipped, over)
 	if len(restore) > 0 {
-		if err := f.s.restore(ctx, restore); err != nil {
+		if err := f.s.restore(ctx, r.epoch, restore); err != nil {
 			return err // the epoch is kept: the next read writes back again
 		}
 	}
-	f.epoch = e
+	f.epoch = r.epoch
 	if f.events != nil {
 		for _, o := range set {
 			f.events.Set(o)
@@ -170,4 +183,23 @@ func (f *Follower) sync(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// report tells the Book of the entries skipped that the last read did not
+// skip already: the ones that break the bounds, and the overrides in force
+// beyond overrides.MaxInForce.
+func (f *Follower) report(skips []skipped, over []*overrides.Override) {
+	for _, o := range over {
+		skips = append(skips, skipped{key: "\x01" + field(o.Target), sum: uint64(o.Rev), skip: overrides.Skip{
+			What: describeField(field(o.Target)), Reason: overrides.SkipBound,
+			Err: fmt.Errorf("more than %d overrides in force: the ones that end last are not applied", overrides.MaxInForce)}})
+	}
+	next := make(map[string]uint64, len(skips))
+	for _, s := range skips {
+		next[s.key] = s.sum
+		if sum, ok := f.skipped[s.key]; !ok || sum != s.sum {
+			f.book.Skipped(s.skip)
+		}
+	}
+	f.skipped = next
 }
