@@ -1,8 +1,8 @@
 package main
 
-// The operator commands (inspect, bans) share serve's Redis flags, key
-// prefix, penalty box flags and rules, so that daemon/keyadmin names the
-// keys the sidecars use.
+// The operator commands (inspect, bans, limits) share serve's Redis flags,
+// key prefix, penalty box flags and rules, so that daemon/keyadmin names
+// the keys the sidecars use.
 
 import (
 	"context"
