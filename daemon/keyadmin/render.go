@@ -58,7 +58,7 @@ func Stamp(t, now time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	d := RoundFor(t.Sub(now))
+	d := roundFor(t.Sub(now))
 	rel := "now"
 	switch {
 	case d > 0:
@@ -69,16 +69,16 @@ func Stamp(t, now time.Time) string {
 	return t.UTC().Format(stampFormat) + " (" + rel + ")"
 }
 
-// RoundFor rounds d for people: to the second from a minute up, else to
+// roundFor rounds d for people: to the second from a minute up, else to
 // the millisecond.
-func RoundFor(d time.Duration) time.Duration {
+func roundFor(d time.Duration) time.Duration {
 	if d >= time.Minute || d <= -time.Minute {
 		return d.Round(time.Second)
 	}
 	return d.Round(time.Millisecond)
 }
 
-func remaining(ms int64) string { return RoundFor(time.Duration(ms) * time.Millisecond).String() }
+func remaining(ms int64) string { return roundFor(time.Duration(ms) * time.Millisecond).String() }
 
 func dash(s string) string {
 	if s == "" {
@@ -226,7 +226,7 @@ func (h History) WriteTable(w io.Writer, _ time.Time) error {
 		o := ev.Override
 		what, span := "-", "-"
 		if ev.Op == "set" {
-			what, span = describe(o), RoundFor(o.Until.Sub(o.Set)).String()
+			what, span = describe(o), roundFor(o.Until.Sub(o.Set)).String()
 		}
 		rows[i] = cells(ev.At.UTC().Format(stampFormat), ev.Op, dash(ev.By), dash(o.Domain), o.Rule, what, span, dash(ev.Reason))
 	}
