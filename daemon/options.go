@@ -11,6 +11,7 @@ import (
 	"github.com/flashgate/flashgate/httpauthz"
 	"github.com/flashgate/flashgate/rls"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/guard"
 	"github.com/flashgate/flashgate/window/redisstore"
 )
 
@@ -18,6 +19,17 @@ import (
 const (
 	BackendMemory = "memory"
 	BackendRedis  = "redis"
+)
+
+// Defaults of serve's flags that are the daemon's own.
+const (
+	DefaultCheckDeadline     = 40 * time.Millisecond // below the shipped Envoy configs' ext_authz timeout
+	DefaultWarmupTimeout     = 30 * time.Second
+	DefaultHTTPMaxConns      = 128
+	DefaultGRPCMaxConns      = 1024
+	DefaultGRPCMaxPending    = 256
+	DefaultHTTPAuthzMaxConns = 1024
+	DefaultRLSHTTPMaxConns   = 1024
 )
 
 // Options are the whole process's settings, as plain values: serve's flags
@@ -164,6 +176,7 @@ func (o *Options) Validate(changed func(flag string) bool) error {
 		return fmt.Errorf("--http-authz-path-prefix %q: %w", o.HTTPAuthzPathPrefix, err)
 	}
 	if err := firstFailure([]check{
+		{o.LocalCacheSize < guard.MinGuardBudget, fmt.Sprintf("--local-cache-size %s: must be at least 64KiB (the local cache cannot be turned off; default 32MiB)", ByteSize(o.LocalCacheSize))},
 		{o.MemoryMaxKeys < 0, fmt.Sprintf("--memory-max-keys %d: must not be negative", o.MemoryMaxKeys)},
 		{o.BreakerFailures == 0, "--breaker-failures 0: want a positive count, or negative to disable the breaker"},
 		{o.BreakerRate <= 0 || o.BreakerRate > 1, fmt.Sprintf("--breaker-failure-rate %g: want a share in (0, 1]", o.BreakerRate)},

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,35 +28,6 @@ key serve uses for a rule and value.`,
 	return cmd
 }
 
-// label is the rule column of a table.
-func label(n keyadmin.KeyNames) string {
-	if n.Domain != "" {
-		return "domain " + n.Domain
-	}
-	return n.Rule
-}
-
-func writeBanTable(w io.Writer, rows []keyadmin.Ban) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if len(rows) == 0 {
-		fmt.Fprintln(tw, "no bans")
-	} else {
-		fmt.Fprintln(tw, "rule\tkey\tremaining\tuntil\tvalue")
-	}
-	for _, r := range rows {
-		value := r.Value
-		if value == "" {
-			value = "-"
-		}
-		remaining := roundFor(time.Duration(r.RemainingMS) * time.Millisecond).String()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", label(r.KeyNames), r.Key, remaining, r.Until.UTC().Format("2006-01-02T15:04:05.000Z"), value)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	return nil
-}
-
 func newBansListCmd(e env) *cobra.Command {
 	var (
 		o      opsOptions
@@ -76,31 +44,16 @@ the bans of one rule of the descriptors file, --domain those of one domain of
 the ratelimit service (--rls-config).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBansList(cmd.Context(), e.stdout, &o, rule, domain)
+			return o.run(e, func(p *ops) (keyadmin.Table, error) {
+				bans, err := p.Bans(cmd.Context(), rule, domain)
+				return keyadmin.BanList{Bans: bans}, err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&rule, "rule", "", "only the bans of this rule of the descriptors file")
 	cmd.Flags().StringVar(&domain, "domain", "", "only the bans of this domain of the ratelimit config (--rls-config)")
 	o.register(cmd, e)
 	return cmd
-}
-
-func runBansList(ctx context.Context, w io.Writer, o *opsOptions, rule, domain string) error {
-	p, err := openOps(o)
-	if err != nil {
-		return err
-	}
-	defer p.close()
-	rows, err := p.Bans(ctx, rule, domain)
-	if err != nil {
-		return err
-	}
-	if o.json {
-		return writeJSON(w, struct {
-			Bans []keyadmin.Ban `json:"bans"`
-		}{rows})
-	}
-	return writeBanTable(w, rows)
 }
 
 func newBansAddCmd(e env) *cobra.Command {
@@ -123,7 +76,16 @@ at most 8760h (one year).`,
 		Example: `  flashgate bans add --redis-addr 127.0.0.1:6379 --rule coupon_per_uid --value mallory --for 1h`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBansAdd(cmd.Context(), e, &o, &k, dur)
+			if err := bans.CheckDuration(dur); err != nil {
+				return fmt.Errorf("--for %s: %w", dur, err)
+			}
+			return o.run(e, func(p *ops) (keyadmin.Table, error) {
+				r, t, err := p.AddBan(cmd.Context(), k.ref(), dur)
+				if err == nil && t.Shadow {
+					fmt.Fprintf(e.stderr, "flashgate: rule %s is in shadow mode: the ban is recorded, but sidecars refuse nothing under this rule\n", t.Rule)
+				}
+				return r, err
+			})
 		},
 	}
 	k.addFlags(cmd.Flags())
@@ -131,28 +93,6 @@ at most 8760h (one year).`,
 	_ = cmd.MarkFlagRequired("for")
 	o.register(cmd, e)
 	return cmd
-}
-
-func runBansAdd(ctx context.Context, e env, o *opsOptions, k *keyOptions, dur time.Duration) error {
-	if err := bans.CheckDuration(dur); err != nil {
-		return fmt.Errorf("--for %s: %w", dur, err)
-	}
-	p, err := openOps(o)
-	if err != nil {
-		return err
-	}
-	defer p.close()
-	r, t, err := p.AddBan(ctx, k.ref(), dur)
-	if err != nil {
-		return err
-	}
-	if t.Shadow {
-		fmt.Fprintf(e.stderr, "flashgate: rule %s is in shadow mode: the ban is recorded, but sidecars refuse nothing under this rule\n", t.Rule)
-	}
-	if o.json {
-		return writeJSON(e.stdout, r)
-	}
-	return writeBanTable(e.stdout, []keyadmin.Ban{r})
 }
 
 func newBansLiftCmd(e env) *cobra.Command {
@@ -172,41 +112,11 @@ not an error (the output says it was not banned).`,
 		Example: `  flashgate bans lift --redis-addr 127.0.0.1:6379 --rule coupon_per_uid --value alice --reset-window`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBansLift(cmd.Context(), e.stdout, &o, &k, reset)
+			return o.run(e, func(p *ops) (keyadmin.Table, error) { return p.LiftBan(cmd.Context(), k.ref(), reset) })
 		},
 	}
 	k.addFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&reset, "reset-window", false, "also empty the key's window, so that it is admitted at once")
 	o.register(cmd, e)
 	return cmd
-}
-
-func runBansLift(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions, reset bool) error {
-	p, err := openOps(o)
-	if err != nil {
-		return err
-	}
-	defer p.close()
-	r, err := p.LiftBan(ctx, k.ref(), reset)
-	if err != nil {
-		return err
-	}
-	if o.json {
-		return writeJSON(w, r)
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "rule\t%s\n", label(r.KeyNames))
-	fmt.Fprintf(tw, "key\t%s\n", r.Key)
-	if r.WasBanned {
-		fmt.Fprintf(tw, "lifted\tyes: the ban that would have ended %s is over\n", stamp(r.WasUntil, p.now()))
-	} else {
-		fmt.Fprintf(tw, "lifted\tnothing: the key was not banned\n")
-	}
-	if reset {
-		fmt.Fprintf(tw, "window\temptied\n")
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	return nil
 }

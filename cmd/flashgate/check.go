@@ -1,38 +1,21 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/checkreq"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
+
+	"github.com/flashgate/flashgate/internal/checkreq"
 )
 
+// checkOptions are check's flags: the client's options, and the request
+// of --api authz and http in the words of ParseSpec.
 type checkOptions struct {
-	api        string
-	addr       string
-	path       string
-	method     string
-	host       string
-	scheme     string
-	headers    []string
-	ip         string
-	extensions []string
-	count      int
-	json       bool
-	timeout    time.Duration
-	tls        checkreq.TLS
-	// --api rls: the domain, one descriptor's entries, hits_addend.
-	domain  string
-	entries []string
-	addend  uint32
+	checkreq.ClientOptions
+	path, method, host, scheme, ip string
+	headers, extensions            []string
+	count                          int
+	json                           bool
 }
 
 func newCheckCmd(e env) *cobra.Command {
@@ -68,15 +51,23 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
   flashgate check --api rls --addr 127.0.0.1:9191 --domain edge --entry remote_address=10.0.0.7 -n 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkreq.FlagsFit(cmd.Flags().Changed, o.api); err != nil {
+			if err := checkreq.FlagsFit(cmd.Flags().Changed, o.API); err != nil {
 				return err
 			}
-			return runCheck(cmd.Context(), e.stdout, o)
+			co := o.ClientOptions
+			if co.API != checkreq.APIRLS {
+				spec, err := checkreq.ParseSpec(o.method, o.path, o.host, o.scheme, o.headers, o.ip, o.extensions)
+				if err != nil {
+					return err
+				}
+				co.Spec = spec
+			}
+			return checkreq.Run(cmd.Context(), e.stdout, co, o.count, o.json)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.api, "api", "authz", "what to ask: authz (ext_authz Check over gRPC), http (serve's HTTP front-end, --http-authz-addr, as Envoy's http_service does) or rls (the ratelimit service's ShouldRateLimit over gRPC)")
-	f.StringVar(&o.addr, "addr", "127.0.0.1:9191", "the server's address: host:port or unix:///path (--api http: also http://host:port)")
+	f.StringVar(&o.API, "api", "authz", "what to ask: authz (ext_authz Check over gRPC), http (serve's HTTP front-end, --http-authz-addr, as Envoy's http_service does) or rls (the ratelimit service's ShouldRateLimit over gRPC)")
+	f.StringVar(&o.Addr, "addr", "127.0.0.1:9191", "the server's address: host:port or unix:///path (--api http: also http://host:port)")
 	f.StringVar(&o.path, "path", "", "request path, query string included (required but with --api rls)")
 	f.StringVar(&o.method, "method", "GET", "request method")
 	f.StringVar(&o.host, "host", "localhost", "request host (:authority)")
@@ -86,94 +77,10 @@ A denial (429) is a valid answer: check exits non-zero only when a call fails
 	f.StringArrayVar(&o.extensions, "context-extension", nil, "per-route context_extensions entry key=value (repeatable)")
 	f.IntVarP(&o.count, "count", "n", 1, "number of requests to send")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per answer")
-	f.DurationVar(&o.timeout, "timeout", 2*time.Second, "deadline of each call")
-	f.StringVar(&o.domain, "domain", "", "--api rls: the rate limit domain (required)")
-	f.StringArrayVar(&o.entries, "entry", nil, "--api rls: a descriptor entry key=value (repeat, in order; at least one)")
-	f.Uint32Var(&o.addend, "hits-addend", 0, "--api rls: the request's hits_addend (0: ratelimit's default, 1)")
-	o.tls.AddFlags(f)
+	f.DurationVar(&o.Timeout, "timeout", 2*time.Second, "deadline of each call")
+	f.StringVar(&o.Domain, "domain", "", "--api rls: the rate limit domain (required)")
+	f.StringArrayVar(&o.Entries, "entry", nil, "--api rls: a descriptor entry key=value (repeat, in order; at least one)")
+	f.Uint32Var(&o.HitsAddend, "hits-addend", 0, "--api rls: the request's hits_addend (0: ratelimit's default, 1)")
+	o.TLS.AddFlags(f)
 	return cmd
-}
-
-// runCheck sends o.count checks and prints each answer; it fails when one
-// did.
-func runCheck(ctx context.Context, stdout io.Writer, o checkOptions) error {
-	if o.count < 1 {
-		return fmt.Errorf("-n %d: must be at least 1", o.count)
-	}
-	if o.timeout <= 0 {
-		return fmt.Errorf("--timeout %s: must be positive", o.timeout)
-	}
-	co := checkreq.ClientOptions{API: o.api, Addr: o.addr, TLS: o.tls, Timeout: o.timeout,
-		Domain: o.domain, Entries: o.entries, HitsAddend: o.addend}
-	if o.api != checkreq.APIRLS {
-		spec, err := checkreq.ParseSpec(o.method, o.path, o.host, o.scheme, o.headers, o.ip, o.extensions)
-		if err != nil {
-			return err
-		}
-		co.Spec = spec
-	}
-	client, err := checkreq.NewClient(co)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	enc := json.NewEncoder(stdout)
-	return client.Repeat(ctx, o.count, func(res checkreq.Result) (err error) {
-		if o.json {
-			err = enc.Encode(res)
-		} else {
-			_, err = io.WriteString(stdout, line(res))
-		}
-		if err != nil {
-			return fmt.Errorf("write: %w", err)
-		}
-		return nil
-	})
-}
-
-// line formats r for people:
-//
-//	#1 allowed 200 0.412ms x-ratelimit-limit: 5; x-ratelimit-remaining: 4
-func line(r checkreq.Result) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "#%d ", r.N)
-	if r.Error != "" {
-		fmt.Fprintf(&b, "error %.3fms %s\n", r.LatencyMS, r.Error)
-		return b.String()
-	}
-	verdict := "denied"
-	if r.Allowed {
-		verdict = "allowed"
-	}
-	fmt.Fprintf(&b, "%s %d %.3fms", verdict, r.Status, r.LatencyMS)
-	writeHeaders(&b, " ", r.Headers)
-	if len(r.UpstreamHeaders) > 0 {
-		writeHeaders(&b, " upstream: ", r.UpstreamHeaders)
-	}
-	if r.Body != "" {
-		fmt.Fprintf(&b, " body: %s", r.Body)
-	}
-	for i, st := range r.Statuses {
-		if i == 0 {
-			b.WriteString(" descriptors:")
-		}
-		b.WriteByte(' ')
-		b.WriteString(st.String())
-	}
-	if !r.Allowed && r.Code != "" && r.Code != codes.ResourceExhausted.String() && r.Code != checkreq.OverLimit {
-		fmt.Fprintf(&b, " (code %s)", r.Code)
-	}
-	b.WriteByte('\n')
-	return b.String()
-}
-
-func writeHeaders(b *strings.Builder, lead string, h map[string]string) {
-	for i, k := range slices.Sorted(maps.Keys(h)) {
-		if i == 0 {
-			b.WriteString(lead)
-		} else {
-			b.WriteString("; ")
-		}
-		b.WriteString(k + ": " + h[k])
-	}
 }

@@ -1,21 +1,15 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"io"
 	"os/user"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/flashgate/flashgate/daemon/keyadmin"
-	"github.com/flashgate/flashgate/descriptors"
 	"github.com/flashgate/flashgate/window/overrides"
-	"github.com/flashgate/flashgate/window/redisstore"
 )
 
 func newLimitsCmd(e env) *cobra.Command {
@@ -63,88 +57,6 @@ func (r *ruleFlags) who(e env) string {
 		return u
 	}
 	return "unknown"
-}
-
-// limitsOps is an operator command's connection to the overrides.
-type limitsOps struct {
-	*ops
-	store *redisstore.Overrides
-}
-
-func openLimits(o *opsOptions) (*limitsOps, error) {
-	p, err := openOps(o)
-	if err != nil {
-		return nil, err
-	}
-	s, err := p.Overrides(p.now)
-	if err != nil {
-		p.close()
-		return nil, err
-	}
-	return &limitsOps{ops: p, store: s}, nil
-}
-
-// resolveRule finds the rule rf names (see keyadmin.Admin.OverrideTarget).
-func (p *limitsOps) resolveRule(rf *ruleFlags) (overrides.Target, overrides.Rule, error) {
-	return p.OverrideTarget(rf.rule, rf.domain)
-}
-
-// overrideRow is one override, as the limits commands print it (--json:
-// this object).
-type overrideRow struct {
-	*overrides.Override
-	RemainingMS int64 `json:"remaining_ms"`
-}
-
-func writeOverrideTable(w io.Writer, list []*overrides.Override, now time.Time) error {
-	return writeTable(w, "no overrides", "domain\trule\toverride\tremaining\tuntil\tby\treason", len(list), func(tw io.Writer, i int) {
-		o := list[i]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(o.Domain), o.Rule, describe(o), roundFor(o.Until.Sub(now)),
-			o.Until.UTC().Format("2006-01-02T15:04:05.000Z"), dash(o.By), dash(o.Reason))
-	})
-}
-
-// writeTable writes n rows under header, aligned, or none when n is 0.
-func writeTable(w io.Writer, none, header string, n int, row func(tw io.Writer, i int)) error {
-	if n == 0 {
-		if _, err := fmt.Fprintln(w, none); err != nil {
-			return fmt.Errorf("write: %w", err)
-		}
-		return nil
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
-	for i := range n {
-		row(tw, i)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	return nil
-}
-
-// describe is o's override column, with --allow-raise shown.
-func describe(o *overrides.Override) string {
-	s := o.Describe()
-	if o.AllowRaise {
-		s += " (raise allowed)"
-	}
-	return s
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func rows(list []*overrides.Override, now time.Time) []overrideRow {
-	out := make([]overrideRow, len(list))
-	for i, o := range list {
-		out[i] = overrideRow{Override: o, RemainingMS: o.Until.Sub(now).Milliseconds()}
-	}
-	return out
 }
 
 func newLimitsSetCmd(e env) *cobra.Command {
@@ -199,7 +111,10 @@ refused.`,
 			case dryRun && !cmd.Flags().Changed("requests"):
 				return errors.New("--dry-run needs --requests N")
 			}
-			return runLimitsSet(cmd.Context(), e, &o, &rf, ov, dur)
+			ov.By = rf.who(e)
+			return o.run(e, func(p *ops) (keyadmin.Table, error) {
+				return p.SetOverride(cmd.Context(), rf.rule, rf.domain, ov, dur)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -216,30 +131,6 @@ refused.`,
 	return cmd
 }
 
-func runLimitsSet(ctx context.Context, e env, o *opsOptions, rf *ruleFlags, ov *overrides.Override, dur time.Duration) error {
-	p, err := openLimits(o)
-	if err != nil {
-		return err
-	}
-	defer p.close()
-	t, r, err := p.resolveRule(rf)
-	if err != nil {
-		return err
-	}
-	now := p.now().Truncate(time.Millisecond)
-	ov.Target, ov.Set, ov.Until, ov.By = t, now, now.Add(dur), rf.who(e)
-	if err := ov.Check(r, now); err != nil {
-		return fmt.Errorf("rule %s (%s): %w", t.Rule, r.Limit, err)
-	}
-	if err := p.store.Set(ctx, ov); err != nil {
-		return err
-	}
-	if o.json {
-		return writeJSON(e.stdout, rows([]*overrides.Override{ov}, now)[0])
-	}
-	return writeOverrideTable(e.stdout, []*overrides.Override{ov}, now)
-}
-
 func newLimitsClearCmd(e env) *cobra.Command {
 	var (
 		o  opsOptions
@@ -254,55 +145,14 @@ rule is in force again. Clearing a rule without an override is not an error
 		Example: `  flashgate limits clear --redis-addr 127.0.0.1:6379 --config rules.yaml --rule coupon_per_uid --reason "orders back"`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runLimitsClear(cmd.Context(), e, &o, &rf)
+			return o.run(e, func(p *ops) (keyadmin.Table, error) {
+				return p.ClearOverride(cmd.Context(), rf.rule, rf.domain, rf.who(e), rf.reason)
+			})
 		},
 	}
 	rf.addFlags(cmd.Flags())
 	o.register(cmd, e)
 	return cmd
-}
-
-// clearResult is what limits clear prints (--json: this object).
-type clearResult struct {
-	overrides.Target
-	// Was is the override that was in force, nil if none.
-	Was *overrides.Override `json:"was,omitempty"`
-}
-
-func runLimitsClear(ctx context.Context, e env, o *opsOptions, rf *ruleFlags) error {
-	p, err := openLimits(o)
-	if err != nil {
-		return err
-	}
-	defer p.close()
-	t, _, err := p.resolveRule(rf)
-	if errors.Is(err, descriptors.ErrUnknownRule) {
-		// A rule a reload removed may still hold a dormant override.
-		if was, gerr := p.store.Get(ctx, t); gerr != nil || was == nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	was, err := p.store.Clear(ctx, t, rf.who(e), rf.reason)
-	if err != nil {
-		return err
-	}
-	r := clearResult{Target: t, Was: was}
-	if o.json {
-		return writeJSON(e.stdout, r)
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "domain\t%s\nrule\t%s\n", dash(t.Domain), t.Rule)
-	if was != nil {
-		fmt.Fprintf(tw, "cleared\t%s, which would have ended %s\n", describe(was), stamp(was.Until, p.now()))
-	} else {
-		fmt.Fprintf(tw, "cleared\tnothing: the rule had no override in force\n")
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	return nil
 }
 
 func newLimitsListCmd(e env) *cobra.Command {
@@ -313,22 +163,7 @@ func newLimitsListCmd(e env) *cobra.Command {
 		Long:  `list prints the overrides in force, soonest to end first.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := openLimits(&o)
-			if err != nil {
-				return err
-			}
-			defer p.close()
-			list, err := p.store.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			now := p.now()
-			if o.json {
-				return writeJSON(e.stdout, struct {
-					Overrides []overrideRow `json:"overrides"`
-				}{rows(list, now)})
-			}
-			return writeOverrideTable(e.stdout, list, now)
+			return o.run(e, func(p *ops) (keyadmin.Table, error) { return p.ListOverrides(cmd.Context()) })
 		},
 	}
 	o.register(cmd, e)
@@ -348,54 +183,10 @@ operation, who (the OS user or --by), the rule, the override and the reason.
 Redis keeps the last 1000.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := openLimits(&o)
-			if err != nil {
-				return err
-			}
-			defer p.close()
-			evs, err := p.store.History(cmd.Context(), n)
-			if err != nil {
-				return err
-			}
-			if o.json {
-				return writeJSON(e.stdout, struct {
-					History []overrides.Event `json:"history"`
-				}{evs})
-			}
-			return writeHistory(e.stdout, evs)
+			return o.run(e, func(p *ops) (keyadmin.Table, error) { return p.OverrideHistory(cmd.Context(), n) })
 		},
 	}
 	cmd.Flags().IntVar(&n, "last", 50, "how many events to show (at most 1000)")
 	o.register(cmd, e)
 	return cmd
-}
-
-func writeHistory(w io.Writer, evs []overrides.Event) error {
-	return writeTable(w, "no history", "at\top\tby\tdomain\trule\toverride\tfor\treason", len(evs), func(tw io.Writer, i int) {
-		ev := evs[i]
-		o := ev.Override
-		what, span := "-", "-"
-		if ev.Op == "set" {
-			what, span = describe(o), roundFor(o.Until.Sub(o.Set)).String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ev.At.UTC().Format("2006-01-02T15:04:05.000Z"), ev.Op, dash(ev.By),
-			dash(o.Domain), o.Rule, what, span, dash(ev.Reason))
-	})
-}
-
-// overrideOf returns the override in force of t's rule, nil if none.
-func overrideOf(ctx context.Context, p *ops, t *keyadmin.Target) (*overrides.Override, error) {
-	return p.Override(ctx, t, p.now)
-}
-
-// describeOverride is inspect's override line.
-func describeOverride(o *overrides.Override, now time.Time) string {
-	if o == nil {
-		return "none"
-	}
-	s := describe(o) + ", until " + stamp(o.Until, now) + ", by " + dash(o.By)
-	if o.Reason != "" {
-		s += ": " + o.Reason
-	}
-	return s
 }

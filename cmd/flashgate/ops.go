@@ -1,13 +1,11 @@
 package main
 
-// The operator commands (inspect, bans) share serve's Redis flags, key
-// prefix, penalty box flags and rules, so that daemon/keyadmin names the
-// keys the sidecars use.
+// The operator commands (inspect, bans, limits) share serve's Redis flags,
+// key prefix, penalty box flags and rules, so that daemon/keyadmin names
+// the keys the sidecars use.
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/flashgate/flashgate/daemon/keyadmin"
 	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/overrides"
 )
 
 // opsTimeout is --redis-timeout's default for the operator commands.
@@ -70,8 +69,7 @@ func (k *keyOptions) ref() keyadmin.Ref {
 // ops is an operator command's connection to serve's Redis and rules.
 type ops struct {
 	*keyadmin.Admin
-	opts *opsOptions
-	now  func() time.Time
+	now func() time.Time
 }
 
 // openOps validates o and connects to Redis (lazily: the first command
@@ -90,7 +88,7 @@ func openOps(o *opsOptions) (*ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ops{Admin: a, opts: o, now: time.Now}, nil
+	return &ops{Admin: a, now: time.Now}, nil
 }
 
 func (p *ops) close() { p.Close() }
@@ -100,54 +98,34 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
-// writeJSON prints v as one indented JSON document.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("write: %w", err)
+// run opens serve's Redis and rules for o, does f and prints its result
+// to e.stdout: JSON with --json, else a table.
+func (o *opsOptions) run(e env, f func(*ops) (keyadmin.Table, error)) error {
+	p, err := openOps(o)
+	if err != nil {
+		return err
 	}
-	return nil
+	defer p.close()
+	r, err := f(p)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(e.stdout, r)
+	}
+	return r.WriteTable(e.stdout, p.now())
 }
 
-// describeLimit writes a limit for people: "5 per 1s", bucketed or not.
-func describeLimit(l window.Limit) string {
-	s := fmt.Sprintf("%d per %s", l.Requests, l.Window)
-	if l.Buckets > 0 {
-		s += fmt.Sprintf(" (%d buckets)", l.Buckets)
-	}
-	return s
+// overrideOf returns the override in force of t's rule, nil if none.
+func overrideOf(ctx context.Context, p *ops, t *keyadmin.Target) (*overrides.Override, error) {
+	return p.Override(ctx, t, p.now)
 }
 
-// describeBan writes a penalty box for people.
-func describeBan(b window.Ban) string {
-	if !b.Enabled() {
-		return "off"
-	}
-	return fmt.Sprintf("%d denials in %s → %s", b.Threshold, b.Window, b.Duration)
-}
-
-// stamp writes t for a table: UTC to the millisecond, and how far from now.
-func stamp(t, now time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := roundFor(t.Sub(now))
-	rel := "now"
-	switch {
-	case d > 0:
-		rel = "in " + d.String()
-	case d < 0:
-		rel = (-d).String() + " ago"
-	}
-	return t.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + rel + ")"
-}
-
-// roundFor rounds d for people: to the second from a minute up, else to
-// the millisecond.
-func roundFor(d time.Duration) time.Duration {
-	if d >= time.Minute || d <= -time.Minute {
-		return d.Round(time.Second)
-	}
-	return d.Round(time.Millisecond)
+// The renderers of inspect's table.
+func writeJSON(w io.Writer, v any) error  { return keyadmin.WriteJSON(w, v) }
+func stamp(t, now time.Time) string       { return keyadmin.Stamp(t, now) }
+func describeLimit(l window.Limit) string { return keyadmin.DescribeLimit(l) }
+func describeBan(b window.Ban) string     { return keyadmin.DescribeBan(b) }
+func describeOverride(o *overrides.Override, now time.Time) string {
+	return keyadmin.DescribeOverride(o, now)
 }

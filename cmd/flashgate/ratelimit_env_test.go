@@ -54,7 +54,7 @@ func serveFlags() *pflag.FlagSet {
 	return fs
 }
 
-// changedFlags returns the flags applyRatelimitEnv set, with their values.
+// changedFlags returns the flags ratelimitenv.Apply set, with their values.
 func changedFlags(fs *pflag.FlagSet) map[string]string {
 	got := map[string]string{}
 	fs.Visit(func(f *pflag.Flag) { got[f.Name] = f.Value.String() })
@@ -167,7 +167,7 @@ func TestApplyRatelimitEnv(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			fs := serveFlags()
 			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
-			res, err := applyRatelimitEnv(fs, lookup, tc.environ)
+			res, err := ratelimitenv.Apply(fs, lookup, tc.environ)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want one naming %s", err, tc.err)

@@ -7,6 +7,7 @@ import (
 	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/enforce"
 	"github.com/flashgate/flashgate/rls"
+	"github.com/flashgate/flashgate/rls/xds"
 	"github.com/flashgate/flashgate/window"
 	"github.com/flashgate/flashgate/window/fallback"
 	"github.com/flashgate/flashgate/window/guard"
@@ -44,7 +45,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.failureMode, "failure-mode", "local", "when Redis fails: local (enforce per process in memory), allow or deny")
 	o.banOptions.addFlags(f)
 	o.LocalCacheSize = guard.DefaultGuardBudget
-	f.Var((*byteSize)(&o.LocalCacheSize), "local-cache-size", "memory budget of the local over-limit cache and penalty box (e.g. 32MiB)")
+	f.Var((*daemon.ByteSize)(&o.LocalCacheSize), "local-cache-size", "memory budget of the local over-limit cache and penalty box (e.g. 32MiB)")
 	f.IntVar(&o.MemoryMaxKeys, "memory-max-keys", 0, "keys the memory backend (and the local failure mode) track at most (0: the window package's default)")
 	f.BoolVar(&o.Shadow, "shadow", false, "decide and count, but admit everything (x-ratelimit-shadow: 1 on would-be denials)")
 	f.StringVar(&o.headers, "ratelimit-headers", enforce.FamiliesBoth.String(), "rate-limit headers on every answer (ext_authz, RLS): both (the IETF RateLimit and RateLimit-Policy, and x-ratelimit-limit, -remaining, -reset), ietf, x or none; an ext_authz 429 always has retry-after and its problem+json body (the RLS's: see --rls-extras)")
@@ -52,7 +53,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.Float64Var(&o.BreakerRate, "breaker-failure-rate", guard.DefaultBreakerFailureRate, "share of failed Redis calls (errors and timeouts) within a second that opens the circuit breaker")
 	f.IntVar(&o.BreakerMinCalls, "breaker-min-calls", guard.DefaultBreakerMinCalls, "calls within a second before --breaker-failure-rate can open the breaker")
 	f.DurationVar(&o.BreakerCooldown, "breaker-cooldown", guard.DefaultBreakerCooldown, "how long an open breaker holds Redis calls off before one probe")
-	f.DurationVar(&o.CheckDeadline, "check-deadline", defaultCheckDeadline, "the most a check may wait for Redis in all, below Envoy's ext_authz timeout (the shipped envoy.yaml: 50ms); the Redis budget follows Redis's latency from --redis-timeout up to 90% of this")
+	f.DurationVar(&o.CheckDeadline, "check-deadline", daemon.DefaultCheckDeadline, "the most a check may wait for Redis in all, below Envoy's ext_authz timeout (the shipped envoy.yaml: 50ms); the Redis budget follows Redis's latency from --redis-timeout up to 90% of this")
 	f.IntVar(&o.FleetSize, "fleet-size", 0, "sidecars sharing the Redis, for failure mode local's per-sidecar share ceil(limit/N) (0: discover them by heartbeat)")
 	f.DurationVar(&o.FleetTTL, "fleet-ttl", fallback.DefaultFleetTTL, "how long a sidecar's heartbeat counts it in the fleet (beats every third of it)")
 	f.StringVar(&o.RLSConfig, "rls-config", "", "envoyproxy/ratelimit config directory (DIR/config/*.yaml, else DIR/*.yaml): serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr, beside ext_authz with --config, alone without it (no built-in example rules); reloaded on change and on SIGHUP")
@@ -60,15 +61,15 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.rlsExtras, "rls-extras", true, "RLS: flashgate's additions to ratelimit's answer besides --ratelimit-headers: an OVER_LIMIT's retry-after, content-type and problem+json raw_body, a shadow admission's x-ratelimit-shadow (false: ratelimit's fields only)")
 	f.StringVar(&o.rlsNames, "rls-header-names", "", "RLS: the three response header names, LIMIT,REMAINING,RESET (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset")
 	f.StringVar(&o.RLSHTTPAddr, "rls-http-addr", "", "listen address of ratelimit's HTTP side: GET /healthcheck (200 while serving) and POST /json (ShouldRateLimit as JSON); needs --rls-config (empty: none)")
-	f.IntVar(&o.RLSHTTPMaxConns, "rls-http-max-conns", defaultRLSHTTPMaxConns, "connections --rls-http-addr keeps open at most; at the cap a new one closes the one idle the longest")
+	f.IntVar(&o.RLSHTTPMaxConns, "rls-http-max-conns", daemon.DefaultRLSHTTPMaxConns, "connections --rls-http-addr keeps open at most; at the cap a new one closes the one idle the longest")
 	addXDSFlags(f, &o.XDS)
 	f.StringVar(&o.HTTPAuthzAddr, "http-authz-addr", "", "listen address of the HTTP front-end, where every request is a check (Envoy ext_authz http_service, nginx auth_request, Caddy forward_auth, Traefik ForwardAuth): 200 allowed, the denial's status (429) otherwise (empty: none)")
 	f.StringVar(&o.HTTPAuthzPathPrefix, "http-authz-path-prefix", "", "the HTTP front-end: Envoy http_service's path_prefix, removed from the path of a check that carries no X-Original-URI or X-Forwarded-Uri")
-	f.IntVar(&o.HTTPAuthzMaxConns, "http-authz-max-conns", defaultHTTPAuthzMaxConns, "connections --http-authz-addr keeps open at most; at the cap a new one closes the one idle the longest")
-	f.DurationVar(&o.WarmupTimeout, "warmup-timeout", defaultWarmupTimeout, "redis: how long health may stay NOT_SERVING while Redis cannot be warmed up (down, or refusing writes); then serve anyway, by the failure mode, and keep warming in the background (0: wait for Redis however long)")
-	f.IntVar(&o.HTTPMaxConns, "http-max-conns", defaultHTTPMaxConns, "connections --http-addr keeps open at most; at the cap a new one closes the one idle the longest")
-	f.IntVar(&o.GRPCMaxConns, "grpc-max-conns", defaultGRPCMaxConns, "connections --grpc-addr keeps open at most; at the cap a new one is closed at once; connections still in their handshake count against --grpc-max-pending instead")
-	f.IntVar(&o.GRPCMaxPending, "grpc-max-pending", defaultGRPCMaxPending, "connections --grpc-addr keeps open at most before their handshake (TLS, HTTP/2 preface) is done, apart from --grpc-max-conns; at the cap a new one closes the one pending the longest")
+	f.IntVar(&o.HTTPAuthzMaxConns, "http-authz-max-conns", daemon.DefaultHTTPAuthzMaxConns, "connections --http-authz-addr keeps open at most; at the cap a new one closes the one idle the longest")
+	f.DurationVar(&o.WarmupTimeout, "warmup-timeout", daemon.DefaultWarmupTimeout, "redis: how long health may stay NOT_SERVING while Redis cannot be warmed up (down, or refusing writes); then serve anyway, by the failure mode, and keep warming in the background (0: wait for Redis however long)")
+	f.IntVar(&o.HTTPMaxConns, "http-max-conns", daemon.DefaultHTTPMaxConns, "connections --http-addr keeps open at most; at the cap a new one closes the one idle the longest")
+	f.IntVar(&o.GRPCMaxConns, "grpc-max-conns", daemon.DefaultGRPCMaxConns, "connections --grpc-addr keeps open at most; at the cap a new one is closed at once; connections still in their handshake count against --grpc-max-pending instead")
+	f.IntVar(&o.GRPCMaxPending, "grpc-max-pending", daemon.DefaultGRPCMaxPending, "connections --grpc-addr keeps open at most before their handshake (TLS, HTTP/2 preface) is done, apart from --grpc-max-conns; at the cap a new one closes the one pending the longest")
 	f.StringVar(&o.GRPCTLS.Cert, "grpc-tls-cert", "", "PEM certificate chain of --grpc-addr: serve TLS only, with --grpc-tls-key (both reloaded when they change, Secret symlink swaps too)")
 	f.StringVar(&o.GRPCTLS.Key, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
 	f.StringVar(&o.GRPCTLS.CA, "grpc-tls-client-ca", "", "PEM CA bundle: mTLS on --grpc-addr, every client must present a certificate signed by one of these CAs (reloaded when it changes)")
@@ -77,20 +78,6 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "json", "json or text")
 }
-
-// Defaults of the listeners' connection caps.
-const (
-	defaultWarmupTimeout     = 30 * time.Second
-	defaultHTTPMaxConns      = 128
-	defaultGRPCMaxConns      = 1024
-	defaultGRPCMaxPending    = 256
-	defaultHTTPAuthzMaxConns = 1024
-	defaultRLSHTTPMaxConns   = 1024
-)
-
-// defaultCheckDeadline is --check-deadline's default, below the shipped
-// Envoy configs' ext_authz timeout.
-const defaultCheckDeadline = 40 * time.Millisecond
 
 // serveConfig is serve's flags parsed and validated: the daemon's options
 // and the log's.
@@ -122,9 +109,6 @@ func (o *serveOptions) parse(changed func(string) bool) (*serveConfig, error) {
 	d.Ban = o.ban()
 	if d.Keys, err = o.keys(); err != nil {
 		return nil, err
-	}
-	if d.LocalCacheSize < guard.MinGuardBudget {
-		return nil, fmt.Errorf("--local-cache-size %s: must be at least 64KiB (the local cache cannot be turned off; default 32MiB)", (*byteSize)(&d.LocalCacheSize))
 	}
 	if err := d.Validate(changed); err != nil {
 		return nil, err
@@ -212,4 +196,20 @@ func parseClock(s string) (redisstore.Clock, error) {
 		return redisstore.ClockLocal, nil
 	}
 	return 0, fmt.Errorf("--clock %q: want redis or local", s)
+}
+
+// addXDSFlags adds serve's flags of the RLS config from an xDS management
+// server (ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW and CONFIG_GRPC_XDS_*) to f,
+// set into o.
+func addXDSFlags(f *pflag.FlagSet, o *daemon.XDSOptions) {
+	f.StringVar(&o.Server, "rls-xds-server", "", "xDS management server, HOST:PORT: serve envoy.service.ratelimit.v3.RateLimitService on --grpc-addr with the ratelimit configs (RateLimitConfig resources, state of the world) it pushes (ratelimit's CONFIG_GRPC_XDS_SERVER_URL); not with --rls-config")
+	f.StringVar(&o.NodeID, "rls-xds-node-id", xds.DefaultNodeID, "xDS node id (ratelimit's CONFIG_GRPC_XDS_NODE_ID)")
+	f.StringVar(&o.NodeMetadata, "rls-xds-node-metadata", "", "xDS node metadata, KEY=VALUE,... (ratelimit's CONFIG_GRPC_XDS_NODE_METADATA)")
+	f.DurationVar(&o.RetryInterval, "rls-xds-retry-interval", xds.DefaultRetryInterval, "pause before a new xDS stream after one failed (ratelimit's CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL)")
+	f.BoolVar(&o.TLS, "rls-xds-tls", false, "connect to the xDS server over TLS (ratelimit's CONFIG_GRPC_XDS_SERVER_USE_TLS)")
+	f.StringVar(&o.Files.Cert, "rls-xds-tls-cert", "", "client certificate (PEM) for an mTLS xDS server (ratelimit's CONFIG_GRPC_XDS_CLIENT_TLS_CERT)")
+	f.StringVar(&o.Files.Key, "rls-xds-tls-key", "", "key (PEM) of --rls-xds-tls-cert (ratelimit's CONFIG_GRPC_XDS_CLIENT_TLS_KEY)")
+	f.StringVar(&o.Files.CA, "rls-xds-tls-ca", "", "CA certificates (PEM) the xDS server's certificate is verified against (default: the system's; ratelimit's CONFIG_GRPC_XDS_SERVER_TLS_CACERT)")
+	f.StringVar(&o.ServerName, "rls-xds-tls-server-name", "", "name the xDS server's certificate is verified for (default: the host of --rls-xds-server; ratelimit's CONFIG_GRPC_XDS_SERVER_TLS_SAN)")
+	f.BoolVar(&o.ForceStart, "rls-xds-force-start", false, "turn ready before the xDS server pushed a first config (answering OK for every domain until then); by default readiness waits for it (ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG)")
 }

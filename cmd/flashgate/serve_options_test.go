@@ -162,29 +162,6 @@ func TestServeFlagCombinations(t *testing.T) {
 	}
 }
 
-func TestByteSize(t *testing.T) {
-	tests := map[string]int64{
-		"0": 0, "33554432": 32 << 20, "64KiB": 64 << 10, "32MiB": 32 << 20, "1GiB": 1 << 30,
-		"32MB": 32e6, "5K": 5 << 10, "7M": 7 << 20, "100B": 100, " 2 MiB ": 2 << 20,
-	}
-	for in, want := range tests {
-		var b byteSize
-		if err := b.Set(in); err != nil || int64(b) != want {
-			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
-		}
-	}
-	for _, in := range []string{"", "-1", "1.5MiB", "lots", "1TiB", "99999999999GiB"} {
-		var b byteSize
-		if err := b.Set(in); err == nil {
-			t.Errorf("Set(%q) = %d, want an error", in, b)
-		}
-	}
-	b := byteSize(32 << 20)
-	if b.String() != "32MiB" {
-		t.Errorf("String = %q", b.String())
-	}
-}
-
 // TestServeDeadline: the Redis budget lies within 90% of --check-deadline;
 // a --redis-timeout above that raises the default deadline (and says so).
 func TestServeDeadline(t *testing.T) {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"fmt"
@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// byteSize is a flag value for a number of bytes: "33554432", "64KiB",
+// ByteSize is a flag value for a number of bytes: "33554432", "64KiB",
 // "32MiB", "1GiB", or with SI units "32MB" (10^6). "K", "M", "G" alone mean
 // KiB, MiB, GiB.
-type byteSize int64
+type ByteSize int64
 
-func (b *byteSize) String() string {
-	v := int64(*b)
+func (b ByteSize) String() string {
+	v := int64(b)
 	for _, u := range []struct {
 		name string
 		size int64
@@ -24,9 +24,9 @@ func (b *byteSize) String() string {
 	return strconv.FormatInt(v, 10)
 }
 
-func (b *byteSize) Type() string { return "bytes" }
+func (b *ByteSize) Type() string { return "bytes" }
 
-func (b *byteSize) Set(s string) error {
+func (b *ByteSize) Set(s string) error {
 	t := strings.TrimSpace(s)
 	units := []struct {
 		suffix string
@@ -47,6 +47,6 @@ func (b *byteSize) Set(s string) error {
 	if err != nil || n < 0 || n > (1<<50)/mult {
 		return fmt.Errorf("%q is not a size in bytes (examples: 33554432, 64KiB, 32MiB)", s)
 	}
-	*b = byteSize(n * mult)
+	*b = ByteSize(n * mult)
 	return nil
 }
