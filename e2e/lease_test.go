@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,4 +213,53 @@ func TestLeasedFleetSlowLink(t *testing.T) {
 	m := procs[len(procs)-1].Metrics()
 	t.Logf("the slow sidecar: %v admissions from leases, %v by failure mode local", m.Value("flashgate_lease_admissions_total"),
 		m.Value("flashgate_failure_mode_decisions_total", "mode", "local"))
+}
+
+// leaseCounts is a sidecar's leases taken and slots reserved so far.
+func leaseCounts(p *proc) (leases, slots float64) {
+	m := p.Metrics()
+	return m.Value("flashgate_leases_total"), m.Value("flashgate_lease_slots_reserved_total")
+}
+
+// TestLeasedFleetGrows: four sidecars hammer the leased rule; 1.5 s in,
+// four more join and take the same load. Every sidecar comes to count
+// eight, so that a lease is at most ceil(300/8) slots, down from
+// ceil(300/4); no window holds more than the limit throughout, and every
+// sidecar that joined is granted leases on the grown fleet and admits
+// from them (none is starved by the ones that held the window first).
+func TestLeasedFleetGrows(t *testing.T) {
+	rs := redistest.Start(t)
+	const prefix = "e2eleasegrow"
+	args := append(leasesDecide, "--config", "testdata/lease.yaml")
+	first := startFleet(t, leaseSidecars, rs.Addr(), prefix, args...)
+	waitFleetSize(t, first, leaseSidecars, 10*time.Second)
+	stop := make(chan struct{})
+	l := &fleetLoad{adm: &admissions{}, callers: fleetCallers, ask: func(_ int, p *proc) answer { return p.Check(claim("")) }, stop: stop}
+	began := time.Now()
+	l.add(first...)
+	time.Sleep(1500 * time.Millisecond)
+	more := startFleet(t, leaseSidecars, rs.Addr(), prefix, args...)
+	l.add(more...)
+	all := append(slices.Clone(first), more...)
+	waitFleetSize(t, all, 2*leaseSidecars, 10*time.Second)
+	leases0, slots0 := make([]float64, len(all)), make([]float64, len(all))
+	for i, p := range all {
+		leases0[i], slots0[i] = leaseCounts(p)
+	}
+	time.Sleep(2 * time.Second) // the grown fleet under load
+	close(stop)
+	l.check(t, time.Since(began), leaseLimit)
+	share := float64(leaseLimit+2*leaseSidecars-1) / (2 * leaseSidecars)
+	for i, p := range all {
+		leases, slots := leaseCounts(p)
+		dl, ds := leases-leases0[i], slots-slots0[i]
+		t.Logf("sidecar %d on the grown fleet: %v leases, %v slots (%.1f a lease); %v admissions from leases in all", i, dl, ds, ds/max(dl, 1),
+			p.Metrics().Value("flashgate_lease_admissions_total"))
+		switch {
+		case dl == 0 && i >= leaseSidecars:
+			t.Errorf("sidecar %d joined and was granted no lease on the grown fleet", i)
+		case dl > 0 && ds/dl > share:
+			t.Errorf("sidecar %d on the grown fleet: %.1f slots a lease, over the share of eight, %.0f", i, ds/dl, share)
+		}
+	}
 }
