@@ -423,9 +423,17 @@ func span(as []answer) time.Duration {
 // whose latest reply is less than w after their earliest send lie in one
 // window.
 func provablyWithin(as []answer, w time.Duration) int {
+	n, _ := worstSpan(as, w)
+	return n
+}
+
+// worstSpan returns provablyWithin's count and the answers it counts,
+// those of the first span of w that holds the most, by send time.
+func worstSpan(as []answer, w time.Duration) (int, []answer) {
 	sorted := append([]answer(nil), as...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Sent.Before(sorted[j].Sent) })
-	best := 0
+	in := func(i int, a answer) bool { return a.Replied().Before(sorted[i].Sent.Add(w - clockSlack)) }
+	best, at := 0, 0
 	for i, first := range sorted {
 		end := first.Sent.Add(w - clockSlack)
 		n := 0
@@ -433,13 +441,24 @@ func provablyWithin(as []answer, w time.Duration) int {
 			if !a.Sent.Before(end) {
 				break
 			}
-			if a.Replied().Before(end) {
+			if in(i, a) {
 				n++
 			}
 		}
-		best = max(best, n)
+		if n > best {
+			best, at = n, i
+		}
 	}
-	return best
+	var span []answer
+	for _, a := range sorted[min(at, len(sorted)):] {
+		if !a.Sent.Before(sorted[at].Sent.Add(w - clockSlack)) {
+			break
+		}
+		if in(at, a) {
+			span = append(span, a)
+		}
+	}
+	return best, span
 }
 
 // unjustified returns the denials of as that cannot have been right: a

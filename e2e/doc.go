@@ -23,4 +23,12 @@
 // key-cardinality flood sends 100,000 distinct users by default; set
 // FLASHGATE_E2E_LONG=1 (or pass -long) for the 1,000,000-user variant, which
 // belongs with the benchmarks rather than in `make test`.
+//
+// BenchmarkLeasedFleet and BenchmarkLeasedFleetSweep are the leased global
+// limit at a flash sale's scale, twelve and up to twenty-four sidecars at
+// once, too heavy for the tests on a small machine: each run holds every
+// window of the callers' admissions to its bound and fails loudly if one is
+// over, and reports the admissions per second and Redis's script calls and
+// CPU per admitted check (BENCHMARKS.md, "Leased admissions", has the
+// command).
 package e2e

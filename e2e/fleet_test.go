@@ -49,13 +49,13 @@ func (a *admissions) snapshot() []answer {
 
 // startFleet starts n sidecars on Redis at addr at once and waits until
 // each is SERVING (and has counted the fleet, which comes before).
-func startFleet(t *testing.T, n int, addr, prefix string, extra ...string) []*proc {
+func startFleet(t testing.TB, n int, addr, prefix string, extra ...string) []*proc {
 	t.Helper()
 	return startFleetWith(t, n, addr, prefix, launchOpts{}, extra...)
 }
 
 // startFleetWith is startFleet with lo.
-func startFleetWith(t *testing.T, n int, addr, prefix string, lo launchOpts, extra ...string) []*proc {
+func startFleetWith(t testing.TB, n int, addr, prefix string, lo launchOpts, extra ...string) []*proc {
 	t.Helper()
 	procs := make([]*proc, n)
 	var wg sync.WaitGroup
@@ -88,32 +88,53 @@ func hammer(procs []*proc, uid string, adm *admissions, stop <-chan struct{}) (w
 // hammerWith is hammer with the check that caller of sidecar i sends; it
 // also counts the answers that were neither admissions nor denials.
 func hammerWith(procs []*proc, adm *admissions, stop <-chan struct{}, ask func(i int, p *proc) answer) (wait func(), nDenied, nFailed *atomic.Int64) {
-	var wg sync.WaitGroup
-	nDenied, nFailed = &atomic.Int64{}, &atomic.Int64{}
-	for i, p := range procs {
-		for range fleetCallers {
-			wg.Go(func() {
+	l := &fleetLoad{adm: adm, callers: fleetCallers, ask: ask, stop: stop}
+	l.add(procs...)
+	return l.wg.Wait, &l.nDenied, &l.nFailed
+}
+
+// fleetLoad is a closed-loop load on a fleet that may grow: callers per sidecar,
+// each sending ask until stop is closed, every admission recorded in adm
+// with its sidecar's index (in the order add was given them).
+type fleetLoad struct {
+	adm     *admissions
+	callers int
+	ask     func(i int, p *proc) answer
+	stop    <-chan struct{}
+
+	wg               sync.WaitGroup
+	n                int // sidecars added so far; add is called from one goroutine
+	nDenied, nFailed atomic.Int64
+}
+
+// add starts the callers of procs, numbered on from the sidecars added
+// before.
+func (l *fleetLoad) add(procs ...*proc) {
+	for _, p := range procs {
+		i := l.n
+		l.n++
+		for range l.callers {
+			l.wg.Go(func() {
 				for {
 					select {
-					case <-stop:
+					case <-l.stop:
 						return
 					default:
 					}
-					a := ask(i, p)
+					a := l.ask(i, p)
 					switch a.Verdict() {
 					case vAllowed:
 						a.Proc = i
-						adm.add(a)
+						l.adm.add(a)
 					case vDenied:
-						nDenied.Add(1)
+						l.nDenied.Add(1)
 					default:
-						nFailed.Add(1)
+						l.nFailed.Add(1)
 					}
 				}
 			})
 		}
 	}
-	return wg.Wait, nDenied, nFailed
 }
 
 // fleetSizes reads flashgate_fleet_size of each sidecar.
@@ -134,11 +155,11 @@ func runFleet(t *testing.T, procs []*proc, d time.Duration, bound int, during fu
 }
 
 // runFleetAsking is runFleet with the check each caller of sidecar i sends.
-func runFleetAsking(t *testing.T, procs []*proc, d time.Duration, bound int, ask func(i int, p *proc) answer, during func()) *admissions {
+func runFleetAsking(t testing.TB, procs []*proc, d time.Duration, bound int, ask func(i int, p *proc) answer, during func()) *admissions {
 	t.Helper()
-	adm := &admissions{}
 	stop := make(chan struct{})
-	wait, nDenied, nFailed := hammerWith(procs, adm, stop, ask)
+	l := &fleetLoad{adm: &admissions{}, callers: fleetCallers, ask: ask, stop: stop}
+	l.add(procs...)
 	if during != nil {
 		time.Sleep(1500 * time.Millisecond)
 		during()
@@ -147,18 +168,27 @@ func runFleetAsking(t *testing.T, procs []*proc, d time.Duration, bound int, ask
 		time.Sleep(d)
 	}
 	close(stop)
-	wait()
-	all := adm.snapshot()
+	l.check(t, d, bound)
+	return l.adm
+}
+
+// check waits for the callers (stop closed), logs the load's answers over
+// d, and fails t if some span of fleetWindow certainly held more than bound
+// admissions, or if nothing was denied. It returns the admissions.
+func (l *fleetLoad) check(t testing.TB, d time.Duration, bound int) []answer {
+	t.Helper()
+	l.wg.Wait()
+	all := l.adm.snapshot()
 	n := provablyWithin(all, fleetWindow)
-	t.Logf("%d admissions, %d denials, %d failures over %s; the most in one window: %d", len(all), nDenied.Load(), nFailed.Load(), d, n)
+	t.Logf("%d admissions, %d denials, %d failures over %s; the most in one window: %d", len(all), l.nDenied.Load(), l.nFailed.Load(), d, n)
 	if n > bound {
 		logAdmissions(t, all)
 		t.Errorf("%d admissions certainly within one window of %s: want at most %d", n, fleetWindow, bound)
 	}
-	if nDenied.Load() == 0 {
+	if l.nDenied.Load() == 0 {
 		t.Error("nothing was denied: the load did not reach the limit")
 	}
-	return adm
+	return all
 }
 
 // TestFleetColdBurst: three fresh sidecars take the burst the moment they
@@ -288,7 +318,7 @@ func TestFleetSidecarKilled(t *testing.T) {
 }
 
 // waitFleetSize waits until every sidecar counts n.
-func waitFleetSize(t *testing.T, procs []*proc, n int, within time.Duration) {
+func waitFleetSize(t testing.TB, procs []*proc, n int, within time.Duration) {
 	t.Helper()
 	if _, ok := waitFor(within, func() bool {
 		return !slices.ContainsFunc(fleetSizes(procs), func(s int) bool { return s != n })
@@ -379,7 +409,7 @@ func TestFleetRedisRestarted(t *testing.T) {
 // waitTurnedBack waits until every sidecar has found Redis back and its
 // settle has passed (flashgate_breaker_open reads 0), then half a second
 // more, for the checks held meanwhile to drain.
-func waitTurnedBack(t *testing.T, procs []*proc) {
+func waitTurnedBack(t testing.TB, procs []*proc) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -438,7 +468,7 @@ func redisDecidesSince(t *testing.T, procs []*proc, local, held, checks []float6
 // logAdmissions logs every admission of as, by send time (seconds of the
 // minute), with its sidecar, latency and headers: what a bound's failure
 // is read from.
-func logAdmissions(t *testing.T, as []answer) {
+func logAdmissions(t testing.TB, as []answer) {
 	t.Helper()
 	sorted := slices.Clone(as)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Sent.Before(sorted[j].Sent) })

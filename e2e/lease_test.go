@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,28 +62,53 @@ func TestLeasedFleetExact(t *testing.T) {
 	leaseFigures(t, procs, len(all))
 }
 
+// userClaims asks the seed's request shape: a claim with an x-uid drawn
+// from users, each user's admissions recorded. It is safe for concurrent
+// use.
+type userClaims struct {
+	users int
+
+	mu sync.Mutex // guards by
+	by map[string][]answer
+}
+
+// ask sends one claim of a random user to p.
+func (u *userClaims) ask(p *proc) answer {
+	uid := "u" + strconv.Itoa(rand.IntN(u.users))
+	a := p.Check(claim(uid))
+	if a.Verdict() == vAllowed {
+		u.mu.Lock()
+		if u.by == nil {
+			u.by = map[string][]answer{}
+		}
+		u.by[uid] = append(u.by[uid], a)
+		u.mu.Unlock()
+	}
+	return a
+}
+
+// most returns the most admissions one user had certainly within a span of
+// w, and that user.
+func (u *userClaims) most(w time.Duration) (n int, uid string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for id, as := range u.by {
+		if m := provablyWithin(as, w); m > n {
+			n, uid = m, id
+		}
+	}
+	return n, uid
+}
+
 // TestLeasedFleetPerUser: the seed's request shape, the leased global rule
 // and a per-user rule on the same request: neither limit is passed.
 func TestLeasedFleetPerUser(t *testing.T) {
 	rs := redistest.Start(t)
 	procs := startFleet(t, leaseSidecars, rs.Addr(), "e2eleaseuser", append(leasesDecide, "--config", "testdata/lease.yaml")...)
-	const users = 200
-	var mu sync.Mutex
-	byUser := map[string][]answer{}
-	all := runFleetAsking(t, procs, 3*time.Second, leaseLimit, func(_ int, p *proc) answer {
-		u := fmt.Sprintf("u%d", rand.IntN(users))
-		a := p.Check(claim(u))
-		if a.Verdict() == vAllowed {
-			mu.Lock()
-			byUser[u] = append(byUser[u], a)
-			mu.Unlock()
-		}
-		return a
-	}, nil).snapshot()
-	for u, as := range byUser {
-		if n := provablyWithin(as, time.Second); n > 4 {
-			t.Errorf("user %s: %d admissions within one window, over the per-user 4", u, n)
-		}
+	u := &userClaims{users: 200}
+	all := runFleetAsking(t, procs, 3*time.Second, leaseLimit, func(_ int, p *proc) answer { return u.ask(p) }, nil).snapshot()
+	if n, uid := u.most(time.Second); n > 4 {
+		t.Errorf("user %s: %d admissions within one window, over the per-user 4", uid, n)
 	}
 	leaseFigures(t, procs, len(all))
 }
@@ -212,4 +237,63 @@ func TestLeasedFleetSlowLink(t *testing.T) {
 	m := procs[len(procs)-1].Metrics()
 	t.Logf("the slow sidecar: %v admissions from leases, %v by failure mode local", m.Value("flashgate_lease_admissions_total"),
 		m.Value("flashgate_failure_mode_decisions_total", "mode", "local"))
+}
+
+// leaseCounts is a sidecar's leases taken and slots reserved so far.
+func leaseCounts(p *proc) (leases, slots float64) {
+	m := p.Metrics()
+	return m.Value("flashgate_leases_total"), m.Value("flashgate_lease_slots_reserved_total")
+}
+
+// TestLeasedFleetGrows: four sidecars hammer the leased rule; 1.5 s in,
+// four more join and take the same load. Every sidecar comes to count
+// eight, so that a lease is at most ceil(300/8) slots, down from
+// ceil(300/4); no window holds more than the limit throughout, and every
+// sidecar that joined is granted leases on the grown fleet and admits
+// from them (none is starved by the ones that held the window first).
+func TestLeasedFleetGrows(t *testing.T) {
+	rs := redistest.Start(t)
+	const prefix = "e2eleasegrow"
+	args := append(leasesDecide, "--config", "testdata/lease.yaml")
+	first := startFleet(t, leaseSidecars, rs.Addr(), prefix, args...)
+	waitFleetSize(t, first, leaseSidecars, 10*time.Second)
+	stop := make(chan struct{})
+	l := &fleetLoad{adm: &admissions{}, callers: fleetCallers, ask: func(_ int, p *proc) answer { return p.Check(claim("")) }, stop: stop}
+	began := time.Now()
+	l.add(first...)
+	time.Sleep(1500 * time.Millisecond)
+	more := startFleet(t, leaseSidecars, rs.Addr(), prefix, args...)
+	l.add(more...)
+	all := append(slices.Clone(first), more...)
+	waitFleetSize(t, all, 2*leaseSidecars, 10*time.Second)
+	// A reservation sent before its sidecar counted eight asked for the
+	// share of four; each ends within the reservation's timeout (1 s).
+	time.Sleep(time.Second)
+	leases0, slots0 := make([]float64, len(all)), make([]float64, len(all))
+	for i, p := range all {
+		leases0[i], slots0[i] = leaseCounts(p)
+	}
+	time.Sleep(1500 * time.Millisecond) // the grown fleet under load
+	if _, ok := waitFor(15*time.Second, func() bool {
+		for i, p := range more {
+			if n, _ := leaseCounts(p); n == leases0[leaseSidecars+i] {
+				return false
+			}
+		}
+		return true
+	}); !ok {
+		t.Error("a sidecar that joined was granted no lease on the grown fleet within 15 s")
+	}
+	close(stop)
+	l.check(t, time.Since(began), leaseLimit)
+	share := (leaseLimit + 2*leaseSidecars - 1) / (2 * leaseSidecars)
+	for i, p := range all {
+		leases, slots := leaseCounts(p)
+		dl, ds := leases-leases0[i], slots-slots0[i]
+		t.Logf("sidecar %d on the grown fleet: %v leases, %v slots (%.1f a lease); %v admissions from leases in all", i, dl, ds, ds/max(dl, 1),
+			p.Metrics().Value("flashgate_lease_admissions_total"))
+		if dl > 0 && ds/dl > float64(share) {
+			t.Errorf("sidecar %d on the grown fleet: %.1f slots a lease, over the share of eight, %d", i, ds/dl, share)
+		}
+	}
 }

@@ -81,12 +81,12 @@ func writeAtomic(t *testing.T, path string, data []byte) {
 // ..data/rules.yaml; Update swaps ..data atomically and removes the old
 // version.
 type configMap struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	version int
 }
 
-func newConfigMap(t *testing.T, data []byte) *configMap {
+func newConfigMap(t testing.TB, data []byte) *configMap {
 	c := &configMap{t: t, dir: t.TempDir()}
 	c.Update(data)
 	if err := os.Symlink(filepath.Join("..data", "rules.yaml"), c.Path()); err != nil {
