@@ -22,6 +22,11 @@ type RuleLease interface {
 type Reserver interface {
 	LeaseID() string
 	Lease(ctx context.Context, c redisstore.LeaseCall) (redisstore.Grant, error)
+	// Member and Undo take back the other hits of a check that the
+	// wrapped limiter recorded under redisstore.WithMember(member), when
+	// a leased hit denies the check after them.
+	Member() string
+	Undo(ctx context.Context, member string, hits []window.Hit)
 }
 
 // Options configures [New].
@@ -212,14 +217,9 @@ func (h *Holder) Decide(ctx context.Context, hits []window.Hit) (window.Decision
 	tk := make([]taken, 0, len(lhits))
 	release := func() {
 		for _, t := range tk {
-			t.ks.mu.Lock()
-			if !t.l.closed {
-				t.l.used -= t.cost
-			}
-			t.ks.mu.Unlock()
+			h.giveUp(t)
 		}
 	}
-	over := false
 	for i := range lhits {
 		t, err := h.take(ctx, &lhits[i], &st[i])
 		if err != nil {
@@ -227,37 +227,127 @@ func (h *Holder) Decide(ctx context.Context, hits []window.Hit) (window.Decision
 			return window.Decision{}, err
 		}
 		if st[i].Over {
-			over = true
-			break
+			release()
+			return denied(lhits, st, lidx), nil
 		}
 		tk = append(tk, t)
 	}
-	if over {
-		release()
-		for i := range st {
-			if !st[i].Over {
-				st[i] = window.HitState{Count: st[i].Count} // nothing admitted
-			}
+	var (
+		dn     window.Decision
+		member string
+	)
+	if len(others) > 0 {
+		// The other hits are recorded under a member id of ours, so that
+		// they can be taken back if the leased ones fail at the end.
+		member = h.store.Member()
+		var err error
+		dn, err = h.next.Decide(redisstore.WithMember(ctx, member), others)
+		if err != nil || !dn.Allowed {
+			release()
+			return remap(dn, oidx), err
 		}
-		return remap(window.Resolve(lhits, st), lidx), nil
 	}
-	dl := remap(window.Resolve(lhits, st), lidx)
-	if len(others) == 0 {
-		h.stats.admitted.Add(uint64(countOf(lhits)))
-		return dl, nil
-	}
-	dn, err := h.next.Decide(ctx, others)
-	if err != nil || !dn.Allowed {
-		release()
-		return remap(dn, oidx), err
+	if err := h.confirm(ctx, lhits, st, tk); err != nil || anyOver(st) {
+		h.store.Undo(ctx, member, others)
+		if err != nil {
+			return window.Decision{}, err
+		}
+		return denied(lhits, st, lidx), nil
 	}
 	h.stats.admitted.Add(uint64(countOf(lhits)))
+	dl := remap(window.Resolve(lhits, st), lidx)
+	if len(others) == 0 {
+		return dl, nil
+	}
 	dn = remap(dn, oidx)
 	if dl.Remaining < dn.Remaining {
 		dl.Shadowed, dl.ShadowIndex = dn.Shadowed, dn.ShadowIndex
 		return dl, nil
 	}
 	return dn, nil
+}
+
+// maxConfirms bounds the rounds in which confirm takes again the slots of
+// leases that ended before the check was decided.
+const maxConfirms = 3
+
+// confirm makes the check's decision final: at one instant, every slot in
+// tk (tk[i] is lhits[i]'s) must come from a lease still running, so that
+// the admission lies inside each lease's [reservation, end]. A slot whose
+// lease ended meanwhile (a slow call for another hit, a reservation for
+// another leased hit) is given up and taken again, from a running lease or
+// a new one. When a hit's window has no room left for it then (it is Over
+// in st) or confirm fails, every slot in tk has been given up.
+func (h *Holder) confirm(ctx context.Context, lhits []window.Hit, st []window.HitState, tk []taken) error {
+	for round := 0; ; round++ {
+		now := h.now()
+		late := false
+		for i := range tk {
+			if !now.Before(tk[i].l.deadline) {
+				late = true
+				break
+			}
+		}
+		if !late {
+			return nil
+		}
+		if round == maxConfirms {
+			for _, t := range tk {
+				h.giveUp(t)
+			}
+			return errLate
+		}
+		for i := range tk {
+			if now.Before(tk[i].l.deadline) {
+				continue
+			}
+			h.giveUp(tk[i])
+			t, err := h.take(ctx, &lhits[i], &st[i])
+			if err == nil && !st[i].Over {
+				tk[i] = t
+				continue
+			}
+			for j := range tk {
+				if j != i {
+					h.giveUp(tk[j])
+				}
+			}
+			return err
+		}
+	}
+}
+
+// giveUp gives t's slot back to its lease, unless the lease's unused slots
+// were already sent back: the slot then stays in the window unused until
+// it ages out, which only makes the window stricter.
+func (h *Holder) giveUp(t taken) {
+	t.ks.mu.Lock()
+	if !t.l.returned {
+		t.l.used -= t.cost
+	}
+	t.ks.mu.Unlock()
+}
+
+// anyOver reports whether some hit's state is Over.
+func anyOver(st []window.HitState) bool {
+	for i := range st {
+		if st[i].Over {
+			return true
+		}
+	}
+	return false
+}
+
+// denied is the decision of a check denied by one of its leased hits
+// (lidx[i] is lhits[i]'s index in the check): the hits not over their
+// limit admitted nothing.
+func denied(lhits []window.Hit, st []window.HitState, lidx []int) window.Decision {
+	for i := range st {
+		if !st[i].Over {
+			st[i] = window.HitState{Count: st[i].Count}
+		}
+	}
+	return remap(window.Resolve(lhits, st), lidx)
 }
 
 // countOf returns the requests hits count as.

@@ -112,3 +112,41 @@ func parseGrant(res []any) (Grant, error) {
 	}
 	return Grant{Slots: int(v[0]), Count: int(v[1]), RetryAfter: time.Duration(v[2]) * time.Microsecond, Returned: int(v[3])}, nil
 }
+
+// Member returns a new request member id, for [WithMember].
+func (r *Redis) Member() string { return r.member() }
+
+type memberKey struct{}
+
+// WithMember returns ctx under which a Decide of this store records its
+// request as member (from [Redis.Member]) instead of a fresh id, so that
+// the caller can take the admission back with [Redis.Undo] through the
+// layers between them: a decorator that decides a request's hits in two
+// parts (window/lease) keeps them all or nothing this way.
+func WithMember(ctx context.Context, member string) context.Context {
+	return context.WithValue(ctx, memberKey{}, member)
+}
+
+// memberFor returns ctx's member id (WithMember), or a fresh one.
+func (r *Redis) memberFor(ctx context.Context) string {
+	if m, ok := ctx.Value(memberKey{}).(string); ok && m != "" {
+		return m
+	}
+	return r.member()
+}
+
+// Undo takes back what a Decide under WithMember(ctx, member) recorded on
+// hits' keys (the compensation a Cluster's partial admission gets): a
+// request the caller ends up denying leaves no entry. It runs even if ctx
+// is done; a removal that fails leaves the entries to age out with their
+// windows, stricter.
+func (r *Redis) Undo(ctx context.Context, member string, hits []window.Hit) {
+	if member == "" || len(hits) == 0 {
+		return
+	}
+	undo := make([]bool, len(hits))
+	for i := range undo {
+		undo[i] = true
+	}
+	r.compensate(ctx, hits, member, make([]window.HitState, len(hits)), undo, make([]bool, len(hits)))
+}

@@ -1,0 +1,146 @@
+package lease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/redisstore"
+	"github.com/flashgate/flashgate/window/redistest"
+	"github.com/flashgate/flashgate/window/testclock"
+)
+
+// slowed is a wrapped limiter whose calls run before() first: a test moves
+// the shared clock there, as a Redis call that returns late would.
+type slowed struct {
+	next   window.Limiter
+	before func()
+}
+
+func (s slowed) Decide(ctx context.Context, hits []window.Hit) (window.Decision, error) {
+	s.before()
+	return s.next.Decide(ctx, hits)
+}
+
+// clockedSidecar is a sidecar whose holder and store (ClockLocal: the
+// script's now) both read clk, so that a test steps Redis's time and the
+// holder's together; wrap, if not nil, wraps the store the holder decides
+// the other hits through.
+func clockedSidecar(t *testing.T, addr string, clk *testclock.Clock, wrap func(window.Limiter) window.Limiter) *sidecar {
+	t.Helper()
+	c, err := redisstore.NewClient(redisstore.ClientConfig{Addrs: []string{addr}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := redisstore.New(c, redisstore.Options{Clock: redisstore.ClockLocal, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sidecar{store: &recorder{Redis: r}}
+	var next window.Limiter = r
+	if wrap != nil {
+		next = wrap(r)
+	}
+	if s.h, err = New(next, Options{Store: s.store, Now: clk.Now}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.h.Close(); r.Close(); _ = c.Close() })
+	return s
+}
+
+// decideAt decides hits on s and returns the admissions it made as spans
+// at clk's instant when the decision returned (the clock stands still
+// unless a test moves it).
+func decideAt(t *testing.T, s *sidecar, clk *testclock.Clock, hits ...window.Hit) (window.Decision, []span) {
+	t.Helper()
+	d, err := s.h.Decide(context.Background(), hits)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	var out []span
+	if d.Allowed {
+		at := clk.Now()
+		for range hits[0].Counted() {
+			out = append(out, span{at, at})
+		}
+	}
+	return d, out
+}
+
+// TestHolderMixedCheckPastLeaseEnd: a check whose leased hit took a slot,
+// and whose other hit's call came back after the lease ended, is admitted
+// only from a lease running when the check is decided: another sidecar
+// cannot then fit the limit in a window beside it.
+func TestHolderMixedCheckPastLeaseEnd(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	clk := testclock.New()
+	lim := window.Limit{Requests: 2, Window: time.Second}
+	const d = 100 * time.Millisecond
+	a := clockedSidecar(t, rs.Addr(), clk, func(next window.Limiter) window.Limiter {
+		return slowed{next: next, before: func() { clk.Advance(2 * d) }}
+	})
+	b := clockedSidecar(t, rs.Addr(), clk, nil)
+	global := leasedHit("fg:{late}:g", lim, d)
+	user := window.Hit{Key: "fg:{late}:u", Rule: "user", Limit: window.Limit{Requests: 5, Window: time.Second}}
+
+	dec, all := decideAt(t, a, clk, global, user)
+	if !dec.Allowed {
+		t.Fatalf("the mixed check was denied (%+v): the window had room", dec)
+	}
+	// The clock is at 2d; the first lease's slots, scored at d, have left
+	// the window at d + window: another sidecar reserves what it has room
+	// for.
+	clk.Advance(lim.Window - d + d/10)
+	bh := global
+	bh.Cost = 2
+	_, more := decideAt(t, b, clk, bh)
+	checkInvariant(t, "a late mixed check and another sidecar", append(all, more...), lim.Requests, lim.Window)
+}
+
+// TestHolderMixedCheckPastLeaseEndRefunds: when the check's leased hit can
+// no longer be admitted after its lease ended (the window filled in the
+// meantime), the check is denied and what its other hit recorded is taken
+// back.
+func TestHolderMixedCheckPastLeaseEndRefunds(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { _ = rc.Close() })
+	clk := testclock.New()
+	lim := window.Limit{Requests: 2, Window: time.Second}
+	const d = 100 * time.Millisecond
+	global := leasedHit("fg:{late2}:g", lim, d)
+	user := window.Hit{Key: "fg:{late2}:u", Rule: "user", Limit: window.Limit{Requests: 5, Window: time.Second}}
+	var (
+		a     *sidecar
+		inner []span
+		once  bool
+	)
+	a = clockedSidecar(t, rs.Addr(), clk, func(next window.Limiter) window.Limiter {
+		return slowed{next: next, before: func() {
+			if once {
+				return
+			}
+			once = true
+			// While the user hit's call is out, the lease ends and another
+			// check of this sidecar takes the window's last slot.
+			clk.Advance(2 * d)
+			_, inner = decideAt(t, a, clk, global)
+		}}
+	})
+	dec, outer := decideAt(t, a, clk, global, user)
+	if len(inner) != 1 {
+		t.Fatalf("the check in the meantime admitted %d, want 1", len(inner))
+	}
+	if dec.Allowed || dec.Index != 0 {
+		t.Fatalf("the late check: %+v; want denied by the leased hit (the window is full)", dec)
+	}
+	if n := rc.ZCard(context.Background(), user.Key).Val(); n != 0 {
+		t.Fatalf("the user key holds %d entries after the check was denied, want 0 (refunded)", n)
+	}
+	checkInvariant(t, "a late mixed check", append(outer, inner...), lim.Requests, lim.Window)
+}
