@@ -141,7 +141,8 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		return nil, err
 	}
 	b.onClose(func() { b.overrides.client.Close() })
-	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(cc.Addrs, ","), cc.ModeInUse())
+	// The store's id names this sidecar's leases in a key (flashgate inspect).
+	b.describe = fmt.Sprintf("redis %s (%s), sidecar id %s", strings.Join(cc.Addrs, ","), cc.ModeInUse(), r.ID())
 	if c.RedisAutoPipeline {
 		b.describe += ", auto-pipelined"
 		if cc.ModeInUse() == redisstore.ModeCluster {

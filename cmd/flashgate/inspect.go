@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +26,8 @@ func newInspectCmd(e env) *cobra.Command {
 does (same descriptors file, --key-prefix and Redis flags, which serve's
 FLASHGATE_* variables set too) and reads it from Redis without changing it:
 the requests its window counts against the limit, the oldest and newest
-admission, when it admits again, and whether the fleet bans it.
+admission, when it admits again, whether the fleet bans it, and for a
+leased rule the slots each sidecar holds in running leases.
 
 A rule that keys several values takes one --value each, in the file's order.
 For the ratelimit service name the key with --rls-config, --domain and one
@@ -70,6 +73,15 @@ func runInspect(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions) 
 	return writeInspectTable(w, &r)
 }
 
+// stamps is stamp of each of ts, comma-separated.
+func stamps(ts []time.Time, now time.Time) string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = stamp(t, now)
+	}
+	return strings.Join(out, ", ")
+}
+
 func writeInspectTable(w io.Writer, r *inspection) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	rule := r.Rule
@@ -96,6 +108,9 @@ func writeInspectTable(w io.Writer, r *inspection) error {
 	fmt.Fprintf(tw, "banned\t%s\n", banned)
 	fmt.Fprintf(tw, "penalty box\t%s\n", describeBan(r.Target.Ban))
 	fmt.Fprintf(tw, "override\t%s\n", describeOverride(r.Override, r.Now))
+	for _, h := range r.Held {
+		fmt.Fprintf(tw, "held\t%d slots by sidecar %s, leases end %s\n", h.Slots, h.Sidecar, stamps(h.Ends, r.Now))
+	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}

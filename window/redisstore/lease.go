@@ -51,6 +51,15 @@ type Grant struct {
 	Returned int
 }
 
+// storeIDLen is the length of [Redis.ID]: the hex digits of the member
+// ids' random prefix.
+const storeIDLen = 16
+
+// ID returns the store's id, drawn at New: the hex digits that follow the
+// 0x02 of every lease id it makes, so that a key's reader tells which
+// sidecar holds a lease's slots ([WindowState.Leases]).
+func (r *Redis) ID() string { return hex.EncodeToString(r.idPrefix[:]) }
+
 // LeaseID returns a new lease id, unique among the stores sharing the
 // Redis: 0x02, never the first byte of a request's or a write-back's
 // member id, then the store's random prefix and a counter, in hex.

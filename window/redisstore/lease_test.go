@@ -166,3 +166,48 @@ func TestLeaseLeastGrant(t *testing.T) {
 		t.Fatalf("room for 2, least 2: %d slots, want 2", g.Slots)
 	}
 }
+
+// TestInspectLeases: Inspect lists the slots of running leases by the
+// sidecar that reserved them, with their leases' ends; a lease that ended
+// is counted but not listed, and a returned slot leaves the list.
+func TestInspectLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, c := startRedis(t)
+	a, b := newTestRedis(t, c, Options{}), newTestRedis(t, c, Options{})
+	// An ended lease, reserved a while ago by a sidecar on a local clock.
+	old := newTestRedis(t, c, Options{Clock: ClockLocal, Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
+	key := testKeys(t).Key("r", "leased")
+	lim := window.Limit{Requests: 20, Window: time.Minute}
+	const d = time.Minute // long enough to be running when Inspect reads, on a loaded box
+	mustLease(t, old, LeaseCall{Key: key, Limit: lim, For: time.Second, ID: old.LeaseID(), Want: 1})
+	a1, a2, b1 := a.LeaseID(), a.LeaseID(), b.LeaseID()
+	before := time.Now()
+	mustLease(t, a, LeaseCall{Key: key, Limit: lim, For: d, ID: a1, Want: 3})
+	mustLease(t, a, LeaseCall{Key: key, Limit: lim, For: d, ID: a2, Want: 2})
+	mustLease(t, b, LeaseCall{Key: key, Limit: lim, For: d, ID: b1, Want: 4})
+	mustLease(t, b, LeaseCall{Key: key, Limit: lim, For: d, BackID: b1, BackFrom: 4, BackTo: 4})
+	after := time.Now()
+
+	st, err := Inspect(ctx, c, key, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Count != 1+3+2+3 {
+		t.Fatalf("count %d, want 9 (an ended lease's slot and 8 running)", st.Count)
+	}
+	got := map[string]int{}
+	for _, l := range st.Leases {
+		got[l.Lease] += l.Slots
+		if l.Sidecar != l.Lease[:16] || (l.Sidecar != a.ID() && l.Sidecar != b.ID()) {
+			t.Errorf("lease %+v: not from sidecar %s or %s", l, a.ID(), b.ID())
+		}
+		if l.Ends.Before(before.Add(d-time.Second)) || l.Ends.After(after.Add(d+time.Second)) {
+			t.Errorf("lease %+v ends outside [%v, %v] + %s", l, before, after, d)
+		}
+	}
+	want := map[string]int{a1[1:]: 3, a2[1:]: 2, b1[1:]: 3}
+	if len(got) != len(want) || got[a1[1:]] != 3 || got[a2[1:]] != 2 || got[b1[1:]] != 3 {
+		t.Fatalf("leases %+v, want slots %v", st.Leases, want)
+	}
+}
