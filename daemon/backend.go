@@ -246,6 +246,9 @@ func (b *backend) leased(next window.Limiter) (window.Limiter, error) {
 		return nil, fmt.Errorf("lease holder: %w", err)
 	}
 	b.leases = h
+	// After an outage the fallback writes the slots the holder used back
+	// too: a Redis that came back empty forgot them.
+	b.fallback.WriteBackAlso(h)
 	b.onClose(h.Close) // its returns end before the store closes
 	return h, nil
 }
