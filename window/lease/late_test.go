@@ -31,6 +31,13 @@ func (s slowed) Decide(ctx context.Context, hits []window.Hit) (window.Decision,
 // the other hits through.
 func clockedSidecar(t *testing.T, addr string, clk *testclock.Clock, wrap func(window.Limiter) window.Limiter) *sidecar {
 	t.Helper()
+	return clockedSidecarVia(t, addr, clk, wrap, nil)
+}
+
+// clockedSidecarVia is clockedSidecar whose reservations go through via's
+// Reserver (nil: the store's).
+func clockedSidecarVia(t *testing.T, addr string, clk *testclock.Clock, wrap func(window.Limiter) window.Limiter, via func(Reserver) Reserver) *sidecar {
+	t.Helper()
 	c, err := redisstore.NewClient(redisstore.ClientConfig{Addrs: []string{addr}, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +51,11 @@ func clockedSidecar(t *testing.T, addr string, clk *testclock.Clock, wrap func(w
 	if wrap != nil {
 		next = wrap(r)
 	}
-	if s.h, err = New(next, Options{Store: s.store, Now: clk.Now}); err != nil {
+	var store Reserver = s.store
+	if via != nil {
+		store = via(s.store)
+	}
+	if s.h, err = New(next, Options{Store: store, Now: clk.Now}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.h.Close(); r.Close(); _ = c.Close() })
@@ -143,4 +154,50 @@ func TestHolderMixedCheckPastLeaseEndRefunds(t *testing.T) {
 		t.Fatalf("the user key holds %d entries after the check was denied, want 0 (refunded)", n)
 	}
 	checkInvariant(t, "a late mixed check", append(outer, inner...), lim.Requests, lim.Window)
+}
+
+// slowReserve is a Reserver whose first reservation on key runs before()
+// first, as a call that comes back late.
+type slowReserve struct {
+	Reserver
+	key    string
+	before func()
+	done   bool
+}
+
+func (s *slowReserve) Lease(ctx context.Context, c redisstore.LeaseCall) (redisstore.Grant, error) {
+	if c.Key == s.key && c.Want > 0 && !s.done {
+		s.done = true
+		s.before()
+	}
+	return s.Reserver.Lease(ctx, c)
+}
+
+// TestHolderTwoLeasedHitsPastLeaseEnd: a check with two leased hits whose
+// second reservation comes back after the first hit's lease ended takes
+// the first hit's slot again from a running lease: another sidecar cannot
+// then fit the limit in a window beside it.
+func TestHolderTwoLeasedHitsPastLeaseEnd(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	clk := testclock.New()
+	lim := window.Limit{Requests: 2, Window: time.Second}
+	const d = 100 * time.Millisecond
+	first, second := leasedHit("fg:{two}:g1", lim, d), leasedHit("fg:{two}:g2", lim, d)
+	a := clockedSidecarVia(t, rs.Addr(), clk, nil, func(r Reserver) Reserver {
+		return &slowReserve{Reserver: r, key: second.Key, before: func() { clk.Advance(2 * d) }}
+	})
+	b := clockedSidecar(t, rs.Addr(), clk, nil)
+	dec, all := decideAt(t, a, clk, first, second)
+	if !dec.Allowed {
+		t.Fatalf("the check was denied (%+v): the windows had room", dec)
+	}
+	// As in TestHolderMixedCheckPastLeaseEnd: past the first lease's
+	// slots' window, another sidecar reserves what the window has room
+	// for on the first key.
+	clk.Advance(lim.Window - d + d/10)
+	bh := first
+	bh.Cost = 2
+	_, more := decideAt(t, b, clk, bh)
+	checkInvariant(t, "two leased hits and another sidecar", append(all, more...), lim.Requests, lim.Window)
 }
