@@ -81,6 +81,25 @@ func decideAt(t *testing.T, s *sidecar, clk *testclock.Clock, hits ...window.Hit
 	return d, out
 }
 
+// lateThenFill decides hits on a, whose call comes back 2d after its
+// first leased hit's (hits[0]) lease began, as a late check; then, once
+// that lease's slots (scored at d) have left the window, b reserves on
+// hits[0]'s key what the window has room for. No window may hold more
+// than the limit.
+func lateThenFill(t *testing.T, a, b *sidecar, clk *testclock.Clock, d time.Duration, hits ...window.Hit) {
+	t.Helper()
+	dec, all := decideAt(t, a, clk, hits...)
+	if !dec.Allowed {
+		t.Fatalf("the late check was denied (%+v): the windows had room", dec)
+	}
+	lim := hits[0].Limit
+	clk.Advance(lim.Window - d + d/10) // from 2d to past d + window
+	fill := hits[0]
+	fill.Cost = lim.Requests
+	_, more := decideAt(t, b, clk, fill)
+	checkInvariant(t, "a late check and another sidecar", append(all, more...), lim.Requests, lim.Window)
+}
+
 // TestHolderMixedCheckPastLeaseEnd: a check whose leased hit took a slot,
 // and whose other hit's call came back after the lease ended, is admitted
 // only from a lease running when the check is decided: another sidecar
@@ -98,18 +117,7 @@ func TestHolderMixedCheckPastLeaseEnd(t *testing.T) {
 	global := leasedHit("fg:{late}:g", lim, d)
 	user := window.Hit{Key: "fg:{late}:u", Rule: "user", Limit: window.Limit{Requests: 5, Window: time.Second}}
 
-	dec, all := decideAt(t, a, clk, global, user)
-	if !dec.Allowed {
-		t.Fatalf("the mixed check was denied (%+v): the window had room", dec)
-	}
-	// The clock is at 2d; the first lease's slots, scored at d, have left
-	// the window at d + window: another sidecar reserves what it has room
-	// for.
-	clk.Advance(lim.Window - d + d/10)
-	bh := global
-	bh.Cost = 2
-	_, more := decideAt(t, b, clk, bh)
-	checkInvariant(t, "a late mixed check and another sidecar", append(all, more...), lim.Requests, lim.Window)
+	lateThenFill(t, a, b, clk, d, global, user)
 }
 
 // TestHolderMixedCheckPastLeaseEndRefunds: when the check's leased hit can
@@ -188,16 +196,5 @@ func TestHolderTwoLeasedHitsPastLeaseEnd(t *testing.T) {
 		return &slowReserve{Reserver: r, key: second.Key, before: func() { clk.Advance(2 * d) }}
 	})
 	b := clockedSidecar(t, rs.Addr(), clk, nil)
-	dec, all := decideAt(t, a, clk, first, second)
-	if !dec.Allowed {
-		t.Fatalf("the check was denied (%+v): the windows had room", dec)
-	}
-	// As in TestHolderMixedCheckPastLeaseEnd: past the first lease's
-	// slots' window, another sidecar reserves what the window has room
-	// for on the first key.
-	clk.Advance(lim.Window - d + d/10)
-	bh := first
-	bh.Cost = 2
-	_, more := decideAt(t, b, clk, bh)
-	checkInvariant(t, "two leased hits and another sidecar", append(all, more...), lim.Requests, lim.Window)
+	lateThenFill(t, a, b, clk, d, first, second)
 }
