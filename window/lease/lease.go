@@ -270,12 +270,16 @@ func (h *Holder) Decide(ctx context.Context, hits []window.Hit) (window.Decision
 			return remap(dn, oidx), err
 		}
 	}
-	if err := h.confirm(ctx, lhits, st, tk); err != nil || anyOver(st) {
-		h.store.Undo(ctx, member, others)
-		if err != nil {
-			return window.Decision{}, err
+	// One leased hit alone was decided when take took its slot, under its
+	// key's lock, inside its lease: nothing after it can change that.
+	if len(tk) > 1 || len(others) > 0 {
+		if err := h.confirm(ctx, lhits, st, tk); err != nil || anyOver(st) {
+			h.store.Undo(ctx, member, others)
+			if err != nil {
+				return window.Decision{}, err
+			}
+			return denied(lhits, st, lidx), nil
 		}
-		return denied(lhits, st, lidx), nil
 	}
 	h.stats.admitted.Add(uint64(countOf(lhits)))
 	dl := remap(window.Resolve(lhits, st), lidx)
