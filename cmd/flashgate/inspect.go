@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -73,15 +72,6 @@ func runInspect(ctx context.Context, w io.Writer, o *opsOptions, k *keyOptions) 
 	return writeInspectTable(w, &r)
 }
 
-// stamps is stamp of each of ts, comma-separated.
-func stamps(ts []time.Time, now time.Time) string {
-	out := make([]string, len(ts))
-	for i, t := range ts {
-		out[i] = stamp(t, now)
-	}
-	return strings.Join(out, ", ")
-}
-
 func writeInspectTable(w io.Writer, r *inspection) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	rule := r.Rule
@@ -109,7 +99,11 @@ func writeInspectTable(w io.Writer, r *inspection) error {
 	fmt.Fprintf(tw, "penalty box\t%s\n", describeBan(r.Target.Ban))
 	fmt.Fprintf(tw, "override\t%s\n", describeOverride(r.Override, r.Now))
 	for _, h := range r.Held {
-		fmt.Fprintf(tw, "held\t%d slots by sidecar %s, leases end %s\n", h.Slots, h.Sidecar, stamps(h.Ends, r.Now))
+		ends := make([]string, len(h.Ends))
+		for i, e := range h.Ends {
+			ends[i] = stamp(e, r.Now)
+		}
+		fmt.Fprintf(tw, "held\t%d slots by sidecar %s, leases end %s\n", h.Slots, h.Sidecar, strings.Join(ends, ", "))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write: %w", err)
