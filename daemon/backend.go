@@ -141,7 +141,8 @@ func (b *backend) redisStack(c *Options, domain string, log *slog.Logger) (windo
 		return nil, err
 	}
 	b.onClose(func() { b.overrides.client.Close() })
-	b.describe = fmt.Sprintf("redis %s (%s)", strings.Join(cc.Addrs, ","), cc.ModeInUse())
+	// The store's id names this sidecar's leases in a key (flashgate inspect).
+	b.describe = fmt.Sprintf("redis %s (%s), sidecar id %s", strings.Join(cc.Addrs, ","), cc.ModeInUse(), r.ID())
 	if c.RedisAutoPipeline {
 		b.describe += ", auto-pipelined"
 		if cc.ModeInUse() == redisstore.ModeCluster {
@@ -245,6 +246,9 @@ func (b *backend) leased(next window.Limiter) (window.Limiter, error) {
 		return nil, fmt.Errorf("lease holder: %w", err)
 	}
 	b.leases = h
+	// After an outage the fallback writes the slots the holder used back
+	// too: a Redis that came back empty forgot them.
+	b.fallback.WriteBackAlso(h)
 	b.onClose(h.Close) // its returns end before the store closes
 	return h, nil
 }

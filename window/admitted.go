@@ -16,7 +16,9 @@ type Admitted struct {
 
 // AdmittedEntry is one local admission.
 type AdmittedEntry struct {
-	// Age is how long before the write-back call the request was admitted.
+	// Age is how long before the write-back call the request was admitted;
+	// negative for an entry scored after it (a lease's slot, at the lease's
+	// end), at most a window.
 	Age time.Duration
 	// Cost is the entries the request counts as; below 1 means 1.
 	Cost int

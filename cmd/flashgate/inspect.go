@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -24,7 +25,8 @@ func newInspectCmd(e env) *cobra.Command {
 does (same descriptors file, --key-prefix and Redis flags, which serve's
 FLASHGATE_* variables set too) and reads it from Redis without changing it:
 the requests its window counts against the limit, the oldest and newest
-admission, when it admits again, and whether the fleet bans it.
+admission, when it admits again, whether the fleet bans it, and for a
+leased rule the slots each sidecar holds in running leases.
 
 A rule that keys several values takes one --value each, in the file's order.
 For the ratelimit service name the key with --rls-config, --domain and one
@@ -96,6 +98,13 @@ func writeInspectTable(w io.Writer, r *inspection) error {
 	fmt.Fprintf(tw, "banned\t%s\n", banned)
 	fmt.Fprintf(tw, "penalty box\t%s\n", describeBan(r.Target.Ban))
 	fmt.Fprintf(tw, "override\t%s\n", describeOverride(r.Override, r.Now))
+	for _, h := range r.Held {
+		ends := make([]string, len(h.Ends))
+		for i, e := range h.Ends {
+			ends[i] = stamp(e, r.Now)
+		}
+		fmt.Fprintf(tw, "held\t%d slots by sidecar %s, leases end %s\n", h.Slots, h.Sidecar, strings.Join(ends, ", "))
+	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/flashgate/flashgate/daemon/keyadmin"
 	"github.com/flashgate/flashgate/internal/checkreq"
+	"github.com/flashgate/flashgate/window"
+	"github.com/flashgate/flashgate/window/redisstore"
 	"github.com/flashgate/flashgate/window/redistest"
 )
 
@@ -238,5 +240,38 @@ func TestOpsErrors(t *testing.T) {
 	}})
 	if err == nil || !strings.Contains(err.Error(), "--backend memory") {
 		t.Errorf("FLASHGATE_BACKEND=memory: %v", err)
+	}
+}
+
+// TestInspectHeldSlots: inspect lists the slots sidecars hold in a key's
+// window by running leases, per sidecar, with the leases' ends.
+func TestInspectHeldSlots(t *testing.T) {
+	f := startFleet(t, "insl")
+	key := f.inspect(t, "coupon_per_uid", "dora").Key
+	c, err := redisstore.NewClient(redisstore.ClientConfig{Addrs: []string{f.ops[1]}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lim := window.Limit{Requests: 5, Window: time.Minute}
+	for _, want := range []int{2, 1} {
+		// Leases long enough to be running when inspect reads them.
+		c := redisstore.LeaseCall{Key: key, Limit: lim, For: 30 * time.Second, ID: s.LeaseID(), Want: want}
+		if g, err := s.Lease(context.Background(), c); err != nil || g.Slots != want {
+			t.Fatalf("lease of %d: %+v, %v", want, g, err)
+		}
+	}
+	r := f.inspect(t, "coupon_per_uid", "dora")
+	if r.Count != 3 || len(r.Held) != 1 || r.Held[0].Sidecar != s.ID() || r.Held[0].Slots != 3 || len(r.Held[0].Ends) != 2 {
+		t.Fatalf("inspect of 3 leased slots: %+v, held %+v; want 3 held by %s in 2 leases", r, r.Held, s.ID())
+	}
+	table := f.run(t, "inspect", "--rule", "coupon_per_uid", "--value", "dora")
+	if want := "3 slots by sidecar " + s.ID(); !strings.Contains(table, want) {
+		t.Errorf("table lacks %q:\n%s", want, table)
 	}
 }

@@ -1,9 +1,11 @@
 package keyadmin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -382,6 +384,9 @@ type Inspection struct {
 	BannedUntil time.Time  `json:"banned_until,omitzero"`
 	PenaltyBox  PenaltyBox `json:"penalty_box"`
 	Shadow      bool       `json:"shadow,omitempty"`
+	// Held are a leased key's slots that sidecars hold: reserved in
+	// running leases, one entry per sidecar, the one holding most first.
+	Held []Held `json:"held,omitempty"`
 	// Now is Redis's time of the reading.
 	Now time.Time `json:"now"`
 	// Target is the key's rule, for people.
@@ -411,5 +416,34 @@ func (a *Admin) Inspect(ctx context.Context, ref Ref) (Inspection, error) {
 	if banned {
 		r.BannedUntil = until
 	}
+	r.Held = heldBySidecar(st.Leases)
 	return r, nil
+}
+
+// Held is the slots one sidecar holds in a leased key's window: counted
+// in it until their leases end (used or not), then until they leave it.
+type Held struct {
+	// Sidecar is the reserving sidecar's store id (16 hex digits).
+	Sidecar string `json:"sidecar"`
+	Slots   int    `json:"slots"`
+	// Ends are its leases' ends, the slots' scores, earliest first.
+	Ends []time.Time `json:"ends"`
+}
+
+// heldBySidecar groups leases (earliest end first) by sidecar.
+func heldBySidecar(leases []redisstore.LeaseSlots) []Held {
+	var out []Held
+	at := map[string]int{}
+	for _, l := range leases {
+		i, ok := at[l.Sidecar]
+		if !ok {
+			i = len(out)
+			at[l.Sidecar] = i
+			out = append(out, Held{Sidecar: l.Sidecar})
+		}
+		out[i].Slots += l.Slots
+		out[i].Ends = append(out[i].Ends, l.Ends)
+	}
+	slices.SortStableFunc(out, func(a, b Held) int { return cmp.Compare(b.Slots, a.Slots) })
+	return out
 }

@@ -294,6 +294,26 @@ func (f *Fallback) Restarted() {
 	f.wb.poke()
 }
 
+// Outstanding is a part of the stack that admits from entries the store
+// counted before an outage began, which a store that came back empty has
+// forgotten: window/lease's holder and its leases' slots. Outstanding
+// returns those entries still inside their windows, each under its own
+// member id, aged from the call (a negative age: scored after now).
+type Outstanding interface {
+	Outstanding() []window.Admitted
+}
+
+// WriteBackAlso makes the write-back write o's entries back after each
+// outage, and again when a settle finds the store restarted: in the round
+// that finds the store back, before the settle ends, idempotently. Call
+// it once, before the stack decides; without Options.WriteBack it does
+// nothing.
+func (f *Fallback) WriteBackAlso(o Outstanding) {
+	if f.wb != nil && o != nil {
+		f.wb.also.Store(&o)
+	}
+}
+
 // Gate returns [ErrRestoring] when a call for hits must not reach the
 // store now (an outage, its settle, their keys' admissions not yet written
 // back), as Watch's limiter would: for a caller that reaches the store

@@ -49,6 +49,9 @@ type WriteBackStats struct {
 	Landed, Failed uint64
 	// Written counts the entries (request costs) written back.
 	Written uint64
+	// Outstanding counts the entries of Fallback.WriteBackAlso written
+	// back (once per outage each).
+	Outstanding uint64
 	// Unremembered counts the entries admitted locally on a new key while
 	// MaxKeys keys were waiting to be written back: never written back.
 	Unremembered uint64
@@ -89,7 +92,10 @@ type writeBack struct {
 	waiting     atomic.Bool            // a retry is scheduled (timer)
 	closed      atomic.Bool            // the restorer or the Fallback is closed: no more rounds
 
-	landed, failed, written, lost, returns atomic.Uint64
+	landed, failed, written, lost, returns, alsoWritten atomic.Uint64
+
+	also    atomic.Pointer[Outstanding] // WriteBackAlso's, or nil
+	alsoDue atomic.Bool                 // also's entries are to be written (an outage, a restart in a settle)
 
 	shards [wbShards]wbShard
 
@@ -330,7 +336,11 @@ func (w *writeBack) markDown() bool {
 	if w.keys.Load() > 0 {
 		w.markHeld()
 	}
-	return w.down.Load() == 0 && w.down.CompareAndSwap(0, w.outages.Add(1))
+	if w.down.Load() == 0 && w.down.CompareAndSwap(0, w.outages.Add(1)) {
+		w.alsoDue.Store(true)
+		return true
+	}
+	return false
 }
 
 // settleIfDown begins the settle if outage (a number markDown gave, or 0
@@ -435,6 +445,9 @@ func (w *writeBack) round() {
 	if watch {
 		id, err = w.ping()
 	}
+	if err == nil && w.alsoDue.Load() {
+		err = w.writeAlso()
+	}
 	if err == nil {
 		sent, err = w.writeAll(outage)
 	}
@@ -514,12 +527,40 @@ func (w *writeBack) returned(outage uint64, id string) {
 	}
 	if id != "" {
 		if prev := w.runID.Swap(&id); prev != nil && *prev != id {
+			w.alsoDue.Store(true)
 			w.startSettle()
 			w.noteReturn()
 			return
 		}
 	}
 	w.agree(0) // a later return elsewhere in the fleet moves the end
+}
+
+// writeAlso writes WriteBackAlso's entries back, in calls of about
+// restoreChunkEntries admissions; a failure leaves them due.
+func (w *writeBack) writeAlso() error {
+	o := w.also.Load()
+	if o == nil || !w.alsoDue.CompareAndSwap(true, false) {
+		return nil
+	}
+	batch := (*o).Outstanding()
+	for len(batch) > 0 {
+		n, e := 0, 0
+		for n < len(batch) && e < restoreChunkEntries {
+			e += len(batch[n].Entries)
+			n++
+		}
+		ctx, cancel := context.WithTimeout(w.ctx, w.timeout)
+		err := w.to.Restore(ctx, batch[:n])
+		cancel()
+		if err != nil {
+			w.alsoDue.Store(true)
+			return fmt.Errorf("fallback write-back of outstanding entries: %w", err)
+		}
+		w.alsoWritten.Add(uint64(e))
+		batch = batch[n:]
+	}
+	return nil
 }
 
 // writeAll writes every remembered admission still in its window back, in
@@ -610,7 +651,7 @@ func (w *writeBack) stats() WriteBackStats {
 	st := WriteBackStats{
 		Landed: w.landed.Load(), Failed: w.failed.Load(), Written: w.written.Load(),
 		Unremembered: w.lost.Load(), Pending: int(w.keys.Load()), Returns: w.returns.Load(),
-		Down: w.down.Load() != 0,
+		Down: w.down.Load() != 0, Outstanding: w.alsoWritten.Load(),
 	}
 	if u := w.settleUntil.Load(); u != 0 {
 		st.SettleEnd = time.Unix(0, u)

@@ -1,9 +1,12 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +25,11 @@ type RuleLease interface {
 type Reserver interface {
 	LeaseID() string
 	Lease(ctx context.Context, c redisstore.LeaseCall) (redisstore.Grant, error)
+	// Member and Undo take back the other hits of a check that the
+	// wrapped limiter recorded under redisstore.WithMember(member), when
+	// a leased hit denies the check after them.
+	Member() string
+	Undo(ctx context.Context, member string, hits []window.Hit)
 }
 
 // Options configures [New].
@@ -69,6 +77,21 @@ type Holder struct {
 	returns   sync.WaitGroup
 	closed    atomic.Bool
 	stats     statCounters
+
+	// keptMu guards kept, keptN and trimmed.
+	keptMu  sync.Mutex
+	kept    map[string][]retired // by key, oldest first
+	keptN   int                  // the retired leases in kept
+	trimmed time.Time            // when kept was last trimmed whole
+}
+
+// retired is a returned lease's used slots, kept while they are in the
+// window for a write-back after an empty return of Redis (Outstanding).
+type retired struct {
+	id    string
+	limit window.Limit
+	used  int
+	end   time.Time // the lease's end on this process's clock: start + its length
 }
 
 // Stats counts a Holder's leases since it was built.
@@ -121,7 +144,7 @@ func New(next window.Limiter, o Options) (*Holder, error) {
 	if next == nil || o.Store == nil {
 		return nil, errors.New("lease holder: the limiter and the store are required")
 	}
-	h := &Holder{next: next, store: o.Store, size: o.Size, gate: o.Gate, timeout: o.Timeout, now: o.Now, keys: map[string]*keyState{}}
+	h := &Holder{next: next, store: o.Store, size: o.Size, gate: o.Gate, timeout: o.Timeout, now: o.Now, keys: map[string]*keyState{}, kept: map[string][]retired{}}
 	if h.size == nil {
 		h.size = func() (int, bool) { return 1, true }
 	}
@@ -136,24 +159,29 @@ func New(next window.Limiter, o Options) (*Holder, error) {
 // through the wrapped limiter and new leases, which a later Close returns.
 func (h *Holder) Close() {
 	h.closed.Store(true)
-	h.mu.Lock()
-	states := make([]*keyState, 0, len(h.keys))
-	for _, ks := range h.keys {
-		states = append(states, ks)
-	}
-	h.mu.Unlock()
-	for _, ks := range states {
+	for _, ks := range h.states() {
 		ks.mu.Lock()
 		if l := ks.cur; l != nil && !l.returned {
 			if !l.closed {
 				h.closeLocked(l)
 			}
-			l.returned = true
+			h.retireLocked(l)
 			h.sendBack(l)
 		}
 		ks.mu.Unlock()
 	}
 	h.returns.Wait()
+}
+
+// states returns the keys' states now.
+func (h *Holder) states() []*keyState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*keyState, 0, len(h.keys))
+	for _, ks := range h.keys {
+		out = append(out, ks)
+	}
+	return out
 }
 
 // Stats returns the counts so far.
@@ -212,14 +240,9 @@ func (h *Holder) Decide(ctx context.Context, hits []window.Hit) (window.Decision
 	tk := make([]taken, 0, len(lhits))
 	release := func() {
 		for _, t := range tk {
-			t.ks.mu.Lock()
-			if !t.l.closed {
-				t.l.used -= t.cost
-			}
-			t.ks.mu.Unlock()
+			h.giveUp(t)
 		}
 	}
-	over := false
 	for i := range lhits {
 		t, err := h.take(ctx, &lhits[i], &st[i])
 		if err != nil {
@@ -227,37 +250,131 @@ func (h *Holder) Decide(ctx context.Context, hits []window.Hit) (window.Decision
 			return window.Decision{}, err
 		}
 		if st[i].Over {
-			over = true
-			break
+			release()
+			return denied(lhits, st, lidx), nil
 		}
 		tk = append(tk, t)
 	}
-	if over {
-		release()
-		for i := range st {
-			if !st[i].Over {
-				st[i] = window.HitState{Count: st[i].Count} // nothing admitted
-			}
+	var (
+		dn     window.Decision
+		member string
+	)
+	if len(others) > 0 {
+		// The other hits are recorded under a member id of ours, so that
+		// they can be taken back if the leased ones fail at the end.
+		member = h.store.Member()
+		var err error
+		dn, err = h.next.Decide(redisstore.WithMember(ctx, member), others)
+		if err != nil || !dn.Allowed {
+			release()
+			return remap(dn, oidx), err
 		}
-		return remap(window.Resolve(lhits, st), lidx), nil
 	}
-	dl := remap(window.Resolve(lhits, st), lidx)
-	if len(others) == 0 {
-		h.stats.admitted.Add(uint64(countOf(lhits)))
-		return dl, nil
-	}
-	dn, err := h.next.Decide(ctx, others)
-	if err != nil || !dn.Allowed {
-		release()
-		return remap(dn, oidx), err
+	// One leased hit alone was decided when take took its slot, under its
+	// key's lock, inside its lease: nothing after it can change that.
+	if len(tk) > 1 || len(others) > 0 {
+		if err := h.confirm(ctx, lhits, st, tk); err != nil || anyOver(st) {
+			h.store.Undo(ctx, member, others)
+			if err != nil {
+				return window.Decision{}, err
+			}
+			return denied(lhits, st, lidx), nil
+		}
 	}
 	h.stats.admitted.Add(uint64(countOf(lhits)))
+	dl := remap(window.Resolve(lhits, st), lidx)
+	if len(others) == 0 {
+		return dl, nil
+	}
 	dn = remap(dn, oidx)
 	if dl.Remaining < dn.Remaining {
 		dl.Shadowed, dl.ShadowIndex = dn.Shadowed, dn.ShadowIndex
 		return dl, nil
 	}
 	return dn, nil
+}
+
+// maxConfirms bounds the rounds in which confirm takes again the slots of
+// leases that ended before the check was decided.
+const maxConfirms = 3
+
+// confirm makes the check's decision final: at one instant, every slot in
+// tk (tk[i] is lhits[i]'s) must come from a lease still running, so that
+// the admission lies inside each lease's [reservation, end]. A slot whose
+// lease ended meanwhile (a slow call for another hit, a reservation for
+// another leased hit) is given up and taken again, from a running lease or
+// a new one. When a hit's window has no room left for it then (it is Over
+// in st) or confirm fails, every slot in tk has been given up.
+func (h *Holder) confirm(ctx context.Context, lhits []window.Hit, st []window.HitState, tk []taken) error {
+	for round := 0; ; round++ {
+		now := h.now()
+		late := false
+		for i := range tk {
+			if !now.Before(tk[i].l.deadline) {
+				late = true
+				break
+			}
+		}
+		if !late {
+			return nil
+		}
+		if round == maxConfirms {
+			for _, t := range tk {
+				h.giveUp(t)
+			}
+			return errLate
+		}
+		for i := range tk {
+			if now.Before(tk[i].l.deadline) {
+				continue
+			}
+			h.giveUp(tk[i])
+			t, err := h.take(ctx, &lhits[i], &st[i])
+			if err == nil && !st[i].Over {
+				tk[i] = t
+				continue
+			}
+			for j := range tk {
+				if j != i {
+					h.giveUp(tk[j])
+				}
+			}
+			return err
+		}
+	}
+}
+
+// giveUp gives t's slot back to its lease, unless the lease's unused slots
+// were already sent back: the slot then stays in the window unused until
+// it ages out, which only makes the window stricter.
+func (h *Holder) giveUp(t taken) {
+	t.ks.mu.Lock()
+	if !t.l.returned {
+		t.l.used -= t.cost
+	}
+	t.ks.mu.Unlock()
+}
+
+// anyOver reports whether some hit's state is Over.
+func anyOver(st []window.HitState) bool {
+	for i := range st {
+		if st[i].Over {
+			return true
+		}
+	}
+	return false
+}
+
+// denied is the decision of a check denied by one of its leased hits
+// (lidx[i] is lhits[i]'s index in the check): the hits not over their
+// limit admitted nothing.
+func denied(lhits []window.Hit, st []window.HitState, lidx []int) window.Decision {
+	for i := range st {
+		if !st[i].Over {
+			st[i] = window.HitState{Count: st[i].Count}
+		}
+	}
+	return remap(window.Resolve(lhits, st), lidx)
 }
 
 // countOf returns the requests hits count as.
@@ -392,7 +509,7 @@ func (h *Holder) reserve(ctx context.Context, ks *keyState, hit *window.Hit, dur
 		if l.granted > l.used {
 			back = l
 		}
-		l.returned = true
+		h.retireLocked(l)
 	}
 	n, known := h.size()
 	if !known {
@@ -528,7 +645,7 @@ func (h *Holder) giveBack(ks *keyState, l *held) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	if !l.returned {
-		l.returned = true
+		h.retireLocked(l)
 		h.sendBack(l)
 	}
 	if (l.used == 0 || len(h.keys) > maxIdleKeys) && ks.cur == l && ks.refill == nil {
@@ -537,4 +654,103 @@ func (h *Holder) giveBack(ks *keyState, l *held) {
 			delete(h.keys, l.key)
 		}
 	}
+}
+
+// maxKept bounds the returned leases a Holder keeps for Outstanding; past
+// it a lease's used slots are not kept (an empty return of Redis then
+// forgets them, see docs/design.md).
+const maxKept = 1 << 16
+
+// retireLocked marks l returned (its key's mu held): its used slots are
+// final, and kept while they are in the window.
+func (h *Holder) retireLocked(l *held) {
+	l.returned = true
+	if l.used <= 0 {
+		return
+	}
+	now := h.now()
+	h.keptMu.Lock()
+	defer h.keptMu.Unlock()
+	if h.keptN >= maxKept && now.Sub(h.trimmed) >= time.Second {
+		h.trimmed = now
+		for key := range h.kept {
+			h.trimLocked(key, now)
+		}
+	}
+	if h.keptN >= maxKept {
+		return
+	}
+	h.trimLocked(l.key, now)
+	h.kept[l.key] = append(h.kept[l.key], retired{id: l.id, limit: l.limit, used: l.used, end: l.start.Add(l.dur)})
+	h.keptN++
+}
+
+// trimLocked drops key's kept leases whose slots have left the window
+// (keptMu held).
+func (h *Holder) trimLocked(key string, now time.Time) {
+	rs := h.kept[key]
+	i := 0
+	for i < len(rs) && now.Sub(rs[i].end) >= rs[i].limit.Window {
+		i++
+	}
+	switch {
+	case i == len(rs):
+		delete(h.kept, key)
+	case i > 0:
+		h.kept[key] = append(rs[:0:0], rs[i:]...)
+	}
+	h.keptN -= i
+}
+
+// Outstanding returns the slots this process reserved that a Redis which
+// came back empty has forgotten and that are still in their windows: a
+// running lease's every slot (it may use them all), a returned lease's
+// used ones, each under its own member and aged from the lease's end on
+// this clock (negative while it is ahead), so that the write-back scores
+// it no earlier than any use of it. It implements fallback.Outstanding:
+// the fallback writes them back after an outage, before its settle ends.
+// A slot that goes back while they are written may be written again: it
+// then only makes the window stricter until it ages out.
+func (h *Holder) Outstanding() []window.Admitted {
+	now := h.now()
+	by := map[string]*window.Admitted{}
+	add := func(key string, lim window.Limit, id string, n int, end time.Time) {
+		age := now.Sub(end)
+		if n <= 0 || age >= lim.Window {
+			return
+		}
+		a := by[key]
+		if a == nil {
+			a = &window.Admitted{Key: key, Limit: lim}
+			by[key] = a
+		}
+		for j := 1; j <= n; j++ {
+			a.Entries = append(a.Entries, window.AdmittedEntry{Age: age, Cost: 1, ID: id + "#" + strconv.Itoa(j)})
+		}
+	}
+	h.keptMu.Lock()
+	for key := range h.kept {
+		h.trimLocked(key, now)
+		for _, r := range h.kept[key] {
+			add(key, r.limit, r.id, r.used, r.end)
+		}
+	}
+	h.keptMu.Unlock()
+	for _, ks := range h.states() {
+		ks.mu.Lock()
+		if l := ks.cur; l != nil && !l.returned {
+			n := l.used
+			if !l.closed {
+				n = l.granted
+			}
+			add(l.key, l.limit, l.id, n, l.start.Add(l.dur))
+		}
+		ks.mu.Unlock()
+	}
+	out := make([]window.Admitted, 0, len(by))
+	for _, a := range by {
+		slices.SortStableFunc(a.Entries, func(x, y window.AdmittedEntry) int { return cmp.Compare(y.Age, x.Age) })
+		out = append(out, *a)
+	}
+	return out
 }

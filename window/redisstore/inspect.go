@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/flashgate/flashgate/window"
@@ -28,6 +29,22 @@ type WindowState struct {
 	AdmitsAt time.Time
 	// Bucketed: the key holds sub-window counters (see window.Limit).
 	Bucketed bool
+	// Leases are the running leases' slots the window counts: reserved by
+	// sidecars and scored at their leases' ends, after Now (a slot's use
+	// is not recorded: a lease's slots are held until it ends or returns
+	// them). Oldest lease end first; none for a bucketed key.
+	Leases []LeaseSlots
+}
+
+// LeaseSlots is one lease's slots in a key's window.
+type LeaseSlots struct {
+	// Sidecar is the reserving store's id (see [Redis.ID]); Lease the
+	// lease's id without its first byte, 0x02 (its members are 0x02,
+	// Lease, then #1 … #n).
+	Sidecar, Lease string
+	// Slots still in the window, and the lease's end: their score.
+	Slots int
+	Ends  time.Time
 }
 
 // Full reports whether the window had no room for one more request at Now.
@@ -50,8 +67,8 @@ func Inspect(ctx context.Context, client Client, key string, limit window.Limit)
 	if err != nil {
 		return WindowState{}, fmt.Errorf("inspect %s: %w", key, err)
 	}
-	if len(res) != 6 {
-		return WindowState{}, fmt.Errorf("inspect %s: script replied %d values, want 6", key, len(res))
+	if len(res) < 6 || (len(res)-6)%3 != 0 {
+		return WindowState{}, fmt.Errorf("inspect %s: script replied %d values, want 6 and a triple per lease", key, len(res))
 	}
 	var v [6]int64
 	for i := range v {
@@ -67,7 +84,18 @@ func Inspect(ctx context.Context, client Client, key string, limit window.Limit)
 		}
 		return time.UnixMicro(us)
 	}
-	return WindowState{Now: at(v[0]), Count: int(v[1]), Oldest: at(v[2]), Newest: at(v[3]), AdmitsAt: at(v[4]), Bucketed: v[5] == 1}, nil
+	st := WindowState{Now: at(v[0]), Count: int(v[1]), Oldest: at(v[2]), Newest: at(v[3]), AdmitsAt: at(v[4]), Bucketed: v[5] == 1}
+	for j := 6; j < len(res); j += 3 {
+		id, _ := res[j].(string)
+		n, ok1 := res[j+1].(int64)
+		end, ok2 := res[j+2].(int64)
+		if len(id) < storeIDLen || !ok1 || !ok2 {
+			return WindowState{}, fmt.Errorf("inspect %s: lease %d: script replied %q, %T, %T", key, (j-6)/3, truncID(id), res[j+1], res[j+2])
+		}
+		st.Leases = append(st.Leases, LeaseSlots{Sidecar: id[:storeIDLen], Lease: id, Slots: int(n), Ends: at(end)})
+	}
+	slices.SortStableFunc(st.Leases, func(a, b LeaseSlots) int { return a.Ends.Compare(b.Ends) })
+	return st, nil
 }
 
 // inspectScript is shared by every Inspect call: its SHA-1 is computed once.
@@ -76,7 +104,9 @@ var inspectScript = newScript(inspectLua)
 // inspectLua reads one key's window as redis.lua counts it, writing nothing.
 //
 //	KEYS[1]: the key. ARGV[1]: the window (µs); ARGV[2]: the limit.
-//	Reply: now, count, oldest, newest, admits-at (µs; 0: none), bucketed (1/0).
+//	Reply: now, count, oldest, newest, admits-at (µs; 0: none), bucketed (1/0),
+//	then for each lease with slots scored after now (members "\x02" id "#" j,
+//	see lease.lua): its id, its slots, their score.
 const inspectLua = `local key = KEYS[1]
 local window, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = redis.call('TIME')
@@ -96,7 +126,19 @@ if not width then
     local e = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', count - limit, 1)
     admits = tonumber(e[2]) + window
   end
-  return { now, count, tonumber(oldest[2]), tonumber(newest[2]), admits, 0 }
+  local out = { now, count, tonumber(oldest[2]), tonumber(newest[2]), admits, 0 }
+  local held, at = redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%d', now), '+inf', 'WITHSCORES'), {}
+  for j = 1, #held, 2 do
+    local id = string.match(held[j], '^\2([^#]+)#')
+    if id then
+      if not at[id] then
+        out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, tonumber(held[j + 1])
+        at[id] = #out - 1
+      end
+      out[at[id]] = out[at[id]] + 1
+    end
+  end
+  return out
 end
 width = tonumber(width)
 local cut = math.floor((now - window) / width)

@@ -51,6 +51,15 @@ type Grant struct {
 	Returned int
 }
 
+// storeIDLen is the length of [Redis.ID]: the hex digits of the member
+// ids' random prefix.
+const storeIDLen = 16
+
+// ID returns the store's id, drawn at New: the hex digits that follow the
+// 0x02 of every lease id it makes, so that a key's reader tells which
+// sidecar holds a lease's slots ([WindowState.Leases]).
+func (r *Redis) ID() string { return hex.EncodeToString(r.idPrefix[:]) }
+
 // LeaseID returns a new lease id, unique among the stores sharing the
 // Redis: 0x02, never the first byte of a request's or a write-back's
 // member id, then the store's random prefix and a counter, in hex.
@@ -111,4 +120,42 @@ func parseGrant(res []any) (Grant, error) {
 		v[i] = n
 	}
 	return Grant{Slots: int(v[0]), Count: int(v[1]), RetryAfter: time.Duration(v[2]) * time.Microsecond, Returned: int(v[3])}, nil
+}
+
+// Member returns a new request member id, for [WithMember].
+func (r *Redis) Member() string { return r.member() }
+
+type memberKey struct{}
+
+// WithMember returns ctx under which a Decide of this store records its
+// request as member (from [Redis.Member]) instead of a fresh id, so that
+// the caller can take the admission back with [Redis.Undo] through the
+// layers between them: a decorator that decides a request's hits in two
+// parts (window/lease) keeps them all or nothing this way.
+func WithMember(ctx context.Context, member string) context.Context {
+	return context.WithValue(ctx, memberKey{}, member)
+}
+
+// memberFor returns ctx's member id (WithMember), or a fresh one.
+func (r *Redis) memberFor(ctx context.Context) string {
+	if m, ok := ctx.Value(memberKey{}).(string); ok && m != "" {
+		return m
+	}
+	return r.member()
+}
+
+// Undo takes back what a Decide under WithMember(ctx, member) recorded on
+// hits' keys (the compensation a Cluster's partial admission gets): a
+// request the caller ends up denying leaves no entry. It runs even if ctx
+// is done; a removal that fails leaves the entries to age out with their
+// windows, stricter.
+func (r *Redis) Undo(ctx context.Context, member string, hits []window.Hit) {
+	if member == "" || len(hits) == 0 {
+		return
+	}
+	undo := make([]bool, len(hits))
+	for i := range undo {
+		undo[i] = true
+	}
+	r.compensate(ctx, hits, member, make([]window.HitState, len(hits)), undo, make([]bool, len(hits)))
 }

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -165,4 +166,126 @@ func TestLeaseLeastGrant(t *testing.T) {
 	if g := lease(4, 2); g.Slots != 2 {
 		t.Fatalf("room for 2, least 2: %d slots, want 2", g.Slots)
 	}
+}
+
+// TestInspectLeases: Inspect lists the slots of running leases by the
+// sidecar that reserved them, with their leases' ends; a lease that ended
+// is counted but not listed, and a returned slot leaves the list.
+func TestInspectLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, c := startRedis(t)
+	a, b := newTestRedis(t, c, Options{}), newTestRedis(t, c, Options{})
+	// An ended lease, reserved a while ago by a sidecar on a local clock.
+	old := newTestRedis(t, c, Options{Clock: ClockLocal, Now: func() time.Time { return time.Now().Add(-30 * time.Second) }})
+	key := testKeys(t).Key("r", "leased")
+	lim := window.Limit{Requests: 20, Window: time.Minute}
+	const d = time.Minute // long enough to be running when Inspect reads, on a loaded box
+	mustLease(t, old, LeaseCall{Key: key, Limit: lim, For: time.Second, ID: old.LeaseID(), Want: 1})
+	a1, a2, b1 := a.LeaseID(), a.LeaseID(), b.LeaseID()
+	before := time.Now()
+	mustLease(t, a, LeaseCall{Key: key, Limit: lim, For: d, ID: a1, Want: 3})
+	mustLease(t, a, LeaseCall{Key: key, Limit: lim, For: d, ID: a2, Want: 2})
+	mustLease(t, b, LeaseCall{Key: key, Limit: lim, For: d, ID: b1, Want: 4})
+	mustLease(t, b, LeaseCall{Key: key, Limit: lim, For: d, BackID: b1, BackFrom: 4, BackTo: 4})
+	after := time.Now()
+
+	st, err := Inspect(ctx, c, key, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Count != 1+3+2+3 {
+		t.Fatalf("count %d, want 9 (an ended lease's slot and 8 running)", st.Count)
+	}
+	got := map[string]int{}
+	for _, l := range st.Leases {
+		got[l.Lease] += l.Slots
+		if l.Sidecar != l.Lease[:16] || (l.Sidecar != a.ID() && l.Sidecar != b.ID()) {
+			t.Errorf("lease %+v: not from sidecar %s or %s", l, a.ID(), b.ID())
+		}
+		if l.Ends.Before(before.Add(d-time.Second)) || l.Ends.After(after.Add(d+time.Second)) {
+			t.Errorf("lease %+v ends outside [%v, %v] + %s", l, before, after, d)
+		}
+	}
+	want := map[string]int{a1[1:]: 3, a2[1:]: 2, b1[1:]: 3}
+	if len(got) != len(want) || got[a1[1:]] != 3 || got[a2[1:]] != 2 || got[b1[1:]] != 3 {
+		t.Fatalf("leases %+v, want slots %v", st.Leases, want)
+	}
+}
+
+// TestLeaseLargeLimitStaysExact: a leased limit above AutoBucketsAbove is
+// an exact log (docs/design.md): sidecars leasing 20,000/1s with a 50 ms
+// lease, each using part of its grant and returning the rest when the
+// lease ends, never admit more than the limit in any span of the window,
+// however the uses are placed in their leases.
+func TestLeaseLargeLimitStaysExact(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New()
+	r, c := newLeaseStore(t, clk)
+	lim := window.Limit{Requests: 20_000, Window: time.Second}
+	if lim.Requests <= window.AutoBucketsAbove {
+		t.Fatalf("%s is not above the bucketing threshold %d", lim, window.AutoBucketsAbove)
+	}
+	const (
+		sidecars = 6
+		step     = 20 * time.Millisecond
+		run      = 2500 * time.Millisecond
+	)
+	share := (lim.Requests + sidecars - 1) / sidecars
+	type lease struct {
+		from, end time.Time // on the script's clock: the reservation and the lease's end
+		id        string
+		granted   int
+		used      int
+	}
+	var (
+		all  []lease
+		open [sidecars]*lease
+		rnd  = rand.New(rand.NewPCG(1, 2))
+	)
+	start := clk.Now()
+	for clk.Now().Sub(start) < run {
+		for i := range sidecars {
+			l := open[i]
+			if l != nil && clk.Now().Before(l.end) {
+				continue
+			}
+			call := LeaseCall{Key: "big", Limit: lim, For: testLease, ID: r.LeaseID(), Want: share, Least: share / 2}
+			if l != nil && l.used < l.granted {
+				call.BackID, call.BackFrom, call.BackTo = l.id, l.used+1, l.granted
+			}
+			g := mustLease(t, r, call)
+			open[i] = nil
+			if g.Slots == 0 {
+				continue
+			}
+			// A busy sidecar uses most of a lease, sometimes all of it.
+			n := &lease{from: clk.Now(), end: clk.Now().Add(testLease), id: call.ID, granted: g.Slots, used: g.Slots - rnd.IntN(g.Slots/4+1)}
+			all, open[i] = append(all, *n), n
+		}
+		clk.Advance(step)
+	}
+	// Every use may lie anywhere in its lease: the worst span [s, s+W)
+	// holds every slot used in a lease that overlaps it; the most such
+	// start at some lease's end.
+	worst, admitted := 0, 0
+	for _, a := range all {
+		admitted += a.used
+		n := 0
+		for _, b := range all {
+			if !b.end.Before(a.end) && b.from.Before(a.end.Add(lim.Window)) {
+				n += b.used
+			}
+		}
+		worst = max(worst, n)
+	}
+	if worst > lim.Requests {
+		t.Fatalf("a span of %s may hold %d admissions: the limit is %d", lim.Window, worst, lim.Requests)
+	}
+	if n := c.ZCard(context.Background(), "big").Val(); n > int64(lim.Requests) {
+		t.Fatalf("the key holds %d entries, over the limit %d", n, lim.Requests)
+	}
+	mem, _ := c.MemoryUsage(context.Background(), "big").Result()
+	t.Logf("%d leases, %d admitted in %s (%.0f/s), the worst span %d of %d; the key holds %d bytes",
+		len(all), admitted, run, float64(admitted)/run.Seconds(), worst, lim.Requests, mem)
 }

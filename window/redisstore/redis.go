@@ -245,7 +245,7 @@ func (r *Redis) Warm(ctx context.Context, conns int) error {
 // Decide implements [window.Limiter]: all hits of one request together,
 // all or nothing, with a fresh member id.
 func (r *Redis) Decide(ctx context.Context, hits []window.Hit) (window.Decision, error) {
-	return r.decide(ctx, time.Time{}, hits, r.member())
+	return r.decide(ctx, time.Time{}, hits, r.memberFor(ctx))
 }
 
 // DecideBy is Decide with a deadline by besides ctx's (zero: none). With
@@ -256,9 +256,9 @@ func (r *Redis) DecideBy(ctx context.Context, by time.Time, hits []window.Hit) (
 	if r.pipe == nil && r.nodes == nil && !by.IsZero() {
 		cctx, cancel := context.WithDeadline(ctx, by)
 		defer cancel()
-		return r.decide(cctx, time.Time{}, hits, r.member())
+		return r.decide(cctx, time.Time{}, hits, r.memberFor(ctx))
 	}
-	return r.decide(ctx, by, hits, r.member())
+	return r.decide(ctx, by, hits, r.memberFor(ctx))
 }
 
 // decide decides hits as request member, within by (zero: none) when

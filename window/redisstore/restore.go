@@ -96,7 +96,9 @@ return added`
 
 // Restore writes batch back into the shared windows: each admission is
 // recorded at Redis's now less its age (so the sidecar's clock does not
-// matter), if that is still inside its window, and at most once however
+// matter; a negative age, at most a window, records it after now, as a
+// lease's slot is scored at the lease's end), if that is still inside its
+// window, and at most once however
 // often it is retried (on a bucketed key: within the key's idempotency
 // horizon, see [IdempotencyHorizon]). Each key is one script call (more
 // for a key of over a thousand admissions), all pipelined in one round
@@ -128,7 +130,7 @@ func (r *Redis) Restore(ctx context.Context, batch []window.Admitted) error {
 				if e.ID == "" || e.ID[0] == 0 {
 					return fmt.Errorf("redis write-back: key %d: member id %q is empty or begins with a NUL byte: %w", i, truncID(e.ID), window.ErrInvalidHit)
 				}
-				args = append(args, max(e.Age.Microseconds(), 0), min(max(e.Cost, 1), window.MaxRequests), e.ID)
+				args = append(args, max(e.Age.Microseconds(), -a.Limit.Window.Microseconds()), min(max(e.Cost, 1), window.MaxRequests), e.ID)
 			}
 			calls = append(calls, scriptCall{keys: []string{a.Key}, args: args})
 		}

@@ -610,21 +610,35 @@ func TestWriteBackEveryReturnSettles(t *testing.T) {
 	}
 }
 
-// TestWriteBackRestartWhileSettling: Redis restarts again while a sidecar
-// settles, when none of its calls reaches Redis to tell; the settle's
-// watch sees the new run id, and the settle begins anew from then.
-func TestWriteBackRestartWhileSettling(t *testing.T) {
+// settlingSidecar starts a Redis and a sidecar on it that settles for
+// settle on clock, and returns them with a hit it decided through Redis.
+func settlingSidecar(t *testing.T, settle time.Duration) (*redistest.Server, redis.UniversalClient, *testclock.Clock, *sidecar, window.Hit) {
+	t.Helper()
 	s, c := startRedis(t)
 	r := newTestRedis(t, c, Options{})
 	clock := testclock.New()
-	const settle = time.Second
 	sc := newSidecar(t, r, r, fallback.Options{Now: clock.Now, Settle: settle})
 	h := hit(testKeys(t).Key("uid", "a"), 5, time.Minute)
 	sc.untilRedis(t, h)
+	return s, c, clock, sc, h
+}
+
+// killSeen kills s and checks h on sc, which meets the connection error.
+func killSeen(t *testing.T, s *redistest.Server, sc *sidecar, h window.Hit) {
+	t.Helper()
 	s.Kill()
 	if _, byRedis, err := sc.check(t, h); byRedis || window.Classify(err) != window.KindConnection {
 		t.Fatalf("with Redis down: by Redis %v, %v", byRedis, err)
 	}
+}
+
+// TestWriteBackRestartWhileSettling: Redis restarts again while a sidecar
+// settles, when none of its calls reaches Redis to tell; the settle's
+// watch sees the new run id, and the settle begins anew from then.
+func TestWriteBackRestartWhileSettling(t *testing.T) {
+	const settle = time.Second
+	s, _, clock, sc, h := settlingSidecar(t, settle)
+	killSeen(t, s, sc, h)
 	s.Restart()
 	waitReturns := func(n uint64) {
 		t.Helper()
@@ -870,5 +884,62 @@ func TestWriteBackSettleTailAdmitsNothing(t *testing.T) {
 	clock.Advance(100 * time.Millisecond)
 	if d, local := sc.untilRedis(t, fresh); local != 0 || !d.Allowed || d.Count != 2 {
 		t.Fatalf("past the settle: %+v after %d local admissions; want Redis's admission at 2 (the one written back, this one)", d, local)
+	}
+}
+
+// slots is a fallback.Outstanding that always holds the same entries: a
+// lease's slots scored a while ahead.
+type slots struct{ batch []window.Admitted }
+
+func (s slots) Outstanding() []window.Admitted { return s.batch }
+
+// TestWriteBackAlsoEachReturn: WriteBackAlso's entries are written back
+// in the round that finds Redis back after an outage, at their ages
+// (after now for a negative one), and again when a settle finds Redis
+// restarted unseen; not while Redis stays up.
+func TestWriteBackAlsoEachReturn(t *testing.T) {
+	const settle = time.Second
+	s, c, clock, sc, h := settlingSidecar(t, settle)
+	held := window.Admitted{Key: testKeys(t).Key("global", ""), Limit: window.Limit{Requests: 10, Window: time.Minute},
+		Entries: []window.AdmittedEntry{{Age: -30 * time.Second, Cost: 1, ID: "\x02slot#1"}, {Age: -30 * time.Second, Cost: 1, ID: "\x02slot#2"}}}
+	sc.f.WriteBackAlso(slots{[]window.Admitted{held}})
+	if n := zcard(t, c, held.Key); n != 0 {
+		t.Fatalf("with Redis up all along, %d entries written", n)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 15s: %+v", what, sc.f.WriteBack())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	before, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killSeen(t, s, sc, h)
+	s.Restart()
+	waitFor("the first return", func() bool { return sc.f.WriteBack().Returns >= 1 })
+	if n := zcard(t, c, held.Key); n != 2 {
+		t.Fatalf("after the return the key holds %d entries, want the 2 written back", n)
+	}
+	zs, err := c.ZRangeWithScores(context.Background(), held.Key, 0, 0).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := time.UnixMicro(int64(zs[0].Score)); at.Before(before.Add(30 * time.Second)) {
+		t.Fatalf("written back at %v: want 30s after the write-back's now, after %v", at, before.Add(30*time.Second))
+	}
+	clock.Advance(settle / 2)
+	s.Kill()
+	s.Restart() // empty again, unseen by any call
+	waitFor("the second return", func() bool { return sc.f.WriteBack().Returns >= 2 })
+	// The count follows the write-back's call: wait for both.
+	waitFor("the entries written again", func() bool { return zcard(t, c, held.Key) == 2 && sc.f.WriteBack().Outstanding >= 4 })
+	if n := sc.f.WriteBack().Outstanding; n != 4 {
+		t.Fatalf("%d entries written back in all, want 2 at each return", n)
 	}
 }
