@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,8 +13,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/flashgate/flashgate/daemon/keyadmin"
-	"github.com/flashgate/flashgate/window"
-	"github.com/flashgate/flashgate/window/overrides"
 )
 
 // opsTimeout is --redis-timeout's default for the operator commands.
@@ -111,21 +108,7 @@ func (o *opsOptions) run(e env, f func(*ops) (keyadmin.Table, error)) error {
 		return err
 	}
 	if o.json {
-		return writeJSON(e.stdout, r)
+		return keyadmin.WriteJSON(e.stdout, r)
 	}
 	return r.WriteTable(e.stdout, p.now())
-}
-
-// overrideOf returns the override in force of t's rule, nil if none.
-func overrideOf(ctx context.Context, p *ops, t *keyadmin.Target) (*overrides.Override, error) {
-	return p.Override(ctx, t, p.now)
-}
-
-// The renderers of inspect's table.
-func writeJSON(w io.Writer, v any) error  { return keyadmin.WriteJSON(w, v) }
-func stamp(t, now time.Time) string       { return keyadmin.Stamp(t, now) }
-func describeLimit(l window.Limit) string { return keyadmin.DescribeLimit(l) }
-func describeBan(b window.Ban) string     { return keyadmin.DescribeBan(b) }
-func describeOverride(o *overrides.Override, now time.Time) string {
-	return keyadmin.DescribeOverride(o, now)
 }

@@ -14,7 +14,7 @@ import (
 // OverrideTarget finds for rule and domain, after checking it against the
 // file's rule; it replaces an override of the rule in force.
 func (a *Admin) SetOverride(ctx context.Context, rule, domain string, ov *overrides.Override, dur time.Duration) (OverrideRow, error) {
-	s, err := a.Overrides(a.now)
+	s, err := a.Overrides()
 	if err != nil {
 		return OverrideRow{}, err
 	}
@@ -38,7 +38,7 @@ func (a *Admin) SetOverride(ctx context.Context, rule, domain string, ov *overri
 // without one is no error. A rule no longer in the file is cleared when
 // it still holds an override.
 func (a *Admin) ClearOverride(ctx context.Context, rule, domain, by, reason string) (Cleared, error) {
-	s, err := a.Overrides(a.now)
+	s, err := a.Overrides()
 	if err != nil {
 		return Cleared{}, err
 	}
@@ -60,7 +60,7 @@ func (a *Admin) ClearOverride(ctx context.Context, rule, domain, by, reason stri
 
 // ListOverrides returns the overrides in force, soonest to end first.
 func (a *Admin) ListOverrides(ctx context.Context) (OverrideList, error) {
-	s, err := a.Overrides(a.now)
+	s, err := a.Overrides()
 	if err != nil {
 		return OverrideList{}, err
 	}
@@ -73,7 +73,7 @@ func (a *Admin) ListOverrides(ctx context.Context) (OverrideList, error) {
 
 // OverrideHistory returns the last n sets and clears, newest first.
 func (a *Admin) OverrideHistory(ctx context.Context, n int) (History, error) {
-	s, err := a.Overrides(a.now)
+	s, err := a.Overrides()
 	if err != nil {
 		return History{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/flashgate/flashgate/daemon"
 	"github.com/flashgate/flashgate/descriptors"
@@ -14,9 +13,8 @@ import (
 )
 
 // Overrides opens the fleet's overrides (flashgate limits) on the Admin's
-// connection. Its clock argument is not used: an override's times are
-// Redis's (redisstore.Overrides.Set).
-func (a *Admin) Overrides(_ func() time.Time) (*redisstore.Overrides, error) {
+// connection; an override's times are Redis's.
+func (a *Admin) Overrides() (*redisstore.Overrides, error) {
 	return redisstore.NewOverrides(a.client, a.opts.Keys)
 }
 
@@ -67,8 +65,8 @@ func (a *Admin) OverrideTarget(rule, domain string) (overrides.Target, overrides
 }
 
 // Override returns the override in force for t's rule, nil if none.
-func (a *Admin) Override(ctx context.Context, t *Target, now func() time.Time) (*overrides.Override, error) {
-	s, err := a.Overrides(now)
+func (a *Admin) Override(ctx context.Context, t *Target) (*overrides.Override, error) {
+	s, err := a.Overrides()
 	if err != nil {
 		return nil, err
 	}

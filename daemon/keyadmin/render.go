@@ -1,6 +1,7 @@
 package keyadmin
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -231,4 +232,59 @@ func (h History) WriteTable(w io.Writer, _ time.Time) error {
 		rows[i] = cells(ev.At.UTC().Format(stampFormat), ev.Op, dash(ev.By), dash(o.Domain), o.Rule, what, span, dash(ev.Reason))
 	}
 	return writeList(w, "no history", cells("at", "op", "by", "domain", "rule", "override", "for", "reason"), rows)
+}
+
+// Report is what inspect prints: the key's window, ban and held slots, and
+// its rule's override in force (nil if none).
+type Report struct {
+	Inspection
+	Override *overrides.Override `json:"override,omitempty"`
+}
+
+// Report inspects the key ref names and reads its rule's override.
+func (a *Admin) Report(ctx context.Context, ref Ref) (Report, error) {
+	in, err := a.Inspect(ctx, ref)
+	if err != nil {
+		return Report{}, err
+	}
+	o, err := a.Override(ctx, in.Target)
+	return Report{Inspection: in, Override: o}, err
+}
+
+// WriteTable writes r with times from Redis's reading, not now.
+func (r Report) WriteTable(w io.Writer, _ time.Time) error {
+	rule := r.Rule
+	if r.Domain != "" {
+		rule = fmt.Sprintf("%s (domain %s)", r.Rule, r.Domain)
+	}
+	if r.Shadow {
+		rule += " (shadow: never denies)"
+	}
+	admits := "now"
+	if r.Full {
+		admits = Stamp(r.AdmitsAt, r.Now)
+	}
+	banned := "no"
+	if r.Banned {
+		banned = "until " + Stamp(r.BannedUntil, r.Now)
+	}
+	lines := []string{
+		cells("rule", rule),
+		cells("key", r.Key),
+		cells("count", fmt.Sprintf("%d of %s", r.Count, DescribeLimit(r.Target.Limit))),
+		cells("oldest", Stamp(r.Oldest, r.Now)),
+		cells("newest", Stamp(r.Newest, r.Now)),
+		cells("admits", admits),
+		cells("banned", banned),
+		cells("penalty box", DescribeBan(r.Target.Ban)),
+		cells("override", DescribeOverride(r.Override, r.Now)),
+	}
+	for _, h := range r.Held {
+		ends := make([]string, len(h.Ends))
+		for i, e := range h.Ends {
+			ends[i] = Stamp(e, r.Now)
+		}
+		lines = append(lines, cells("held", fmt.Sprintf("%d slots by sidecar %s, leases end %s", h.Slots, h.Sidecar, strings.Join(ends, ", "))))
+	}
+	return writeAligned(w, lines...)
 }
