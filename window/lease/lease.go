@@ -68,9 +68,10 @@ type Holder struct {
 	timeout func() time.Duration
 	now     func() time.Time
 
-	// mu guards keys.
-	mu   sync.Mutex
-	keys map[string]*keyState
+	// mu guards keys and sweepAt.
+	mu      sync.Mutex
+	keys    map[string]*keyState
+	sweepAt int // len(keys) at which state sweeps idle keys out
 
 	heldUntil atomic.Int64 // UnixNano before which no reservation is made
 	longest   atomic.Int64 // the longest lease seen, ns
@@ -427,10 +428,30 @@ func (h *Holder) state(key string) *keyState {
 	defer h.mu.Unlock()
 	ks := h.keys[key]
 	if ks == nil {
+		if len(h.keys) >= max(h.sweepAt, maxIdleKeys) {
+			h.sweepLocked()
+		}
 		ks = &keyState{want: 1}
 		h.keys[key] = ks
 	}
 	return ks
+}
+
+// sweepLocked forgets the keys that hold nothing (h.mu held): no lease
+// whose slots are not yet back, no reservation in flight, no refusal still
+// in force. Those left are
+// in use, so the next sweep waits until the map has doubled past them.
+func (h *Holder) sweepLocked() {
+	now := h.now()
+	for key, ks := range h.keys {
+		ks.mu.Lock()
+		if (ks.cur == nil || ks.cur.returned) && ks.refill == nil && !now.Before(ks.full) {
+			ks.dead = true
+			delete(h.keys, key)
+		}
+		ks.mu.Unlock()
+	}
+	h.sweepAt = 2 * len(h.keys)
 }
 
 // take takes hit's cost from its key's lease, reserving one if need be,
@@ -574,9 +595,9 @@ func (h *Holder) reserve(ctx context.Context, ks *keyState, hit *window.Hit, dur
 		start: sent, deadline: sent.Add(dur - dur/50),
 	}
 	ks.cur = l
-	if wait := l.deadline.Sub(h.now()); wait > 0 {
-		l.timer = time.AfterFunc(wait, func() { h.expire(ks, l) })
-	}
+	// A grant that came back after its deadline expires at once: closed,
+	// its slots sent back, its key forgotten if unused, like any other.
+	l.timer = time.AfterFunc(max(l.deadline.Sub(h.now()), 0), func() { h.expire(ks, l) })
 	return nil
 }
 
