@@ -40,11 +40,10 @@ const (
 type Families uint8
 
 const (
-	FamiliesBoth Families = iota
-	FamiliesIETF
-	FamiliesX
-	// FamiliesNone: a denial still has Retry-After and its body.
-	FamiliesNone
+	FamiliesBoth Families = iota // the IETF fields and the x family
+	FamiliesIETF                 // RateLimit-Policy and RateLimit only
+	FamiliesX                    // x-ratelimit-limit, -remaining and -reset only
+	FamiliesNone                 // neither; a denial still has Retry-After and its body
 )
 
 // ParseFamilies parses "both", "ietf", "x" or "none".
