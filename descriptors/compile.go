@@ -14,18 +14,13 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// ReservedRulePrefix begins no rule name of a descriptors file: it is the
-// key namespace of the ratelimit service that serve runs beside ext_authz
-// (--rls-config), which keys a domain's windows under the rule
-// rls.<domain>; a rule of the same name would share them.
+// ReservedRulePrefix begins no rule name of a descriptors file: the
+// ratelimit service keys a domain's windows under rls.<domain>.
 const ReservedRulePrefix = "rls."
 
-// This file is the descriptors compiler: from the YAML tree of a
-// descriptors file to a Config of Rules, with defaults applied, inherited
-// settings passed down and everything validated.
+// This file compiles a descriptors file's YAML tree to a validated Config.
 
-// cfgParser compiles one descriptors file; its methods report errors at the
-// offending node.
+// cfgParser compiles one descriptors file.
 type cfgParser struct {
 	strictYAML
 	cfg    *Config
@@ -36,11 +31,9 @@ type cfgParser struct {
 	names    map[string]*Rule
 }
 
-// compile builds the Config of the document body read by y. An error that
-// leaves the rest of the file readable is added to y.errs and compiling
-// goes on (a bad descriptor is left out, its siblings and the rest of the
-// file still checked), so that one run reports every error; the Config is
-// then incomplete, and only y.errs.result() tells whether it is valid.
+// compile builds the Config of body. An error that leaves the rest
+// readable is added to y.errs and compiling goes on, so one run reports
+// every error; only y.errs.result() tells whether the Config is valid.
 func compile(y strictYAML, body ast.Node) (*Config, error) {
 	p := &cfgParser{
 		strictYAML: y,
@@ -65,8 +58,7 @@ func (p *cfgParser) note(err error) bool {
 	return err != nil
 }
 
-// at places err, a plain sentence from one of enforce's checks of a
-// field, at the field's node n; nil stays nil.
+// at places err from one of enforce's checks at node n; nil stays nil.
 func (p *cfgParser) at(n ast.Node, err error) error {
 	if err == nil {
 		return nil
@@ -168,9 +160,7 @@ func (p *cfgParser) sources(n ast.Node) error {
 			p.note(p.errf(f.keyN, "descriptor key %q must be characters of A-Z a-z 0-9 . _ -", f.key))
 			continue
 		}
-		// A bad source is reported and still declared, so that the
-		// descriptors using its key are checked and not reported as
-		// having no source.
+		// A bad source is still declared, so its descriptors are checked.
 		src, err := p.source(f.key, f.value)
 		p.note(err)
 		if len(p.cfg.sources) == MaxSources {
@@ -230,8 +220,7 @@ func (p *cfgParser) source(key string, n ast.Node) (Source, error) {
 	return src, nil
 }
 
-// onlyOption reads source f's one required string option opt ("{opt: v}")
-// and returns it with its node.
+// onlyOption reads source f's one required string option opt.
 func (p *cfgParser) onlyOption(f field, opt string) (string, ast.Node, error) {
 	opts, err := p.fields(f.value, f.key, opt)
 	if err != nil {
@@ -250,8 +239,7 @@ type inherited struct {
 	failure   enforce.FailureMode
 	onMissing OnMissing
 	ban       *window.Ban
-	// localShare is the local_share in force (0: none), written at
-	// localShareN.
+	// localShare is the local_share in force, written at localShareN.
 	localShare  int
 	localShareN ast.Node
 }
@@ -291,9 +279,8 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 		}
 		return nil
 	}
-	// A missing or bad key or value is reported and the rest of the
-	// descriptor still checked; its rule is then left out (matched is
-	// false).
+	// A bad key or value is reported, the rest still checked, and the
+	// rule left out.
 	var m Match
 	matched := false
 	kf := get("key")
@@ -338,8 +325,8 @@ func (p *cfgParser) descriptor(n ast.Node, path []Match, inh inherited, depth in
 	return nil
 }
 
-// match reads descriptor key kf, below the keys of path, and its source;
-// ok is false when an error about it was added to the file's errors.
+// match reads descriptor key kf below path; false when it reported an
+// error.
 func (p *cfgParser) match(kf *field, path []Match) (m Match, ok bool) {
 	key, err := p.str(kf.value, "key")
 	if p.note(err) {
@@ -371,9 +358,8 @@ func (p *cfgParser) match(kf *field, path []Match) (m Match, ok bool) {
 	return m, ok
 }
 
-// settings reads a descriptor's shadow_mode, failure_mode, local_share,
-// on_missing and ban over the ones it inherits; a bad one is reported and
-// the inherited value kept.
+// settings reads a descriptor's inheritable settings over inh; a bad one
+// is reported and the inherited value kept.
 func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 	if f := get("shadow_mode"); f != nil {
 		b, err := p.boolean(f.value, "shadow_mode")
@@ -419,11 +405,8 @@ func (p *cfgParser) settings(get func(string) *field, inh inherited) inherited {
 	return inh
 }
 
-// rule compiles the rate_limit rl of descriptor n (key kf, name nf, either
-// nil when absent)
-// into a Rule at path, and adds it to the config if matched (the
-// descriptor's key and value are valid). Every error it finds is added to
-// the file's errors.
+// rule compiles descriptor n's rate_limit into a Rule at path and adds it
+// to the config if matched. Every error is added to the file's errors.
 func (p *cfgParser) rule(n ast.Node, kf, nf, rl, lf *field, path []Match, inh inherited, matched bool) error {
 	limit, auto, limitErr := p.rateLimit(rl.value)
 	p.note(limitErr)
@@ -467,7 +450,6 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl, lf *field, path []Match, inh in
 		}
 	}
 	if strings.HasPrefix(r.Name, ReservedRulePrefix) {
-		// serve's ratelimit service keys its domains' windows rls.<domain>.
 		return p.errf(at, "rule name %q begins with %q, which is reserved for the ratelimit service's domains: set another name", r.Name, ReservedRulePrefix)
 	}
 	if prev, dup := p.names[r.Name]; dup {
@@ -477,7 +459,6 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl, lf *field, path []Match, inh in
 	if limitErr != nil || !matched {
 		return errReported
 	}
-	// Where local_share is written: on this descriptor or inherited.
 	if err := p.at(inh.localShareN, enforce.CheckShareFits(r.LocalShare, limit.Requests, r.Name)); err != nil {
 		return err
 	}
@@ -487,8 +468,8 @@ func (p *cfgParser) rule(n ast.Node, kf, nf, rl, lf *field, path []Match, inh in
 	return nil
 }
 
-// finish precomputes what the request mapping needs: the number of
-// variable key parts and, when there is none, the joined constant key.
+// finish precomputes the variable key parts' count and, with none, the
+// constant key.
 func (r *Rule) finish() {
 	var parts []string
 	for _, m := range r.Match {
@@ -564,8 +545,8 @@ var units = map[string]time.Duration{
 	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
 }
 
-// rateLimit compiles a rate_limit; auto reports that its bucket count was
-// chosen by its size (window.Limit.Auto), not written.
+// rateLimit compiles a rate_limit; auto: its bucket count was chosen by
+// size.
 func (p *cfgParser) rateLimit(n ast.Node) (_ window.Limit, auto bool, err error) {
 	fs, err := p.fields(n, "rate_limit", "requests", "window", "unit", "requests_per_unit", "algorithm", "buckets")
 	if err != nil {
@@ -590,8 +571,7 @@ func (p *cfgParser) rateLimit(n ast.Node) (_ window.Limit, auto bool, err error)
 	}
 	l, sizeErr := p.rateLimitSize(n, reqN, winN, unitN, rpuN)
 	if sizeErr != nil {
-		// algorithm and buckets are still checked, on a limit that
-		// passes: none of their checks depends on the size.
+		// Their checks do not depend on the size.
 		p.note(sizeErr)
 		_, _, err := p.algorithm(n, window.Limit{Requests: 1, Window: time.Second}, algN, bucketsN)
 		p.note(err)
@@ -600,8 +580,7 @@ func (p *cfgParser) rateLimit(n ast.Node) (_ window.Limit, auto bool, err error)
 	return p.algorithm(n, l, algN, bucketsN)
 }
 
-// algorithm reads rate_limit n's algorithm and buckets (nodes nil where
-// absent); enforce.CheckAlgorithm applies them to l.
+// algorithm applies rate_limit n's algorithm and buckets to l.
 func (p *cfgParser) algorithm(n ast.Node, l window.Limit, algN, bucketsN ast.Node) (_ window.Limit, auto bool, err error) {
 	var alg *string
 	var buckets *int64
@@ -627,9 +606,7 @@ func (p *cfgParser) algorithm(n ast.Node, l window.Limit, algN, bucketsN ast.Nod
 }
 
 // rateLimitSize reads rate_limit n's requests and window (or unit and
-// requests_per_unit), given their nodes (nil where absent). When it finds
-// more than one error it adds them to the file's errors and returns
-// errReported.
+// requests_per_unit).
 func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.Limit, error) {
 	var l window.Limit
 	field, reqAt := "requests", reqN
@@ -690,8 +667,8 @@ func (p *cfgParser) rateLimitSize(n, reqN, winN, unitN, rpuN ast.Node) (window.L
 	return l, winErr
 }
 
-// ban reads ban block n; enforce.CheckBan checks it. "ban: {}" asks for
-// the server's penalty box; an empty "ban:" is refused, as it says nothing.
+// ban reads ban block n; "ban: {}" asks for the server's penalty box, an
+// empty "ban:" is refused.
 func (p *cfgParser) ban(n ast.Node) (*window.Ban, error) {
 	if _, ok := n.(*ast.NullNode); ok {
 		return nil, p.errf(n, "ban is empty: write ban: {} for the penalty box of serve's --ban-* flags, or set threshold, window, duration")
@@ -734,7 +711,7 @@ func (p *cfgParser) ban(n ast.Node) (*window.Ban, error) {
 
 func ptr[T any](v T) *T { return &v }
 
-// lease reads a rule's lease: {for: D} for limit.
+// lease reads a rule's lease for limit.
 func (p *cfgParser) lease(n ast.Node, limit window.Limit) (time.Duration, error) {
 	fs, err := p.fields(n, "lease", "for")
 	if err != nil {
@@ -753,9 +730,8 @@ func (p *cfgParser) lease(n ast.Node, limit window.Limit) (time.Duration, error)
 	return d, nil
 }
 
-// fieldErr places err, from one of enforce's checks of block n whose
-// fields' nodes are at, at the field it names; an error about the block as
-// a whole (a field is missing) is at n, as missing says.
+// fieldErr places err from enforce's checks of block n at the field it
+// names, or at n.
 func (p *cfgParser) fieldErr(n ast.Node, at map[string]ast.Node, err error) error {
 	var fe *enforce.FieldError
 	if errors.As(err, &fe) && at[fe.Field] != nil {

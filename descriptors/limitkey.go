@@ -12,22 +12,18 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// This file derives a rule's limit key from request values, for operators
-// (flashgate inspect, flashgate bans): the key the server builds for a
-// request carrying those values, or an error that says why the rule never
-// sees them.
+// This file derives a rule's limit key from values for operators (flashgate
+// inspect, bans), or says why the rule never sees them.
 
 // Errors of [Config.LimitKey], wrapped with the reason.
 var (
 	// ErrUnknownRule: the descriptors file has no rule of that name.
 	ErrUnknownRule = errors.New("unknown rule")
-	// ErrNeverSeen: no request the rule applies to carries those values,
-	// so the rule never keys them.
+	// ErrNeverSeen: no request the rule applies to carries those values.
 	ErrNeverSeen = errors.New("the rule never sees that value")
 )
 
-// maxRequestBytes bounds every request value: a CheckRequest is no larger
-// than the gRPC message limit (host.MaxRecvMsgSize).
+// maxRequestBytes bounds a request value: the gRPC message limit.
 const maxRequestBytes = 4 << 20
 
 // Rule returns the rule named name, nil if there is none.
@@ -40,8 +36,8 @@ func (c *Config) Rule(name string) *Rule {
 	return nil
 }
 
-// Keyed returns the descriptors whose request values r's key holds (those
-// without a value), in order; none for a rule with one key for all.
+// Keyed returns r's descriptors without a value, whose request values the
+// key holds.
 func (r *Rule) Keyed() []Match {
 	var out []Match
 	for _, m := range r.Match {
@@ -52,22 +48,12 @@ func (r *Rule) Keyed() []Match {
 	return out
 }
 
-// LimitKey returns the rule named rule and the limit key that the server,
-// building keys with keys, gives every request the rule applies to whose
-// values for the rule's keyed descriptors ([Rule.Keyed]) are values, in
-// that order: the key a [Mapper] builds for such a request. A rule whose
-// descriptors all set a value takes no values: every request it applies
-// to shares its one key.
-//
-// A client IP (remote_address) may be written in any form netip parses; it
-// is keyed canonical, as the server keys it. The error wraps
-// [ErrUnknownRule], or [ErrNeverSeen] and says why: the wrong number of
-// values, an empty one, one its source never yields (not an IP address; a
-// header value holding a comma, of which the rule keys the first element,
-// or blanks around it, or control characters; a path holding a query;
-// invalid UTF-8, which the server repairs; longer than a CheckRequest can
-// be), or one the rule's own patterns exclude. LimitKey is safe for
-// concurrent use.
+// LimitKey returns the rule named rule and the key a [Mapper] with keys
+// builds for a request carrying values for the rule's [Rule.Keyed]
+// descriptors, a client IP in any form netip parses. The error wraps
+// [ErrUnknownRule], or [ErrNeverSeen] with the reason (the wrong number of
+// values, or one its source never yields or the rule's patterns exclude).
+// Safe for concurrent use.
 func (c *Config) LimitKey(keys window.Keys, rule string, values ...string) (string, *Rule, error) {
 	r := c.Rule(rule)
 	if r == nil {
@@ -111,8 +97,7 @@ func describeKeyed(r *Rule) string {
 	return b.String()
 }
 
-// seen returns v as the server reads it for keyed descriptor m of r, or
-// why no request carries it.
+// seen returns v as the server reads it for m, or why no request carries it.
 func (c *Config) seen(r *Rule, m Match, v string) (string, error) {
 	switch {
 	case v == "":
@@ -157,8 +142,7 @@ func (c *Config) seen(r *Rule, m Match, v string) (string, error) {
 			return "", errors.New("the value holds blanks or control characters, which a host cannot")
 		}
 	}
-	// Another descriptor of the rule that reads the same source with a
-	// pattern lets only the values that pattern matches through.
+	// A pattern on the same source lets only its matches through.
 	for _, o := range r.Match {
 		if o.HasValue && o.Source == m.Source && !o.holds(v) {
 			return "", fmt.Errorf("the rule applies only where %s is %q, which the value does not match", o.Key, o.Pattern())

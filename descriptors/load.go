@@ -10,21 +10,16 @@ import (
 //go:embed flashsale.yaml
 var exampleYAML []byte
 
-// ExampleName is the file name under which the built-in example is reported
-// in errors and logs.
+// ExampleName names the built-in example in errors and logs.
 const ExampleName = "built-in:flashsale.yaml"
 
-// ExampleYAML returns a copy of the built-in example descriptors file
-// (domain "flashsale"), byte for byte the shipped descriptors/flashsale.yaml.
+// ExampleYAML returns a copy of the built-in example, descriptors/flashsale.yaml.
 func ExampleYAML() []byte { return append([]byte(nil), exampleYAML...) }
 
-// ExampleConfig parses the built-in example. It fails only if the embedded
-// file is broken, which a test rules out.
+// ExampleConfig parses the built-in example.
 func ExampleConfig() (*Config, error) { return ParseConfig(ExampleName, exampleYAML) }
 
-// LoadFile reads, parses, defaults and validates the descriptors file at
-// path. Errors about the content are a *ConfigError, or ConfigErrors when
-// there are several.
+// LoadFile reads and parses the descriptors file at path.
 func LoadFile(path string) (*Config, error) {
 	data, err := ReadFile(path)
 	if err != nil {
@@ -37,28 +32,22 @@ func LoadFile(path string) (*Config, error) {
 	return c, nil
 }
 
-// ReadFile reads at most MaxFileSize+1 bytes of the descriptors file at
-// path, enough for ParseConfig to tell a file that is too large.
+// ReadFile reads at most MaxFileSize+1 bytes of path, so ParseConfig can
+// tell a file that is too large.
 func ReadFile(path string) ([]byte, error) {
 	return configfile.Read(path, MaxFileSize, "descriptors file")
 }
 
-// MaxErrors is the most errors ParseConfig lists for one file; the others
-// are counted.
+// MaxErrors is the most errors ParseConfig lists for one file.
 const MaxErrors = configfile.MaxErrors
 
-// ConfigErrors is every error found in one descriptors file, in file order:
-// the first MaxErrors listed, and how many more; ParseConfig returns it when
-// there is more than one. Error returns them one "FILE:LINE:COL: message" a
-// line, then "and N more", and Unwrap each listed *ConfigError, for
-// errors.As.
+// ConfigErrors is every error of one file in file order, the first
+// MaxErrors listed; Unwrap gives each *ConfigError.
 type ConfigErrors = configfile.Errors
 
-// ParseConfig parses, defaults and validates a descriptors file; name is
-// used in error positions. Every error about the content is a *ConfigError
-// ("name:line:col: sentence"): the one found, or ConfigErrors when there are
-// several. A file larger than MaxFileSize, or beyond yamlguard's bounds on
-// nesting and tokens, is refused before it is parsed.
+// ParseConfig parses, defaults and validates a descriptors file named
+// name. Content errors are a *ConfigError, or ConfigErrors when several; a
+// file beyond MaxFileSize or yamlguard's bounds is refused unparsed.
 func ParseConfig(name string, data []byte) (*Config, error) {
 	y := strictYAML{file: name, errs: &errorList{}}
 	if len(data) > MaxFileSize {

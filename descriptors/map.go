@@ -8,37 +8,29 @@ import (
 )
 
 // Request is what the rules read of one request, whichever front-end
-// received it. Its methods must not fail or block; a Mapper calls each at
-// most once per source a rule reads.
+// received it. Its methods must not fail or block.
 type Request interface {
-	// Path is the request's path as sent (":path"), query included; "" when
-	// it has none.
+	// Path is the request's path as sent, query included.
 	Path() string
-	// Method is the request's method; "" when unknown.
 	Method() string
-	// Authority is the request's host (":authority"); "" when unknown.
 	Authority() string
-	// Header returns the request header name (lower case), a repeated
-	// header's values joined by ","; ok is false when it is absent.
+	// Header returns header name (lower case), repeated values joined
+	// by ",".
 	Header(name string) (value string, ok bool)
-	// PeerAddress is the IP address of the connection's peer (no port);
-	// "" when it has none.
+	// PeerAddress is the IP address of the connection's peer, no port.
 	PeerAddress() string
-	// ContextExtension returns an Envoy per-route context_extensions entry;
-	// ok is false when it is absent.
 	ContextExtension(key string) (value string, ok bool)
 }
 
-// Mapping is what a Mapper found for one request. Reuse one across
-// requests to spare allocations; it is not safe for concurrent use.
+// Mapping is what a Mapper found for one request; reusable, not safe for
+// concurrent use.
 type Mapping struct {
-	// Hits are the limits the request falls under, one per matching rule,
-	// in file order; their Tag is nil.
+	// Hits are the limits the request falls under, in file order.
 	Hits []window.Hit
 	// Rules[i] is the rule that produced Hits[i].
 	Rules []*Rule
-	// Missing is a matching rule with on_missing: deny whose value the
-	// request lacks (an enforcing one if any, else a shadow one); nil if none.
+	// Missing is a matching on_missing: deny rule whose value the request
+	// lacks (an enforcing one first); nil if none.
 	Missing *Rule
 }
 
@@ -49,15 +41,12 @@ func (m *Mapping) Reset() {
 	m.Hits, m.Rules, m.Missing = m.Hits[:0], m.Rules[:0], nil
 }
 
-// Mapper maps requests to hits under one Config's rules, with limit keys
-// built by one window.Keys. Build it once per Config with [NewMapper]; it
-// is immutable and safe for concurrent use.
+// Mapper maps requests to hits under one Config's rules; immutable and
+// safe for concurrent use.
 type Mapper struct {
 	cfg  *Config
 	keys window.Keys
-	// constKeys are the limit keys of the rules whose key has no part from
-	// the request, by rule index ("" for the others); nil builds them per
-	// request.
+	// constKeys are the keys of rules with no request part, by index.
 	constKeys []string
 }
 
@@ -75,16 +64,8 @@ func NewMapper(cfg *Config, keys window.Keys) *Mapper {
 // Config returns the rules p maps by.
 func (p *Mapper) Config() *Config { return p.cfg }
 
-// Map computes the hits of req into m (reset first); every hit is a
-// shadow hit when shadowAll (serve's --shadow). It never fails and never
-// panics, whatever req holds, and reads no clock.
-//
-// A rule matches when every descriptor with a value finds its pattern in
-// the request (exact, or prefix for a trailing *). A matching rule whose
-// other descriptors all find a value (present and non-empty) yields a hit
-// keyed by keys.Key(rule name, joined parts), the parts being each
-// descriptor's pattern or the request's value; otherwise the rule is
-// skipped, or recorded in m.Missing under on_missing: deny.
+// Map computes the hits of req into m (reset first), all shadow hits when
+// shadowAll. It never fails, whatever req holds, and reads no clock.
 func (p *Mapper) Map(req Request, shadowAll bool, m *Mapping) {
 	m.Reset()
 	c := p.cfg
@@ -129,7 +110,6 @@ func (p *Mapper) Map(req Request, shadowAll bool, m *Mapping) {
 		case np == 1:
 			key = p.keys.Key(r.Name, single)
 		default:
-			// The joined value only feeds the key: build it on the stack.
 			var buf [256]byte
 			key = p.keys.KeyBytes(r.Name, appendJoined(buf[:0], parts[:np]))
 		}
@@ -144,8 +124,7 @@ type view struct {
 	req   Request
 	state [MaxSources]uint8 // 0 unknown, 1 present, 2 missing
 	vals  [MaxSources]string
-	// alt is the path's reading with encoded slashes kept (hasAlt: it has
-	// one), computed once a path pattern is asked about it (altDone).
+	// alt is the path read with encoded slashes kept, computed on demand.
 	alt             string
 	hasAlt, altDone bool
 }
@@ -187,12 +166,9 @@ func (v *view) compute(src Source) (string, bool) {
 	return "", false
 }
 
-// firstElement is what a header source reads of a header value: the text
-// before its first comma, without the whitespace around it. Envoy joins a
-// repeated header's values with ",", so a client that repeats a header, or
-// lists values in one, is keyed by its first value alone: what it appends
-// never opens a fresh bucket. A value that itself holds commas is keyed by
-// its first element, which can merge buckets but never split one.
+// firstElement is what a header source reads: the value before its first
+// comma, trimmed, so a repeated or listed header never opens a fresh
+// bucket.
 func firstElement(s string) string {
 	if i := strings.IndexByte(s, ','); i >= 0 {
 		return strings.Trim(s[:i], " \t")
@@ -201,12 +177,11 @@ func firstElement(s string) string {
 }
 
 // clientIP returns the peer's address, or with trusted hops the Nth entry
-// from the right of x-forwarded-for (the peer's address if it has fewer).
+// from the right of x-forwarded-for.
 func (v *view) clientIP() (string, bool) {
 	peer := v.req.PeerAddress()
 	if strings.IndexByte(peer, ':') >= 0 {
-		// IPv6 (a dual-stack listener reports IPv4 clients as ::ffff:a.b.c.d):
-		// canonical, so one client is one bucket however it arrives.
+		// Canonical, so one client is one bucket however it arrives.
 		if c := normalizeIP(peer); c != "" {
 			peer = c
 		}
@@ -221,17 +196,15 @@ func (v *view) clientIP() (string, bool) {
 	}
 	ip, ok := nthFromRight(xff, n)
 	if !ok || ip == "" {
-		// Fewer entries than trusted hops, or garbage where a trusted proxy
-		// should have written an address: the peer (a proxy) is the client.
-		// That lumps such requests together; it never lets them escape.
+		// Too few entries or garbage: the peer is the client, which lumps
+		// such requests together but never lets them escape.
 		return peer, peer != ""
 	}
 	return ip, true
 }
 
-// nthFromRight returns the nth (1-based) comma-separated entry from the right
-// of list as a canonical IP address; ok is false if list has fewer entries.
-// An entry that is not an IP (or IP:port) yields "", true.
+// nthFromRight returns the nth entry from the right of list as a canonical
+// IP ("" when not one); false if list has fewer entries.
 func nthFromRight(list string, n int) (string, bool) {
 	for i := 1; ; i++ {
 		j := strings.LastIndexByte(list, ',')
@@ -246,9 +219,8 @@ func nthFromRight(list string, n int) (string, bool) {
 	}
 }
 
-// normalizeIP returns s (an IP, or IP:port) in canonical form, IPv4-mapped
-// IPv6 unmapped, so that one client cannot spell its address many ways; ""
-// if s is no address.
+// normalizeIP returns an IP or IP:port canonical, IPv4-mapped unmapped;
+// "" if s is no address.
 func normalizeIP(s string) string {
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.Unmap().WithZone("").String()

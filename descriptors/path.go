@@ -6,20 +6,16 @@ import (
 	"github.com/flashgate/flashgate/internal/reqpath"
 )
 
-// This file is how rules see a request path: one canonical form (package
-// reqpath) for the request's path and for a rule's path patterns alike, so
-// that no spelling of a path walks around a rule on it.
+// This file reads request paths and path patterns in one canonical form
+// (package reqpath), so no spelling of a path walks around a rule on it.
 
-// PathCase says whether path rules tell letter case apart (the
-// descriptors file's path_case).
+// PathCase says whether path rules tell letter case apart.
 type PathCase uint8
 
 const (
-	// PathCaseSensitive: "/API/login" is not "/api/login" (the default, as
-	// RFC 3986 and most servers have it).
+	// PathCaseSensitive: "/API/login" is not "/api/login" (the default).
 	PathCaseSensitive PathCase = iota
-	// PathCaseInsensitive: paths are matched and keyed with ASCII letters
-	// lower-cased, for upstreams that serve paths case-insensitively.
+	// PathCaseInsensitive: paths are matched and keyed ASCII lower-cased.
 	PathCaseInsensitive
 )
 
@@ -31,18 +27,16 @@ func (c PathCase) String() string {
 	return "sensitive"
 }
 
-// pathForm is the reqpath.Form of c's paths; keepSlash reads an encoded
-// slash as data (the second reading, see reqpath).
+// pathForm is c's reqpath.Form; keepSlash reads an encoded slash as data.
 func (c *Config) pathForm(keepSlash bool) reqpath.Form {
 	return reqpath.Form{FoldCase: c.PathCase == PathCaseInsensitive, KeepEncodedSlash: keepSlash}
 }
 
-// holds reports whether m's value pattern holds v, the request's value as
-// the rules read it (canonical, for a path).
+// holds reports whether m's pattern holds v, as the rules read it.
 func (m *Match) holds(v string) bool { return reqpath.Matches(v, m.Value, m.Prefix, m.dir) }
 
-// holds reports whether mt's value pattern holds the request's value val
-// of mt's source; for a path with an encoded slash, in either reading.
+// holds reports whether mt's pattern holds val; for a path with an
+// encoded slash, in either reading.
 func (v *view) holds(mt *Match, val string) bool {
 	if mt.holds(val) {
 		return true
@@ -59,8 +53,8 @@ func (v *view) holds(mt *Match, val string) bool {
 	return v.hasAlt && mt.holds(v.alt)
 }
 
-// pathValue is the path a path source reads: canonical, with its encoded
-// slashes decoded; absent for an empty path.
+// pathValue is the canonical path, encoded slashes decoded; absent when
+// empty.
 func (v *view) pathValue() (string, bool) {
 	p := v.req.Path()
 	if p == "" || p[0] == '?' || p[0] == '#' {
@@ -86,8 +80,7 @@ func (p *cfgParser) pathCase(n ast.Node) error {
 	return nil
 }
 
-// pathPattern makes m's value, a path pattern, canonical as requests' paths
-// are (body is the value less a prefix's "*").
+// pathPattern makes path pattern body canonical as requests' paths are.
 func (p *cfgParser) pathPattern(n ast.Node, body string, m *Match) error {
 	v, dir, err := reqpath.Pattern(body, m.Prefix, p.cfg.pathForm(false))
 	if err != nil {

@@ -10,13 +10,8 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// WriteTable prints c's rules for people (`flashgate validate`):
-//
-//	domain flashsale (built-in:flashsale.yaml), client IP: source address
-//	RULE               REQUESTS                        LIMIT KEY       LIMIT    OPTIONS
-//	coupon_per_uid     path starting "/api/coupon/"    header x-uid    5/1s     -
-//
-// It returns the first write error.
+// WriteTable prints c's rules for people (`flashgate validate`); it
+// returns the first write error.
 func (c *Config) WriteTable(w io.Writer) error {
 	ip := "source address"
 	if c.ClientIP.TrustedHops > 0 {
@@ -83,8 +78,8 @@ func (c *Config) WriteTable(w io.Writer) error {
 	return tw.Flush()
 }
 
-// banText writes the penalty box a rule asks for as the file does: the
-// fields it sets, "{}" when it takes every one from serve's --ban-* flags.
+// banText writes a rule's penalty box as the file does, "{}" for the
+// server's.
 func banText(b window.Ban) string {
 	var f []string
 	if b.Threshold > 0 {

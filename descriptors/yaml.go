@@ -16,12 +16,10 @@ import (
 	"github.com/flashgate/flashgate/internal/yamlguard"
 )
 
-// strictYAML reads one YAML file strictly, on goccy/go-yaml's syntax tree:
-// one document, no anchors, aliases, tags or merge keys, no duplicate or
-// unknown keys, scalars of the expected type. It knows nothing of
-// descriptors; every error it returns is a *ConfigError at FILE:LINE:COL.
-// Errors that leave the rest of a mapping readable (an unknown or duplicate
-// key) are added to errs and the reading goes on.
+// strictYAML reads one YAML file strictly: one document, no anchors,
+// aliases, tags or merge keys, no duplicate or unknown keys, scalars of the
+// expected type. Every error is a *ConfigError; one that leaves the rest
+// of a mapping readable is added to errs and reading goes on.
 type strictYAML struct {
 	file string // the name errors carry
 	errs *errorList
@@ -30,20 +28,16 @@ type strictYAML struct {
 // errorList collects the errors of one file.
 type errorList struct {
 	errs []*ConfigError
-	// refused holds the mappings that had an entry refused (an unknown or
-	// duplicate key, say), and consequence the errors that only say such a
-	// mapping lacks an entry: those are left out of the report when the
-	// refused entry was likely the one meant.
+	// refused holds the mappings with a refused entry; consequence the
+	// errors saying such a mapping lacks an entry, left out of the report.
 	refused     map[ast.Node]bool
 	consequence map[*ConfigError]bool
 }
 
-// errReported stands for errors already added to the file's errors: a
-// check that finds several returns it, and add leaves it out.
+// errReported stands for errors already added to the file's errors.
 var errReported = errors.New("the errors are reported")
 
-// add records err, a *ConfigError (anything else is kept at 1:1), unless
-// it is errReported.
+// add records err unless it is errReported.
 func (l *errorList) add(err error) {
 	if errors.Is(err, errReported) {
 		return
@@ -55,8 +49,7 @@ func (l *errorList) add(err error) {
 	l.errs = append(l.errs, ce)
 }
 
-// result returns nil, the one error, or ConfigErrors: the first MaxErrors
-// in file order, each position once.
+// result returns nil, the one error, or ConfigErrors.
 func (l *errorList) result() error {
 	if len(l.errs) == 0 {
 		return nil
@@ -87,8 +80,7 @@ func (y strictYAML) errf(n ast.Node, format string, args ...any) error {
 	return y.errAt(line, col, format, args...)
 }
 
-// missing is errf for an error that says mapping n lacks an entry: it is
-// not reported if an entry of n was refused.
+// missing is errf for a mapping lacking an entry, unless one was refused.
 func (y strictYAML) missing(n ast.Node, format string, args ...any) error {
 	err := y.errf(n, format, args...)
 	if y.errs.refused[n] {
@@ -133,10 +125,8 @@ func nodePos(n ast.Node) (int, int) {
 	return tk.Position.Line, tk.Position.Column
 }
 
-// document parses data and returns the body of its one document, or nil if
-// the file holds none (empty, or only comments). A file nested deeper than
-// yamlguard.MaxDepth or longer than yamlguard.MaxTokens is refused before
-// it is parsed.
+// document parses data and returns its one document's body, nil for
+// none; yamlguard's bounds are checked before it is parsed.
 func (y strictYAML) document(data []byte) (ast.Node, error) {
 	f, err := yamlguard.Parse(data)
 	var ge *yamlguard.Error
@@ -173,19 +163,13 @@ func (y strictYAML) yamlError(err error) error {
 	return y.errAt(1, 1, "invalid YAML: %s", err.Error())
 }
 
-// dupKeyRE matches goccy/go-yaml's message for a key set twice in one
-// mapping, `mapping key "a" already defined at [4:5]`.
-//
-// The library reports this case only as text (no error type or field names
-// the key or the first position), so this reads its English message: the
-// one place that depends on the library's wording. If an upgrade rewords it,
-// duplicateKey stops matching and the error falls back to "invalid YAML:
-// <library message>", still at the right position; the duplicate_key
-// fixture of TestConfigErrors fails and shows the new wording.
+// dupKeyRE matches goccy/go-yaml's duplicate-key message, which it gives
+// only as text; if an upgrade rewords it, TestConfigErrors' duplicate_key
+// fixture fails and the error falls back to "invalid YAML".
 var dupKeyRE = regexp.MustCompile(`^mapping key ("[^"]*") already defined at \[(\d+):\d+\]`)
 
-// duplicateKey reads goccy/go-yaml's duplicate-key message: the quoted key
-// and the line where it was first set; ok is false for any other message.
+// duplicateKey reads the quoted key and first line of a duplicate-key
+// message.
 func duplicateKey(msg string) (quotedKey, firstLine string, ok bool) {
 	m := dupKeyRE.FindStringSubmatch(msg)
 	if m == nil {
@@ -201,11 +185,9 @@ type field struct {
 	value ast.Node
 }
 
-// fields returns the entries of a mapping node, refusing keys outside known,
-// duplicates, keys that are not words, anchors, aliases and tags. what names
-// the mapping in errors. With no known keys, any key is accepted. A refused
-// entry is added to y.errs and left out; only a node that is not a mapping
-// fails the call.
+// fields returns the entries of mapping n, refusing keys outside known
+// (none: any), duplicates, non-words, anchors, aliases and tags; a refused
+// entry is reported and left out. Only a non-mapping fails the call.
 func (y strictYAML) fields(n ast.Node, what string, known ...string) ([]field, error) {
 	if err := y.plain(n); err != nil {
 		return nil, err
@@ -268,8 +250,8 @@ func keyShown(n ast.Node) string {
 	return `""`
 }
 
-// keyText returns the text of a mapping key that is a word: a string, not
-// a number, boolean or null that YAML reads in its place ("0.25", "true").
+// keyText returns a mapping key's text when it is a word, not a number,
+// boolean or null.
 func keyText(n ast.Node) (string, bool) {
 	switch s := n.(type) {
 	case *ast.StringNode:
@@ -280,8 +262,7 @@ func keyText(n ast.Node) (string, bool) {
 	return "", false
 }
 
-// plain refuses anchors, aliases, tags and merge keys, which would make the
-// file harder to read than it needs to be.
+// plain refuses anchors, aliases, tags and merge keys.
 func (y strictYAML) plain(n ast.Node) error {
 	switch n.(type) {
 	case *ast.AnchorNode, *ast.AliasNode:

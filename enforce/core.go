@@ -19,65 +19,48 @@ import (
 
 // Options configure a [Core]. Only Limiter is required.
 type Options struct {
-	// Limiter decides hits: the whole stack the wiring built, e.g. a
-	// guard.Guard over fallback.Fallback.Watch over guard.Breaker over
-	// guard.Budget over redisstore.Redis, or a guard.Guard over
-	// memory.Memory (packages under window/). Whether a call has a
-	// deadline, a breaker or a local cache in front is the stack's
-	// business; the core calls Decide and, on an error, applies the
-	// failure modes.
+	// Limiter decides hits: the whole stack the wiring built (packages
+	// under window/). On its error the core applies the failure modes.
 	Limiter window.Limiter
-	// Fallback decides the hits of failure mode "local" when Limiter fails
-	// (a *fallback.Fallback, package window/fallback). Nil makes "local"
-	// behave as "allow".
+	// Fallback decides the hits of failure mode local when Limiter fails;
+	// nil makes local behave as allow.
 	Fallback Fallback
 	// FailureMode applies to rules that set none; FailureDefault means
 	// FailureLocal.
 	FailureMode FailureMode
-	// Shadow makes every rule a shadow rule (--shadow): decide and count,
-	// but admit everything. The front-ends read it through [Front.Shadow]
-	// when they make hits.
+	// Shadow makes every rule a shadow rule (--shadow).
 	Shadow bool
-	// Headers are the families of rate-limit header fields every
-	// front-end's answers carry (--ratelimit-headers); the zero value is
-	// FamiliesBoth.
+	// Headers are the rate-limit header families every answer carries.
 	Headers Families
-	// Registerer receives the core's metrics and the front-ends'; nil means
-	// a new private registry. The global registry is never used implicitly.
+	// Registerer receives every metric; nil means a private registry.
 	Registerer prometheus.Registerer
-	// Logger receives structured logs; nil discards them. Request values
-	// are never logged above debug level.
+	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock for durations and log sampling; nil means time.Now.
 	Now func() time.Time
-	// Overrides, when not nil, gives the operator's overrides in force
-	// (flashgate limits): Decide applies a rule's to its hits before it
-	// asks the limiter, and decides a dry run's limit beside them.
+	// Overrides, when not nil, gives the operator's overrides in force:
+	// Decide applies them to hits and decides dry runs beside them.
 	Overrides Overrides
 }
 
-// Fallback is what failure mode "local" needs: *fallback.Fallback (package
-// window/fallback) is one. It decides
-// hits in process after the backend failed with cause; it must not wait.
+// Fallback decides hits in process after the backend failed with cause; it
+// must not wait. *fallback.Fallback is one.
 type Fallback interface {
 	DecideAfter(ctx context.Context, hits []window.Hit, cause error) (window.Decision, error)
 }
 
-// Policies tell Decide the failure mode of each hit's rule: FailureMode(i)
-// is hits[i]'s, FailureDefault for the core's default. Decide reads them
-// only when the limiter fails.
+// Policies give Decide hits[i]'s failure mode, read only when the limiter
+// fails.
 type Policies interface {
 	FailureMode(i int) FailureMode
 }
 
-// Core is the enforcement policy with what it enforces with: the limiter,
-// the fallback, the defaults, the metrics registry. Build it once with
-// [New] and give it to every front-end, which takes its [Front]. Its
-// methods are safe for concurrent use.
+// Core is the enforcement policy and its limiter, fallback and metrics.
+// Build it once with [New]; each front-end takes its [Front]. Safe for
+// concurrent use.
 type Core struct {
 	opts    Options
 	lastLog atomic.Int64 // UnixNano of the last sampled warning
-	// dryRuns counts the dry runs' decisions; nil without Overrides.
 	dryRuns *prometheus.CounterVec
 
 	// mu guards fronts.
@@ -115,20 +98,17 @@ func New(opts Options) (*Core, error) {
 	return c, nil
 }
 
-// Registerer returns the registry the core and its front-ends register
-// their metrics on.
+// Registerer returns the registry every metric is registered on.
 func (c *Core) Registerer() prometheus.Registerer { return c.opts.Registerer }
 
 // Logger returns the core's logger.
 func (c *Core) Logger() *slog.Logger { return c.opts.Logger }
 
-// Clock returns the core's clock (Options.Now), for the front-ends'
-// durations.
+// Clock returns the core's clock (Options.Now).
 func (c *Core) Clock() func() time.Time { return c.opts.Now }
 
-// Front returns the core as front-end fe uses it: its decisions count into
-// fe's metrics, registered on the first call for fe.Name (later calls
-// return the same Front). It fails for an unnamed front-end, a key
+// Front returns the core as front-end fe uses it, registering fe's metrics
+// on the first call for fe.Name. It fails for an unnamed front-end, a key
 // namespace another front-end holds, or metrics the registry refuses.
 func (c *Core) Front(fe FrontEnd) (*Front, error) {
 	if fe.Name == "" {
@@ -156,8 +136,7 @@ func (c *Core) Front(fe FrontEnd) (*Front, error) {
 	return f, nil
 }
 
-// Front is a [Core] as one front-end uses it. Its methods are safe for
-// concurrent use.
+// Front is a [Core] as one front-end uses it; safe for concurrent use.
 type Front struct {
 	c  *Core
 	m  *metrics
@@ -167,12 +146,10 @@ type Front struct {
 // Shadow reports whether every rule is in shadow mode (Options.Shadow).
 func (f *Front) Shadow() bool { return f.c.opts.Shadow }
 
-// Headers returns the families of rate-limit header fields the answers
-// carry (Options.Headers).
+// Headers returns the rate-limit header families (Options.Headers).
 func (f *Front) Headers() Families { return f.c.opts.Headers }
 
-// Mode resolves a rule's failure mode: m, or the core's default for
-// FailureDefault.
+// Mode resolves m, FailureDefault to the core's default.
 func (f *Front) Mode(m FailureMode) FailureMode {
 	if m == FailureDefault {
 		return f.c.opts.FailureMode
@@ -183,8 +160,7 @@ func (f *Front) Mode(m FailureMode) FailureMode {
 // Metrics returns the metrics the front-end counts itself.
 func (f *Front) Metrics() FrontMetrics { return f.m.front }
 
-// HasFallback reports whether failure mode local has a fallback limiter;
-// without one it admits like allow.
+// HasFallback reports whether failure mode local has a fallback limiter.
 func (f *Front) HasFallback() bool { return f.c.opts.Fallback != nil }
 
 // Via says how Decide decided.
@@ -194,43 +170,36 @@ const (
 	// ViaLimiter: the limiter decided every hit (Outcome.Decision).
 	ViaLimiter Via = iota
 	// ViaFallback: the limiter failed; the fallback decided the hits of
-	// mode local (Outcome.Decision, indices mapped by Outcome.Hit).
+	// mode local (indices mapped by Outcome.Hit).
 	ViaFallback
-	// ViaDeny: the limiter failed and the enforcing hit Outcome.Denier's
-	// mode is deny: refuse, without a decision.
+	// ViaDeny: the limiter failed and hit Outcome.Denier's mode is deny.
 	ViaDeny
-	// ViaAllow: the limiter failed and no hit's mode refused or could be
-	// decided locally: admit, without a decision.
+	// ViaAllow: the limiter failed and no failure mode refused or decided.
 	ViaAllow
-	// ViaRefusal: a rule refused the request before the limiter was asked
-	// (Request.Refusal).
+	// ViaRefusal: Request.Refusal refused before the limiter was asked.
 	ViaRefusal
 )
 
-// Outcome is how the core decided one request's hits. It is a small value:
-// deciding allocates nothing for it.
+// Outcome is how the core decided one request's hits.
 type Outcome struct {
-	// Decision is the limiter's (ViaLimiter) or the fallback's
-	// (ViaFallback); meaningless otherwise. Map its Index and ShadowIndex
-	// to the hits given to Decide with Hit.
+	// Decision is the limiter's or the fallback's; map its indices to
+	// the hits with Hit.
 	Decision window.Decision
 	Via      Via
 	// Denier is, for ViaDeny, the first enforcing hit whose mode is deny.
 	Denier int
-	// ShadowDeny: the limiter failed and a shadow hit's mode is deny: a
-	// would-be denial.
+	// ShadowDeny: the limiter failed and a shadow hit's mode is deny.
 	ShadowDeny bool
-	// decided are the hits the fallback decided when they are not all of
-	// them, Decision's indices into the hits; nil: the same indices.
+	// decided maps Decision's indices to the hits when the fallback
+	// decided only some; nil: the same indices.
 	decided []int
 }
 
 // Failed reports whether the limiter failed and the failure modes decided.
 func (o *Outcome) Failed() bool { return o.Via != ViaLimiter }
 
-// Hit maps an index of Decision (Index, ShadowIndex) to one of the hits
-// given to Decide. -1 stays -1; an index beyond the hits the fallback
-// decided is -1; the caller checks the others against its hits.
+// Hit maps an index of Decision to one of the hits given to Decide; -1, or
+// an index beyond the hits the fallback decided, is -1.
 func (o *Outcome) Hit(k int) int {
 	if o.decided == nil || k < 0 {
 		return k
@@ -241,8 +210,7 @@ func (o *Outcome) Hit(k int) int {
 	return o.decided[k]
 }
 
-// Decided reports whether Decision counted hit j: every hit for
-// ViaLimiter, the hits of mode local for ViaFallback, none otherwise.
+// Decided reports whether Decision counted hit j.
 func (o *Outcome) Decided(j int) bool {
 	switch o.Via {
 	case ViaLimiter:
@@ -253,10 +221,8 @@ func (o *Outcome) Decided(j int) bool {
 	return false
 }
 
-// decideHits decides a request's hits, all or nothing, by one call of
-// the limiter; when it fails, by the failure modes p gives (see the
-// package doc). It counts what it did in the core's metrics. With no hits
-// it admits, asking nothing.
+// decideHits decides hits by one call of the limiter, else by the failure
+// modes p gives, and counts what it did. No hits admits without asking.
 func (f *Front) decideHits(ctx context.Context, hits []window.Hit, p Policies) Outcome {
 	if len(hits) == 0 {
 		return Outcome{Decision: window.Decision{Allowed: true, Index: -1, ShadowIndex: -1}}
@@ -320,8 +286,7 @@ func (f *Front) failure(ctx context.Context, hits []window.Hit, p Policies, err 
 				}
 			}
 		}
-		// The fallback is in process and never waits; it decides even if
-		// the caller has given up, so that its log stays whole.
+		// Decide even if the caller gave up, so the fallback's log stays whole.
 		d, ferr := c.opts.Fallback.DecideAfter(context.WithoutCancel(ctx), local, err)
 		if ferr == nil {
 			f.m.failLocal.Inc()

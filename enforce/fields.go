@@ -8,17 +8,12 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// This file holds the checks of the rule fields both config formats share
-// (a rate_limit's requests, algorithm and buckets; failure_mode;
-// local_share; ban), written once. Each refuses with a *FieldError, a plain
-// sentence naming the field, which the front-end's parser places at
-// FILE:LINE:COL.
+// This file checks the rule fields both config formats share, once; each
+// check refuses with a *FieldError the parser places at FILE:LINE:COL.
 
-// FieldError is a rule field's value that a check of this package refuses.
-// Field is the field as both config formats spell it, relative to the block
-// checked ("buckets" of a rate_limit, "window" of a ban), or "" when the
-// error concerns the block as a whole (a field is missing); Msg is a plain
-// sentence, without position.
+// FieldError is a rule field's value a check refuses: Field as both
+// formats spell it, relative to the block ("" for the block as a whole),
+// and Msg, a plain sentence without position.
 type FieldError struct {
 	Field string
 	Msg   string
@@ -40,8 +35,7 @@ func CheckFailureMode(s string) (FailureMode, error) {
 	return m, nil
 }
 
-// CheckLocalShare checks a local_share as written: 1 to window.MaxRequests
-// (a rule's share is at most its limit, see [CheckShareFits]).
+// CheckLocalShare checks a local_share as written: 1 to window.MaxRequests.
 func CheckLocalShare(n int64) error {
 	if n < 1 || n > window.MaxRequests {
 		return fieldErr("local_share", "local_share must be between 1 and %d, not %d (omit it to share the limit evenly among the live sidecars)", window.MaxRequests, n)
@@ -49,8 +43,8 @@ func CheckLocalShare(n int64) error {
 	return nil
 }
 
-// CheckShareFits checks that share, the local_share in force for the rule
-// named rule (0: none), is at most the rule's requests per window.
+// CheckShareFits checks that share (0: none) is at most the rule's
+// requests per window.
 func CheckShareFits(share, requests int, rule string) error {
 	if share > requests {
 		return fieldErr("local_share", "local_share %d is more than the %d requests per window of rule %q", share, requests, rule)
@@ -58,8 +52,8 @@ func CheckShareFits(share, requests int, rule string) error {
 	return nil
 }
 
-// CheckRequests checks a limit's requests per window, written as field
-// ("requests", "requests_per_unit"): 1 to window.MaxRequests.
+// CheckRequests checks a limit's requests per window: 1 to
+// window.MaxRequests.
 func CheckRequests(field string, n int64) error {
 	switch {
 	case n < 1:
@@ -70,14 +64,10 @@ func CheckRequests(field string, n int64) error {
 	return nil
 }
 
-// CheckAlgorithm applies a rate_limit's algorithm (nil or "auto", "exact",
-// "buckets") and buckets (nil when absent) to l, whose requests and window
-// are already checked, and reports whether the bucket count was chosen by
-// l's size: by default window.Limit.Auto's choice; buckets without a count
-// is window.DefaultBuckets; exact keeps an exact log and takes no buckets.
-// The limit returned passes window.Limit.Validate; one of 0 requests (the
-// ratelimit service's requests_per_unit: 0, which refuses every request and
-// keeps no window) passes it in all but its requests.
+// CheckAlgorithm applies a rate_limit's algorithm ("auto", "exact",
+// "buckets" or nil) and buckets to l and reports whether the bucket count
+// was chosen by l's size. The limit returned passes window.Limit.Validate,
+// except that 0 requests (a limit refusing everything) stays 0.
 func CheckAlgorithm(l window.Limit, alg *string, buckets *int64) (_ window.Limit, auto bool, err error) {
 	a := "auto"
 	if alg != nil {
@@ -122,16 +112,12 @@ type BanFields struct {
 	Window, Duration *time.Duration
 }
 
-// MaxBanThreshold is the largest ban threshold, the largest whole number a
-// descriptors file reads.
+// MaxBanThreshold is the largest ban threshold.
 const MaxBanThreshold = math.MaxInt32
 
-// CheckBan checks a ban block and returns the penalty box the rule asks
-// for: a field it leaves out is zero, which the server's (serve's --ban-*
-// flags) fills in (window.Ban.Or), so that "ban: {}" asks for the server's
-// box. Duration 0 turns the box off for the rule (nil, as for a rule that
-// does not ask); a threshold is 1 to MaxBanThreshold, a window positive and
-// a duration at most window.MaxBanDuration.
+// CheckBan checks a ban block and returns the penalty box it asks for; a
+// field left out is zero and filled by the server's (window.Ban.Or).
+// Duration 0 turns the box off (nil).
 func CheckBan(b BanFields) (*window.Ban, error) {
 	var ban window.Ban
 	if b.Duration != nil {
@@ -163,18 +149,17 @@ func CheckBan(b BanFields) (*window.Ban, error) {
 	return &ban, nil
 }
 
-// Bounds of a rule's lease (lease: {for: D}).
+// Bounds of a rule's lease.
 const (
-	// MinLease is the shortest lease.
 	MinLease = time.Millisecond
-	// MaxLease is the longest: below the fallback's settle after an outage,
-	// so that every lease a Redis that came back empty forgot has ended
-	// before it grants again (docs/design.md, "Leased admissions").
+	// MaxLease is below the fallback's settle after an outage, so every
+	// lease a Redis that came back empty forgot has ended before it grants
+	// again (docs/design.md, "Leased admissions").
 	MaxLease = time.Second
 )
 
-// CheckLease checks a rule's lease length d for its limit: MinLease to
-// MaxLease, no longer than the window, on an exact window.
+// CheckLease checks a lease length d for limit: MinLease to MaxLease, at
+// most the window, on an exact window.
 func CheckLease(d time.Duration, limit window.Limit) error {
 	switch {
 	case d < MinLease || d > MaxLease || d%time.Microsecond != 0:

@@ -10,34 +10,25 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// FrontEnd is how a front-end registers with the core when it is built
-// ([Core.Front]): its name, the names of its metric family (a user
-// contract, kept by the front-end) and the key namespace it keeps for
-// itself.
+// FrontEnd is how a front-end registers with the core ([Core.Front]).
 type FrontEnd struct {
-	// Name names the front-end in errors; Core.Front returns the same
-	// Front for the same Name.
-	Name string
-	// Metrics names the front-end's metric family.
+	// Name names the front-end; Core.Front returns one Front per Name.
+	Name    string
 	Metrics MetricNames
-	// KeyNamespace, when not empty, is the rule prefix of the limit keys
-	// the front-end makes (window.Keys.Key's rule) that no other front-end
-	// may use: Core.Front refuses a namespace another front-end holds.
+	// KeyNamespace, when not empty, is the limit keys' rule prefix no
+	// other front-end may use.
 	KeyNamespace string
 }
 
-// MetricNames name one front-end's metrics (with their help). A zero
-// BackendDuration exports no backend latency.
+// MetricNames name one front-end's metrics; a zero BackendDuration exports
+// no backend latency.
 type MetricNames struct {
-	// The front-end's own, counted by it (FrontMetrics): requests by
-	// domain, rule and decision, their latency, and the config reloads.
+	// The front-end's own, counted by it (FrontMetrics).
 	Requests, Duration, Reloads prometheus.Opts
-	// The core's, counted by Decide: backend errors by kind, failure-mode
-	// decisions by mode, local denials by reason, backend latency.
+	// The core's, counted by Decide.
 	BackendErrors, FailureModes, LocalDenials, BackendDuration prometheus.Opts
 }
 
-// durationBuckets are the buckets of the latency histograms, in seconds.
 var durationBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}
 
 // Decision labels of a front-end's requests counter (FrontMetrics.Requests).
@@ -45,35 +36,28 @@ const (
 	DecisionAllowed      = "allowed"
 	DecisionDenied       = "denied"
 	DecisionShadowDenied = "shadow_denied"
-	// DecisionError: the backend failed and failure mode allow or deny
-	// answered without a decision.
+	// DecisionError: failure mode allow or deny answered without a decision.
 	DecisionError = "error"
 )
 
 // Decisions are the four decision labels, indexed by Label.
 var Decisions = [numLabels]string{DecisionAllowed, DecisionDenied, DecisionShadowDenied, DecisionError}
 
-// FrontMetrics are the metrics a front-end counts itself, registered by
-// the core with its own under the front-end's names (see [MetricNames]).
+// FrontMetrics are the metrics a front-end counts itself.
 type FrontMetrics struct {
-	// Requests counts requests by domain, binding rule and decision (one
-	// of Decisions); labels come from the config, never from requests.
+	// Requests counts requests by domain, binding rule and decision;
+	// labels come from the config, never from requests.
 	Requests *prometheus.CounterVec
-	// Duration observes the time to answer one request, in seconds.
 	Duration prometheus.Histogram
-	// Reloads counts config reloads by result, success or error (both
-	// exported from the start); the front-end's [Reloader] counts it.
+	// Reloads counts config reloads by result; the [Reloader] counts it.
 	Reloads *prometheus.CounterVec
 }
 
-// kindFallback labels the backend errors counter for a failed local
-// fallback; the other kinds are window.ErrKind's.
+// kindFallback labels backend errors of a failed local fallback.
 const kindFallback = "fallback"
 
 // metrics are one front-end's policy metrics, every child resolved once so
-// that a decision does no label lookup: local denials are the common
-// answer under attack, failure-mode decisions and backend errors every
-// answer during an outage. Labels never carry request values.
+// that a decision does no label lookup.
 type metrics struct {
 	front                          FrontMetrics
 	series                         *Series
@@ -127,9 +111,8 @@ func (m *metrics) backendErr(kind window.ErrKind) prometheus.Counter {
 // RuleLabel is a (domain, rule) pair of a front-end's requests counter.
 type RuleLabel struct{ Domain, Rule string }
 
-// Series keeps a front-end's requests counter to the rules in force: the
-// series of a rule a reload removed go. Its methods are safe for
-// concurrent use.
+// Series keeps a front-end's requests counter to the rules in force. Safe
+// for concurrent use.
 type Series struct {
 	vec *prometheus.CounterVec
 
@@ -141,18 +124,16 @@ type Series struct {
 // Series returns the front-end's requests series.
 func (f *Front) Series() *Series { return f.m.series }
 
-// RuleCounters count one rule's requests into a front-end's requests
-// counter, by Label. Safe for concurrent use.
+// RuleCounters count one rule's requests by Label; safe for concurrent use.
 type RuleCounters struct {
-	vec   *prometheus.CounterVec
-	label RuleLabel
-	// eager are the children, resolved once; nil: resolved per count.
+	vec     *prometheus.CounterVec
+	label   RuleLabel
 	eager   *[numLabels]prometheus.Counter
 	dropped atomic.Bool
 }
 
-// Inc counts one request under l. A count into the series of a rule that
-// a later Install dropped is lost: it never brings the series back.
+// Inc counts one request under l; a count into a dropped rule's series is
+// lost.
 func (c *RuleCounters) Inc(l Label) {
 	if c.eager != nil {
 		c.eager[l].Inc()
@@ -168,12 +149,8 @@ func (c *RuleCounters) Inc(l Label) {
 }
 
 // Install makes labels the rules in force: it deletes the series of the
-// labels the previous Install had and labels lacks, and calls swap with
-// the labels' counters, for the config being installed to count into.
-// Installs are ordered (swap runs under the Series' lock), so the config
-// swapped in last is the one whose series are live. Eager exports every
-// label's series from now on, at 0 until counted (a count does no label
-// lookup); otherwise a series appears when first counted.
+// rules dropped and calls swap, under the lock, with the labels' counters.
+// Eager exports every label's series at 0 from now on.
 func (s *Series) Install(labels []RuleLabel, eager bool, swap func(map[RuleLabel]*RuleCounters)) {
 	cur := make(map[RuleLabel]*RuleCounters, len(labels))
 	for _, l := range labels {

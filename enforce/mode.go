@@ -8,7 +8,7 @@ type FailureMode uint8
 const (
 	// FailureDefault: use the core's default (Options.FailureMode).
 	FailureDefault FailureMode = iota
-	// FailureLocal: decide the hit with the in-process fallback limiter.
+	// FailureLocal: decide the hit with the in-process fallback.
 	FailureLocal
 	// FailureAllow: admit as far as this hit is concerned.
 	FailureAllow
@@ -30,8 +30,7 @@ func (m FailureMode) String() string {
 	}
 }
 
-// ParseFailureMode parses "local", "allow" or "deny" (the --failure-mode
-// flag and the per-rule failure_mode).
+// ParseFailureMode parses "local", "allow" or "deny".
 func ParseFailureMode(s string) (FailureMode, error) {
 	switch s {
 	case "local":

@@ -11,21 +11,17 @@ import (
 	"github.com/flashgate/flashgate/window/overrides"
 )
 
-// Overrides gives the operator's override in force of a rule, named by its
-// requests counter's label (RuleLabel): an *overrides.Book is one. Lookup
-// returns nil for none; it must not block.
+// Overrides gives the operator's override in force of a rule, by its
+// RuleLabel; nil for none. Lookup must not block.
 type Overrides interface {
 	Lookup(domain, rule string) *overrides.Override
 }
 
-// DryRunSuffix ends the limit key of a dry run's window, beside the key
-// of the hit it runs beside (the same Cluster slot).
+// DryRunSuffix ends a dry run's limit key, beside its hit's key.
 const DryRunSuffix = "!dry"
 
-// dryRunTotal names the counter of the dry runs' decisions.
 const dryRunTotal = "flashgate_override_dry_run_total"
 
-// newDryRuns registers the dry runs' counter on reg.
 func newDryRuns(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: dryRunTotal,
@@ -37,9 +33,8 @@ func newDryRuns(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 	return c, nil
 }
 
-// override applies the overrides in force to r's hits, in place: a
-// replaced limit (and the policy the headers name), a mode switched. It
-// returns the dry runs to decide beside the hits, nil for none.
+// override applies the overrides in force to r's hits in place and
+// returns the dry runs to decide beside them.
 func (f *Front) override(r *Request) []dryRun {
 	var dry []dryRun
 	for j := range r.Tags {
@@ -63,8 +58,7 @@ func (f *Front) override(r *Request) []dryRun {
 		}
 		h.Limit, h.Shadow = l, shadow
 		if changed && t.Policy != nil {
-			// Keyed by the file's policy: a reload makes new ones, and
-			// the override's limit follows from the file's.
+			// Keyed by the file's policy, which a reload replaces.
 			t.Policy = o.Memo(t.Policy, func() any {
 				p := NewPolicy(lbl.Rule, l)
 				p.Ref = -1
@@ -75,13 +69,10 @@ func (f *Front) override(r *Request) []dryRun {
 	return dry
 }
 
-// refusedKey memoises, on an override, that a raise of the file's limit
-// was reported.
 type refusedKey struct{ file window.Limit }
 
-// refused reports, once per override and file's limit, an override that
-// Apply refuses as a raise without AllowRaise to the Overrides that hear
-// of skipped ones (an *overrides.Book does).
+// refused reports once per override and file limit an override Apply
+// refuses as a raise.
 func (f *Front) refused(o *overrides.Override, file window.Limit) {
 	s, ok := f.c.opts.Overrides.(interface{ Skipped(overrides.Skip) })
 	if !ok {
@@ -104,9 +95,8 @@ type dryRun struct {
 // ReportHit implements window.HitReporter.
 func (d *dryRun) ReportHit(r window.HitReport) { d.report = r }
 
-// decideDryRuns decides the dry runs of a request its rules admitted, in
-// one call of the limiter, and counts their would-be denials. A failed
-// call counts nothing.
+// decideDryRuns decides the dry runs of an admitted request in one call
+// and counts their would-be denials; a failed call counts nothing.
 func (f *Front) decideDryRuns(ctx context.Context, dry []dryRun) {
 	hits := make([]window.Hit, len(dry))
 	for i := range dry {

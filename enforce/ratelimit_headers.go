@@ -9,53 +9,41 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// This file is the one implementation of the rate-limit response headers
-// and the denial's body that every front-end sends; see the package doc
-// ("Rate-limit headers") for what each answer carries and why.
+// This file makes every front-end's rate-limit header fields and a
+// denial's problem body; the package doc says what each answer carries.
 
-// Header names, lower case as gRPC requires (HTTP header names are
-// case-insensitive), and the denial body's media type and problem type.
+// Header names, lower case as gRPC requires, and the denial body's types.
 const (
-	// HeaderRateLimit is the IETF RateLimit field: one item per policy
-	// whose state the answer knows, `"<rule>";r=<remaining>;t=<seconds>`.
+	// HeaderRateLimit is the IETF RateLimit field.
 	HeaderRateLimit = "ratelimit"
-	// HeaderRateLimitPolicy is the IETF RateLimit-Policy field: one item
-	// per policy that applies, `"<rule>";q=<quota>;w=<window seconds>`.
+	// HeaderRateLimitPolicy is the IETF RateLimit-Policy field.
 	HeaderRateLimitPolicy = "ratelimit-policy"
 	// HeaderRetryAfter is a denial's Retry-After, whole seconds, ≥ 1.
 	HeaderRetryAfter = "retry-after"
-	// HeaderLimit, HeaderRemaining and HeaderReset are the x family, of the
-	// binding rule: its quota, what remains, and t.
+	// HeaderLimit, HeaderRemaining and HeaderReset are the x family.
 	HeaderLimit     = "x-ratelimit-limit"
 	HeaderRemaining = "x-ratelimit-remaining"
 	HeaderReset     = "x-ratelimit-reset"
-	// HeaderShadow marks an admission that shadow mode turned from a
-	// denial: "1". It is sent whatever the families.
-	HeaderShadow = "x-ratelimit-shadow"
-	// HeaderContentType is the content type of a denial's body.
+	// HeaderShadow marks an admission shadow mode turned from a denial;
+	// it is sent whatever the families.
+	HeaderShadow      = "x-ratelimit-shadow"
 	HeaderContentType = "content-type"
 	// ProblemContentType is the media type of a denial's body (RFC 9457).
 	ProblemContentType = "application/problem+json"
-	// ProblemType is the problem type of a denial's body: the draft's
-	// quota-exceeded.
-	ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	// ProblemTitle is the title member of a denial's body.
+	// ProblemType is a denial body's problem type: quota-exceeded.
+	ProblemType  = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	ProblemTitle = "Too Many Requests"
 )
 
-// Families are the families of rate-limit header fields the answers carry
-// (serve's --ratelimit-headers). The zero value is FamiliesBoth.
+// Families are the rate-limit header families the answers carry
+// (--ratelimit-headers). The zero value is FamiliesBoth.
 type Families uint8
 
 const (
-	// FamiliesBoth: the IETF fields and the x family.
-	FamiliesBoth Families = iota
-	// FamiliesIETF: RateLimit-Policy and RateLimit only.
-	FamiliesIETF
-	// FamiliesX: x-ratelimit-limit, -remaining and -reset only.
-	FamiliesX
-	// FamiliesNone: neither; a denial still has Retry-After and its body.
-	FamiliesNone
+	FamiliesBoth Families = iota // the IETF fields and the x family
+	FamiliesIETF                 // RateLimit-Policy and RateLimit only
+	FamiliesX                    // x-ratelimit-limit, -remaining and -reset only
+	FamiliesNone                 // neither; a denial still has Retry-After and its body
 )
 
 // ParseFamilies parses "both", "ietf", "x" or "none".
@@ -131,10 +119,8 @@ func (k Field) Name() string {
 	return ""
 }
 
-// AppendFields appends to dst the fields an answer carries under f, in the
-// order they are sent: a denial's retry-after first and content-type last,
-// a shadow admission's x-ratelimit-shadow last. An answer omits a field
-// whose value is empty (see [Answer.Value]).
+// AppendFields appends the fields an answer carries under f, in the order
+// they are sent; an answer omits a field whose value is empty.
 func (f Families) AppendFields(dst []Field, denied, shadow bool) []Field {
 	if denied {
 		dst = append(dst, FieldRetryAfter)
@@ -154,9 +140,8 @@ func (f Families) AppendFields(dst []Field, denied, shadow bool) []Field {
 	return dst
 }
 
-// Policy is a rule as the rate-limit headers and the denial's body name
-// it, with its parts serialized once: build one per rule when the rules
-// load. It is immutable and safe for concurrent use.
+// Policy is a rule as the headers and the problem body name it, serialized
+// once when the rules load. It is immutable once shared.
 type Policy struct {
 	name   string
 	quota  int
@@ -164,20 +149,15 @@ type Policy struct {
 	item   string // `"name";q=N;w=W`
 	head   string // `"name";r=`
 	limit  string // N
-	// problemTail is the body after the status: violated-policies, error,
-	// rule, and the retry_after_ms member's name.
+	// problemTail is the body after the status member's value.
 	problemTail string
-	// Ref is the front-end's own number for the policy's rule (e.g. its
-	// index in the front-end's rules); the core never reads it. Set it
-	// before the policy is shared. The policies the core makes itself (an
-	// override's limit in force) have Ref -1.
+	// Ref is the front-end's own number for the policy's rule; the core
+	// never reads it, and its own policies have Ref -1.
 	Ref int
 }
 
-// NewPolicy returns the policy of the rule named rule with limit l: quota
-// l.Requests (0 is a policy that refuses everything), window l.Window in
-// whole seconds rounded up (a sub-second window is w=1). The name is
-// [PolicyName] of rule.
+// NewPolicy returns the policy of rule with limit l: quota l.Requests (0
+// refuses everything), window in whole seconds rounded up.
 func NewPolicy(rule string, l window.Limit) *Policy {
 	name := PolicyName(rule)
 	quoted := strconv.Quote(name) // = the sf-string and JSON string: name is printable ASCII
@@ -190,10 +170,8 @@ func NewPolicy(rule string, l window.Limit) *Policy {
 	return p
 }
 
-// PolicyName is rule as a policy name: an RFC 8941 sf-string holds only
-// printable ASCII, so every other byte, and '%', is percent-encoded
-// (%XX, upper case); the rule names of a descriptors file are kept as they
-// are. It is the name both the headers and the problem body carry.
+// PolicyName is rule as a policy name: bytes an RFC 8941 sf-string cannot
+// hold, and '%', are percent-encoded.
 func PolicyName(rule string) string {
 	i := 0
 	for i < len(rule) && rule[i] >= 0x20 && rule[i] < 0x7f && rule[i] != '%' {
@@ -234,8 +212,8 @@ func (p *Policy) Item() string { return p.item }
 // Limit returns the quota in decimal, x-ratelimit-limit's value.
 func (p *Policy) Limit() string { return p.limit }
 
-// AppendState appends the policy's RateLimit item, `"name";r=R;t=T`, for
-// remaining requests (negative counts as 0) and t seconds.
+// AppendState appends the policy's RateLimit item for remaining requests
+// (negative counts as 0) and t seconds.
 func (p *Policy) AppendState(b []byte, remaining int, t int64) []byte {
 	b = append(b, p.head...)
 	b = strconv.AppendInt(b, int64(max(remaining, 0)), 10)
@@ -243,10 +221,8 @@ func (p *Policy) AppendState(b []byte, remaining int, t int64) []byte {
 	return strconv.AppendInt(b, t, 10)
 }
 
-// AdmitT is t of an admission whose binding window gains room after reset
-// (window.Decision.Reset, window.HitReport.Reset): whole seconds rounded
-// up, at least 1 and at most the window; the window when reset is 0
-// (unknown).
+// AdmitT is t of an admission whose window gains room after reset: whole
+// seconds rounded up, 1 to the window; the window when reset is 0.
 func (p *Policy) AdmitT(reset time.Duration) int64 {
 	if reset <= 0 {
 		return p.window
@@ -254,10 +230,7 @@ func (p *Policy) AdmitT(reset time.Duration) int64 {
 	return max(min(ceilSeconds(reset), p.window), 1)
 }
 
-// Reported returns p's state as a window's own report says it (a hit's
-// window.HitReport): over its limit, nothing remaining and t its
-// retry-after; else what remains (at most the quota) and AdmitT of its
-// reset.
+// Reported returns p's state as a hit's own report says it.
 func (p *Policy) Reported(r window.HitReport) State {
 	if r.Over {
 		return State{Policy: p, T: RetrySeconds(r.RetryAfter)}
@@ -265,9 +238,8 @@ func (p *Policy) Reported(r window.HitReport) State {
 	return State{Policy: p, Remaining: min(max(r.Remaining, 0), p.quota), T: p.AdmitT(r.Reset)}
 }
 
-// Decided returns p's state as a decision of which it is the binding limit
-// says it: a denial's nothing remaining and t its retry-after; an
-// admission's remaining (at most the quota) and AdmitT of its reset.
+// Decided returns p's state as decision d, of which p is the binding limit,
+// says it.
 func (p *Policy) Decided(d *window.Decision) State {
 	if !d.Allowed {
 		return State{Policy: p, T: RetrySeconds(d.RetryAfter)}
@@ -275,8 +247,7 @@ func (p *Policy) Decided(d *window.Decision) State {
 	return State{Policy: p, Remaining: min(max(d.Remaining, 0), p.quota), T: p.AdmitT(d.Reset)}
 }
 
-// RetrySeconds is a denial's Retry-After for retryAfter, and t of the
-// denying policy: whole seconds rounded up, at least 1.
+// RetrySeconds is a denial's Retry-After: whole seconds rounded up, ≥ 1.
 func RetrySeconds(retryAfter time.Duration) int64 { return max(ceilSeconds(retryAfter), 1) }
 
 func ceilSeconds(d time.Duration) int64 {
@@ -286,28 +257,22 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// problemType and problemHead begin every denial's body, up to its title
-// and up to its status.
+// problemType and problemHead begin every denial's body.
 const (
 	problemType = `{"type":"` + ProblemType + `","title":`
 	problemHead = problemType + `"` + ProblemTitle + `","status":`
 )
 
-// AppendProblem appends the body of a denial by p that may retry after
-// retryAfter: the RFC 9457 problem
-// {"type":ProblemType,"title":ProblemTitle,"status":429,"violated-policies":[name],
-// "error":"too_many_requests","rule":name,"retry_after_ms":N}, N in whole
-// milliseconds rounded up, at least 1 (the members error, rule and
-// retry_after_ms are the body flashgate sent before the problem). A nil p
-// appends the body without a policy: violated-policies empty, rule "".
+// AppendProblem appends the RFC 9457 body of a denial by p that may retry
+// after retryAfter; it keeps the members error, rule and retry_after_ms. A
+// nil p names no policy.
 func (p *Policy) AppendProblem(b []byte, retryAfter time.Duration) []byte {
 	return p.AppendProblemAs(b, retryAfter, 429, ProblemTitle)
 }
 
-// AppendProblemAs appends p's problem as [Policy.AppendProblem] does, for
-// a denial answered with status instead of 429 (nginx's auth_request
-// passes only 401 and 403): its status member status, its title member
-// title, the status's reason phrase.
+// AppendProblemAs is [Policy.AppendProblem] for a denial answered with
+// status and title instead of 429 (nginx's auth_request passes only 401
+// and 403).
 func (p *Policy) AppendProblemAs(b []byte, retryAfter time.Duration, status int, title string) []byte {
 	ms := max(int64((retryAfter+time.Millisecond-1)/time.Millisecond), 1)
 	if status == 429 && title == ProblemTitle {
@@ -336,33 +301,27 @@ func (p *Policy) ProblemLen() int {
 	return n
 }
 
-// State is one policy's state in an answer, its RateLimit item: the
-// requests remaining, and T, the seconds until it has more (an
-// admission's [Policy.AdmitT]) or admits again (a denial's
-// [RetrySeconds]).
+// State is one policy's RateLimit item: requests remaining, and T, the
+// seconds until it has more or admits again.
 type State struct {
 	Policy    *Policy
 	Remaining int
 	T         int64
 }
 
-// Answer is what one answer of a front-end says about rate limits, for
-// [Answer.Headers], [Answer.Value] and [Answer.Problem].
+// Answer is what one answer says about rate limits.
 type Answer struct {
-	// Policies apply to the request, in rule order: RateLimit-Policy lists
-	// them (an identical item once).
+	// Policies apply to the request, in rule order.
 	Policies []*Policy
-	// States are the policies whose state the answer knows, in rule order:
-	// RateLimit lists them.
+	// States are the policies whose state the answer knows, in rule order.
 	States []State
-	// Binding is the index in States of the state the x family reports
-	// (the denying one of a denial); -1 for none, and then no x family.
+	// Binding is the index in States the x family reports (a denial's
+	// refusing one); -1 for none.
 	Binding int
-	// Denied: a 429 with Retry-After, content-type and a problem body;
-	// RetryAfter is how long until the request would be admitted.
+	// Denied: a 429; RetryAfter is how long until it would be admitted.
 	Denied     bool
 	RetryAfter time.Duration
-	// Shadow: an admission that shadow mode turned from a denial.
+	// Shadow: an admission shadow mode turned from a denial.
 	Shadow bool
 }
 
@@ -374,8 +333,8 @@ func (a *Answer) binding() *State {
 	return nil
 }
 
-// RetryAfterSeconds is a denial's Retry-After: RetrySeconds(RetryAfter),
-// and never less than t of the denying (binding) state.
+// RetryAfterSeconds is a denial's Retry-After, never less than the
+// binding state's t.
 func (a *Answer) RetryAfterSeconds() int64 {
 	s := RetrySeconds(a.RetryAfter)
 	if b := a.binding(); b != nil {
@@ -384,8 +343,7 @@ func (a *Answer) RetryAfterSeconds() int64 {
 	return s
 }
 
-// Value returns field k's value in a, "" when a omits it: the IETF fields
-// without policies or states, the x family without a binding state.
+// Value returns field k's value in a, "" when a omits it.
 func (a *Answer) Value(k Field) string {
 	switch k {
 	case FieldRetryAfter:
@@ -403,8 +361,7 @@ func (a *Answer) Value(k Field) string {
 	return string(a.AppendValue(nil, k))
 }
 
-// AppendValue appends field k's value in a ([Answer.Value]) to b, for a
-// front-end that writes it without a string of its own.
+// AppendValue appends [Answer.Value] of k to b.
 func (a *Answer) AppendValue(b []byte, k Field) []byte {
 	switch k {
 	case FieldRetryAfter:
@@ -426,8 +383,7 @@ func (a *Answer) AppendValue(b []byte, k Field) []byte {
 	return append(b, a.Value(k)...)
 }
 
-// AppendPolicies appends the RateLimit-Policy value of ps: their items, in
-// order, an item that appeared already left out.
+// AppendPolicies appends the RateLimit-Policy value of ps, each item once.
 func AppendPolicies(b []byte, ps []*Policy) []byte {
 	start := len(b)
 	for i, p := range ps {
@@ -452,8 +408,7 @@ func firstPolicy(ps []*Policy, i int) bool {
 	return true
 }
 
-// AppendStates appends the RateLimit value of states: their items, in
-// order.
+// AppendStates appends the RateLimit value of states.
 func AppendStates(b []byte, states []State) []byte {
 	for i := range states {
 		if i > 0 {
@@ -465,8 +420,7 @@ func AppendStates(b []byte, states []State) []byte {
 	return b
 }
 
-// Headers calls add with each header field a carries under f, in order
-// (see [Families.AppendFields]), each value from [Answer.Value].
+// Headers calls add with each header field a carries under f, in order.
 func (a *Answer) Headers(f Families, add func(name, value string)) {
 	var buf [MaxFields]Field
 	for _, k := range f.AppendFields(buf[:0], a.Denied, a.Shadow) {
@@ -476,15 +430,13 @@ func (a *Answer) Headers(f Families, add func(name, value string)) {
 	}
 }
 
-// Problem returns a denial's body (see [Policy.AppendProblem]) for the
-// binding state's policy.
+// Problem returns a denial's body for the binding state's policy.
 func (a *Answer) Problem() string {
 	p := a.bindingPolicy()
 	return string(p.AppendProblem(make([]byte, 0, p.ProblemLen()), a.RetryAfter))
 }
 
-// AppendProblem appends a denial's body for the binding state's policy,
-// answered with status and titled title (see [Policy.AppendProblemAs]).
+// AppendProblem appends a denial's body answered with status and title.
 func (a *Answer) AppendProblem(b []byte, status int, title string) []byte {
 	return a.bindingPolicy().AppendProblemAs(b, a.RetryAfter, status, title)
 }

@@ -1,20 +1,10 @@
 package enforce
 
 // A Reloader keeps one front-end's config in step with a file or a
-// directory. It is told of changes by file-system notifications (inotify,
-// through fsnotify) on the directories the config lives in, and it polls:
-// every interval, and a short settle after a burst of notifications, it
-// reads the config whole (the front-end's Read follows symlinks, so a
-// Kubernetes ConfigMap's atomic ..data swap is seen like any write), hashes
-// it, and parses and installs it only when the hash differs from the config
-// in force. The poll catches what notifications miss (a file system
-// without them, a watch lost with its directory, a symlink into a
-// directory not watched); a directory that cannot be watched is tried again
-// at every poll. The last good config stays in force whatever comes next: a
-// bad config (refused by the front-end's parser, FILE:LINE:COL) or one that
-// cannot be read (vanished, a directory, a symlink loop) is logged and
-// counted once, and read again without a word until it changes. Reload,
-// for SIGHUP, reads, reports and counts every time.
+// directory: it reads the config on file-system notifications and on a
+// poll (which catches what notifications miss), and installs it only when
+// its hash changed. The last good config stays in force; a bad or
+// unreadable one is logged and counted once per content or error.
 
 import (
 	"context"
@@ -31,66 +21,51 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultPollInterval is how often a Reloader looks at its config without
-// being told of a change.
+// DefaultPollInterval is how often a Reloader polls its config.
 const DefaultPollInterval = 500 * time.Millisecond
 
-// NotifySettle is how long a Reloader waits after a file-system
-// notification, for the writes of one change to end, before it reads the
-// config: a burst of events is one read.
+// NotifySettle is how long a Reloader waits after a notification before
+// it reads: a burst of events is one read.
 const NotifySettle = 50 * time.Millisecond
 
-// ErrNoPath is returned by Reload when the config came from no file or
-// directory (a built-in one).
+// ErrNoPath is Reload's error for a config from no file or directory.
 var ErrNoPath = errors.New("the config did not come from a file or directory: nothing to reload")
 
-// Source is a front-end's config as a [Reloader] reads and installs it; T
-// is what Read returns (a file's bytes, a directory's files).
+// Source is a front-end's config as a [Reloader] reads and installs it.
 type Source[T any] struct {
-	// What names the config in logs ("descriptors file"); PathKey is the
-	// log key of its path ("file", "dir").
+	// What names the config in logs; PathKey is the log key of its path.
 	What, PathKey string
-	// Read reads the config at path and hashes it; an error means it
-	// could not be read. Bounds on hostile content belong here or in
-	// Install, so that no config holds the Reloader for long.
+	// Read reads the config at path and hashes it. Bounds on hostile
+	// content belong here or in Install.
 	Read func(path string) (content T, sum [32]byte, err error)
-	// InForce returns the hash of the config in force, as Read computes it.
+	// InForce returns the hash of the config in force.
 	InForce func() [32]byte
-	// Install parses content read from path and puts it in force. On an
-	// error the config in force stays.
+	// Install parses content and puts it in force; on error the old stays.
 	Install func(path string, content T) error
-	// Dirs returns the directories whose changes may change the config
-	// at path, for notifications; nil means path's own directory (path
-	// itself when it is one).
+	// Dirs returns the directories to watch for path; nil means path's
+	// own directory.
 	Dirs func(path string) []string
 }
 
-// Reloader reloads one front-end's config from a file or a directory (see
-// the top of this file). Build it with [NewReloader]; its methods are safe
-// for concurrent use, one reload running at a time.
+// Reloader reloads one front-end's config (see the top of this file).
+// Safe for concurrent use, one reload at a time.
 type Reloader struct {
 	path, what, key string
 	reloads         *prometheus.CounterVec
 	log             *slog.Logger
 	inForce         func() [32]byte
-	// read reads the config and returns its hash and the install of what
-	// it read.
-	read func() (sum [32]byte, install func() error, err error)
-	// dirs are the directories to watch for notifications.
-	dirs func() []string
+	read            func() (sum [32]byte, install func() error, err error)
+	dirs            func() []string
 
-	// mu is held for a whole reload (read, parse, install), so that SIGHUP
-	// and the watch install their configs in order; it guards the fields
-	// below.
+	// mu is held for a whole reload, so SIGHUP and the watch install in
+	// order; it guards the fields below.
 	mu      sync.Mutex
 	badSum  [32]byte // the last content Install refused
 	badRead string   // the last error reading the config, "" if none
 }
 
-// NewReloader returns a Reloader of src at path for the front-end f: it
-// counts into f's reloads counter (FrontMetrics.Reloads, by result) and
-// logs on the core's logger. An empty path is a config from no file:
-// Reload returns ErrNoPath and Watch only waits.
+// NewReloader returns a Reloader of src at path, counting into f's reloads
+// counter. An empty path: Reload returns ErrNoPath and Watch only waits.
 func NewReloader[T any](f *Front, path string, src Source[T]) *Reloader {
 	dirs := func() []string { return cleanPaths(defaultDirs(path)) }
 	if src.Dirs != nil {
@@ -114,9 +89,9 @@ func NewReloader[T any](f *Front, path string, src Source[T]) *Reloader {
 // Path returns the file or directory the Reloader reads.
 func (r *Reloader) Path() string { return r.path }
 
-// Reload reads the config and installs it, changed or not (the CLI calls
-// it on SIGHUP). A bad or unreadable config keeps the one in force: the
-// error is logged, counted as result="error" and returned.
+// Reload reads and installs the config, changed or not (SIGHUP). A bad or
+// unreadable config keeps the one in force; the error is counted and
+// returned.
 func (r *Reloader) Reload() error {
 	if r.path == "" {
 		return ErrNoPath
@@ -125,11 +100,8 @@ func (r *Reloader) Reload() error {
 	return err
 }
 
-// Watch reloads the config until ctx ends, then returns nil: first at
-// once, then a NotifySettle after the file-system notifications of a
-// change, and every interval (0 means DefaultPollInterval) whatever the
-// notifications say. It installs the config when it changed. A bad config
-// is reported once per content, an unreadable one once per error.
+// Watch reloads the config when it changes until ctx ends, then returns
+// nil; interval 0 means DefaultPollInterval.
 func (r *Reloader) Watch(ctx context.Context, interval time.Duration) error {
 	if r.path == "" {
 		<-ctx.Done()
@@ -167,7 +139,6 @@ func (r *Reloader) Watch(ctx context.Context, interval time.Duration) error {
 					n.w = nil
 					continue
 				}
-				// e.g. an overflowed event queue: read now.
 				settle.Reset(NotifySettle)
 			case <-settle.C:
 				break wait
@@ -176,7 +147,6 @@ func (r *Reloader) Watch(ctx context.Context, interval time.Duration) error {
 	}
 }
 
-// cleanPaths cleans every path, as the watcher's list holds them.
 func cleanPaths(ps []string) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
@@ -185,8 +155,7 @@ func cleanPaths(ps []string) []string {
 	return out
 }
 
-// defaultDirs is Source.Dirs' default: path's directory, or path itself
-// when it is a directory.
+// defaultDirs is Source.Dirs' default.
 func defaultDirs(path string) []string {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return []string{path}
@@ -194,17 +163,15 @@ func defaultDirs(path string) []string {
 	return []string{filepath.Dir(path)}
 }
 
-// notifier forwards the file-system events of a Reloader's directories.
-// Its zero value (notifications unavailable) never fires.
+// notifier forwards the file-system events of a Reloader's directories;
+// its zero value never fires.
 type notifier struct {
-	r *Reloader
-	w *fsnotify.Watcher // nil: none
-	// warned: the failure to watch was logged (once per Watch).
+	r      *Reloader
+	w      *fsnotify.Watcher // nil: none
 	warned bool
 }
 
-// notifier starts watching r's directories; where that fails the poll
-// alone finds changes (logged once).
+// notifier starts watching r's directories; a failure is logged once.
 func (r *Reloader) notifier() *notifier {
 	n := &notifier{r: r}
 	w, err := fsnotify.NewWatcher()
@@ -218,8 +185,7 @@ func (r *Reloader) notifier() *notifier {
 	return n
 }
 
-// rewatch adds the directories not watched yet (created since, or lost
-// with a directory that was removed).
+// rewatch adds the directories not watched yet.
 func (n *notifier) rewatch() {
 	if n.w == nil {
 		return
@@ -236,8 +202,7 @@ func (n *notifier) rewatch() {
 	}
 }
 
-// events returns the channel of events; nil (never ready) without a
-// watcher.
+// events returns the channel of events; nil without a watcher.
 func (n *notifier) events() <-chan fsnotify.Event {
 	if n.w == nil {
 		return nil
@@ -259,8 +224,8 @@ func (n *notifier) close() {
 	}
 }
 
-// reload reads the config and installs it if it changed (or force); it
-// reports whether it installed it.
+// reload reads the config and installs it if it changed (or force),
+// reporting whether it did.
 func (r *Reloader) reload(force bool) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

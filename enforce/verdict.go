@@ -8,15 +8,15 @@ import (
 )
 
 // Label is the decision a request counts under in its front-end's requests
-// counter (FrontMetrics.Requests): one of Decisions.
+// counter.
 type Label uint8
 
 const (
 	LabelAllowed Label = iota
 	LabelDenied
 	LabelShadowDenied
-	// LabelError: the backend failed and failure mode allow or deny
-	// answered without a decision, or the limiter broke its contract.
+	// LabelError: failure mode allow or deny answered without a decision,
+	// or the limiter broke its contract.
 	LabelError
 	numLabels
 )
@@ -24,19 +24,15 @@ const (
 // String returns the label's value, one of Decisions.
 func (l Label) String() string { return Decisions[l] }
 
-// TagRule is what the limiter stack reads of a hit's rule through its Tag:
-// its penalty box (guard.RuleBan), its local share (fallback.RuleShare)
-// and its lease (lease.RuleLease).
+// TagRule is what the limiter stack reads of a hit's rule through its Tag.
 type TagRule interface {
 	PenaltyBox() *window.Ban
 	FallbackShare() int
 	LeaseFor() time.Duration
 }
 
-// HitTag is a hit's Tag as a front-end sets it for [Front.Decide]: the
-// hit's rule, which the limiter stack reads; what the core reads (its
-// failure mode, its policy, the counters it counts under); and the hit's
-// own outcome, which the limiter reports into it (window.HitReporter).
+// HitTag is a hit's Tag for [Front.Decide]: the hit's rule, what the core
+// reads (failure mode, policy, counters), and the hit's own report.
 type HitTag struct {
 	Rule     TagRule
 	Mode     FailureMode
@@ -59,35 +55,30 @@ func (t *HitTag) LeaseFor() time.Duration { return t.Rule.LeaseFor() }
 // ReportHit implements window.HitReporter.
 func (t *HitTag) ReportHit(r window.HitReport) { t.Report = r }
 
-// Refusal is a rule that refuses a request without asking the limiter: a
-// value it needs is missing (on_missing: deny), or its limit can never
-// admit the request.
+// Refusal is a rule that refuses a request without asking the limiter:
+// on_missing: deny, or a limit that can never admit the request.
 type Refusal struct {
-	Policy   *Policy
-	Counters *RuleCounters
-	// RetryAfter is how long the answer asks the client to wait.
+	Policy     *Policy
+	Counters   *RuleCounters
 	RetryAfter time.Duration
-	// Shadow: the rule is in shadow mode; the refusal is a would-be one.
+	// Shadow: the refusal is a would-be one.
 	Shadow bool
 }
 
-// Never is a shadow rule whose limit can never admit the request: it has
-// no hit, and the answer lists its policy, before hit At, with a would-be
-// state over its limit.
+// Never is a shadow rule whose limit can never admit the request: the
+// answer lists its policy before hit At, over its limit.
 type Never struct {
 	At     int
 	Policy *Policy
 }
 
-// Request is one request as a front-end made it for [Front.Decide]. A
-// front-end reuses it: Reset empties it, keeping its storage.
+// Request is one request for [Front.Decide]; Reset empties it for reuse.
 type Request struct {
-	// Hits are the request's hits, and Tags[j] is Hits[j]'s Tag (set
-	// Hits[j].Tag = &Tags[j] once Tags stops growing).
+	// Hits are the request's hits; Hits[j].Tag = &Tags[j] once Tags stops
+	// growing.
 	Hits []window.Hit
 	Tags []HitTag
-	// Refusal, when not nil, refuses the request before any hit is asked
-	// (a shadow one marks the answer as a would-be denial instead).
+	// Refusal, when not nil, refuses before any hit is asked.
 	Refusal *Refusal
 	// Never lists the shadow rules that can never admit, in order.
 	Never []Never
@@ -108,13 +99,10 @@ func (r *Request) Reset() {
 // FailureMode implements Policies: Hits[i]'s rule's failure mode.
 func (r *Request) FailureMode(i int) FailureMode { return r.Tags[i].Mode }
 
-// Verdict is the core's answer to one request, whatever the front-end:
-// how it was decided, what the answer says (allowed or denied, the
-// retry-after, the policies and states the rate-limit headers and the
-// problem body are made from), and the decision it counted.
+// Verdict is the core's answer to one request, whatever the front-end: how
+// it was decided, what the answer says, and the decision it counted.
 type Verdict struct {
-	// Outcome is how the hits were decided; ViaRefusal when a Refusal
-	// refused without asking.
+	// Outcome is how the hits were decided.
 	Outcome
 	// Answer lives in the Request; it is valid until the Request is reset.
 	Answer *Answer
@@ -124,12 +112,9 @@ type Verdict struct {
 // Denied reports whether the answer refuses the request.
 func (v *Verdict) Denied() bool { return v.Answer.Denied }
 
-// Decide decides r, all or nothing (see the package doc), and counts the
-// decision under the rule that bound it: a Refusal refuses before the
-// limiter is asked; otherwise one call of the limiter, or the failure
-// modes; a shadow refusal, a shadow hit over its limit or of mode deny
-// makes a would-be denial; a denial that names no hit (a limiter that
-// broke its contract) admits rather than guess.
+// Decide decides r by the policy of the package doc and counts the
+// decision under the rule that bound it. A shadow refusal, or a shadow hit
+// over its limit or of mode deny, makes a would-be denial.
 func (f *Front) Decide(ctx context.Context, r *Request) Verdict {
 	a := &r.answer
 	a.reset()
@@ -205,19 +190,15 @@ func (a *Answer) reset() {
 	*a = Answer{Policies: a.Policies[:0], States: a.States[:0], Binding: -1}
 }
 
-// refuse makes a the answer of a refusal by p without a decision: p's
-// policy alone, nothing remaining, retry after retry.
+// refuse makes a the answer of a refusal by p without a decision.
 func (a *Answer) refuse(p *Policy, retry time.Duration) {
 	a.Denied, a.RetryAfter, a.Binding = true, retry, 0
 	a.Policies = append(a.Policies, p)
 	a.States = append(a.States, State{Policy: p, T: RetrySeconds(retry)})
 }
 
-// fill makes a the answer of r after o (nil: no decision, a failure mode's
-// admission): the policies of every hit's rule and every Never, in order;
-// each Never's would-be state; the state of each hit o decided whose
-// window was counted, the binding hit's as o's Decision says it; o's
-// denial.
+// fill makes a the answer of r after o (nil: a failure mode's admission
+// without a decision).
 func (a *Answer) fill(r *Request, o *Outcome) {
 	bind := -1
 	var d *window.Decision

@@ -18,21 +18,11 @@ import (
 )
 
 // lenientCodec is the server's gRPC codec: grpc-go's proto codec, except
-// that a request whose string fields hold invalid UTF-8 is repaired instead
-// of refused. Envoy forwards HTTP/1 header bytes as they came, and proto3
-// strings must be UTF-8, so without this a single byte 0xff in a header
-// would turn a Check into a gRPC error (codes.Internal) that Envoy then
-// handles as a flashgate failure. Each run of invalid bytes becomes U+FFFD
-// (so values that differ only in their invalid bytes share a bucket, a
-// tightening); the repair runs only after the fast path failed on UTF-8.
-//
-// With lazy (the codec of a [Server]'s own gRPC server) a CheckRequest is
-// not decoded at all: its wire bytes are kept for Check, which decodes only
-// what its rules read (see keepWire and decodeCheck).
-//
-// With encoded (also a Server's own) a response found in the map it holds
-// is sent as the bytes stored for it: the OK responses a Server shares
-// between checks are encoded once, when built (see ruleSet.encoded).
+// that invalid UTF-8 in a request's strings is repaired to U+FFFD instead
+// of refused, since Envoy forwards HTTP/1 header bytes as they came and a
+// refusal would turn a Check into a gRPC error. With lazy a CheckRequest's
+// wire bytes are kept for Check (keepWire); with encoded a shared response
+// is sent as the bytes stored for it (preEncode).
 type lenientCodec struct {
 	base    encoding.CodecV2
 	lazy    bool
@@ -51,7 +41,6 @@ func (c lenientCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if r, ok := v.(*authv3.CheckResponse); ok && c.encoded != nil {
 		if m := c.encoded.Load(); m != nil {
 			if b, ok := m.Load(r); ok {
-				// Shared, read only (see preEncode).
 				return b.(mem.BufferSlice), nil
 			}
 		}
@@ -70,8 +59,7 @@ func (c lenientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	m, ok := v.(proto.Message)
 	if !ok || !strings.Contains(err.Error(), "UTF-8") {
-		// Only protobuf's invalid-UTF-8 refusal is worth a repair; any
-		// other error is returned at once.
+		// Only an invalid-UTF-8 refusal is worth a repair.
 		return err
 	}
 	buf := data.Materialize()
@@ -91,9 +79,8 @@ const maxRepairDepth = 64
 
 var errBadWire = errors.New("malformed protobuf wire data")
 
-// repairUTF8 rewrites the wire-format message b of type md with every
-// invalid UTF-8 sequence in its string fields (nested messages and map
-// entries included) replaced by U+FFFD. Unknown fields are copied as they are.
+// repairUTF8 rewrites message b of type md with every invalid UTF-8
+// sequence in its strings, nested ones included, replaced by U+FFFD.
 func repairUTF8(b []byte, md protoreflect.MessageDescriptor, depth int) ([]byte, bool, error) {
 	if depth > maxRepairDepth {
 		return nil, false, errBadWire

@@ -7,9 +7,8 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
-// frontEnd is ext_authz as it registers with the core: its metric family,
-// under the names listed in docs/operations.md (unprefixed). Its limit keys
-// take the rule names of the descriptors file, no namespace of its own.
+// frontEnd is ext_authz as it registers with the core; its keys take the
+// descriptors file's rule names, no namespace of its own.
 var frontEnd = enforce.FrontEnd{Name: "ext_authz", Metrics: enforce.MetricNames{
 	Requests: prometheus.Opts{
 		Name: "flashgate_checks_total",
@@ -41,11 +40,7 @@ var frontEnd = enforce.FrontEnd{Name: "ext_authz", Metrics: enforce.MetricNames{
 	},
 }}
 
-// metrics are ext_authz's own Prometheus metrics, listed in docs/operations.md:
-// flashgate_checks_total and flashgate_check_duration_seconds, registered
-// by the core with its own (enforce.FrontMetrics; the Reloader counts
-// flashgate_config_reloads_total). Labels never carry request values: rule and
-// domain come from the descriptors file.
+// metrics are ext_authz's own metrics, registered by the core.
 type metrics struct {
 	checks   *prometheus.CounterVec
 	checkDur prometheus.Histogram
@@ -55,8 +50,7 @@ func newMetrics(fm enforce.FrontMetrics) *metrics {
 	return &metrics{checks: fm.Requests, checkDur: fm.Duration}
 }
 
-// seriesOf lists the flashgate_checks_total rule labels of cfg: every
-// rule's and "" (no rule bound), under its domain.
+// seriesOf lists cfg's requests counter labels: every rule's and "".
 func seriesOf(cfg *descriptors.Config) []enforce.RuleLabel {
 	out := make([]enforce.RuleLabel, 0, len(cfg.Rules)+1)
 	out = append(out, enforce.RuleLabel{Domain: cfg.Domain})

@@ -7,15 +7,9 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
-// Reloader returns the reloader of the descriptors file at path for s
-// (enforce.Reloader: on file-system notifications of its directory,
-// polled, ConfigMap symlink swaps included, and on
-// SIGHUP; a bad file keeps the rules in force, its FILE:LINE:COL error
-// logged and counted in flashgate_config_reloads_total{result="error"}).
-// A file beyond descriptors.MaxFileSize or yamlguard's bounds is refused before it is
-// parsed. An empty path (the built-in example) has nothing to reload.
-// Build one per path: a Reloader's watch and its Reload share what they
-// have reported.
+// Reloader returns the [enforce.Reloader] of the descriptors file at path
+// for s; a file beyond descriptors.MaxFileSize is refused unparsed. Build
+// one per path.
 func (s *Server) Reloader(path string) *enforce.Reloader {
 	return enforce.NewReloader(s.core, path, enforce.Source[[]byte]{
 		What:    "descriptors file",

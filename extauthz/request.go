@@ -12,26 +12,19 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// mapping is one check's hits (the rules' descriptors.Mapping, each hit
-// tagged), with the scratch its answer is built in. The Server pools
-// them; one is not safe for concurrent use.
+// mapping is one check's hits, tagged, with the scratch its answer is
+// built in. Pooled; not safe for concurrent use.
 type mapping struct {
 	descriptors.Mapping
 
-	// tags[i] is Hits[i]'s Tag: its rule, and the hit's own outcome that
-	// the limiter reports into it.
 	tags []enforce.HitTag
-	// req is what the server asks the core, its answer's storage reused.
-	req enforce.Request
-	// grpc is the CheckRequest being checked, as the rules read it.
+	req  enforce.Request
 	grpc checkAttrs
 }
 
-// Report returns what the last decision on m's hits reported of Hits[i]'s
-// own window; Known is false when it reported nothing.
+// Report returns the last decision's report of Hits[i]'s window.
 func (m *mapping) Report(i int) window.HitReport { return m.tags[i].Report }
 
-// Reset empties m, keeping its storage.
 func (m *mapping) Reset() {
 	m.Mapping.Reset()
 	clear(m.tags)
@@ -45,17 +38,13 @@ func (m *mapping) mapRequest(p *descriptors.Mapper, req descriptors.Request, sha
 	for _, r := range m.Rules {
 		m.tags = append(m.tags, enforce.HitTag{Rule: r, Mode: r.FailureMode})
 	}
-	// Tagged once the tags stop moving.
 	for i := range m.Hits {
 		m.Hits[i].Tag = &m.tags[i]
 	}
 }
 
-// Decide decides the request req describes as Check decides a
-// CheckRequest (the same rules, decisions and metrics) and makes a the
-// core's answer, its storage reused; a holds no part of the Server's.
-// The HTTP front-end asks it. Its error is always nil: the failure modes
-// decide backend trouble.
+// Decide decides req as Check decides a CheckRequest and makes a the
+// core's answer, reusing a's storage. Its error is always nil.
 func (s *Server) Decide(ctx context.Context, req descriptors.Request, a *enforce.Answer) error {
 	start := s.now()
 	m := s.pool.Get().(*mapping)
@@ -64,8 +53,7 @@ func (s *Server) Decide(ctx context.Context, req descriptors.Request, a *enforce
 	return nil
 }
 
-// Headers returns the families of rate-limit header fields the answers
-// carry (enforce.Options.Headers).
+// Headers returns the rate-limit header families (enforce.Options.Headers).
 func (s *Server) Headers() enforce.Families { return s.core.Headers() }
 
 // check answers req under rs, mapped in m, which it returns to the pool.
@@ -76,14 +64,13 @@ func (s *Server) check(ctx context.Context, rs *ruleSet, req descriptors.Request
 }
 
 // decide maps req under rs into m and returns the core's answer, valid
-// until m is reset: the core decides and counts it.
+// until m is reset.
 func (s *Server) decide(ctx context.Context, rs *ruleSet, req descriptors.Request, m *mapping) *enforce.Answer {
 	m.mapRequest(rs.mapper, req, s.core.Shadow())
 	return s.core.Decide(ctx, rs.request(m)).Answer
 }
 
-// release returns m to the pool and observes the check's duration since
-// start.
+// release returns m to the pool and observes the check's duration.
 func (s *Server) release(m *mapping, start time.Time) {
 	m.Reset()
 	s.pool.Put(m)
@@ -97,8 +84,7 @@ func copyAnswer(dst, src *enforce.Answer) {
 	dst.Policies, dst.States = append(ps, src.Policies...), append(ss, src.States...)
 }
 
-// checkAttrs reads a CheckRequest as the rules read a request
-// (descriptors.Request).
+// checkAttrs reads a CheckRequest as a descriptors.Request.
 type checkAttrs struct {
 	attrs *authv3.AttributeContext
 	http  *authv3.AttributeContext_HttpRequest
@@ -144,9 +130,8 @@ func (a *checkAttrs) ContextExtension(key string) (string, bool) {
 	return s, ok
 }
 
-// Header implements descriptors.Request: from the headers map Envoy fills
-// by default, else from header_map (encode_raw_headers), where repeated
-// headers are joined with "," as Envoy does in the map.
+// Header implements descriptors.Request: from the headers map, else from
+// header_map with repeated headers joined by ",".
 func (a *checkAttrs) Header(name string) (string, bool) {
 	if s, ok := a.http.GetHeaders()[name]; ok {
 		return s, true
@@ -181,9 +166,8 @@ func (a *checkAttrs) Header(name string) (string, bool) {
 	return first, n == 1
 }
 
-// asciiEqualFold reports whether a and b are equal under ASCII case folding,
-// as HTTP header names compare (RFC 9110: tokens are ASCII); unlike
-// strings.EqualFold it folds no other letter (U+212A KELVIN SIGN is not k).
+// asciiEqualFold reports whether a and b are equal under ASCII case
+// folding only, as HTTP header names compare.
 func asciiEqualFold[A, B ~string | ~[]byte](a A, b B) bool {
 	if len(a) != len(b) {
 		return false

@@ -19,24 +19,13 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// Responses. What an answer says is the core's verdict, an enforce.Answer
-// (whose policies name their rules by Ref), kept in the pooled mapping; the
-// headers enforce names for it are assembled from parts built once: every
-// rule's RateLimit-Policy item, x-ratelimit-limit and -remaining headers
-// and RateLimit items of one state, the retry-after and x-ratelimit-reset
-// headers of up to maxCachedSeconds, the RateLimit-Policy of each set of
-// rules a request fell under. A response whose every part is bounded (at
-// most maxKeyRules rules, t and retry-after within maxCachedSeconds) is
-// shared whole, OK or denied, by its respKey: built on first use and
-// encoded once for the codec, in a direct-mapped table of
-// maxCachedResponses slots per rule set, where a response replaces the one
-// whose slot it takes (one asked for often is soon back; a lookup takes no
-// lock). Any other allocates its messages in one piece, plus one string
-// for what it must format: a denial's body and a RateLimit of several
-// items.
+// Responses are assembled from parts built once per rule set (every rule's
+// headers, whole-second headers up to maxCachedSeconds, the policies of a
+// set of rules). A response whose parts are all bounded is shared whole
+// by its respKey in a lock-free direct-mapped table and encoded once for
+// the codec; any other allocates its messages in one piece.
 
-// respConsts are the response parts every rule shares. They are built once
-// per Server and never modified.
+// respConsts are the response parts every rule shares; never modified.
 type respConsts struct {
 	families               enforce.Families
 	statusOK, statusDenied *status.Status
@@ -45,14 +34,12 @@ type respConsts struct {
 	retryAfter, reset      [maxCachedSeconds + 1]*corev3.HeaderValueOption // [n]: n seconds, n ≥ 1
 }
 
-// maxCachedSeconds bounds the precomputed headers of whole seconds
-// (retry-after, x-ratelimit-reset) and the windows, in whole seconds, whose
-// RateLimit items and OK responses are kept.
+// maxCachedSeconds bounds the precomputed whole-second headers and the
+// windows whose RateLimit items and OK responses are kept.
 const maxCachedSeconds = 120
 
 // maxCachedStates bounds the RateLimit items of one state a rule keeps,
-// (remaining, t) pairs, and maxCachedResponses the responses a rule set
-// keeps (slots of a slotCache, a power of two).
+// and maxCachedResponses the responses a rule set keeps (a power of two).
 const (
 	maxCachedStates    = 4096
 	maxCachedResponses = 4096
@@ -90,31 +77,23 @@ func header(k, v string) *corev3.HeaderValueOption {
 	}
 }
 
-// maxCachedRemaining bounds the precomputed x-ratelimit-remaining headers
-// per rule.
+// maxCachedRemaining bounds a rule's precomputed x-ratelimit-remaining.
 const maxCachedRemaining = 1024
 
-// ruleSet is a Config with what responses need precomputed. Immutable but
-// for its caches; shared by concurrent checks (protobuf messages are safe
-// to marshal concurrently).
+// ruleSet is a Config with what responses need precomputed; immutable but
+// for its caches, and shared by concurrent checks.
 type ruleSet struct {
-	k     *respConsts
-	cfg   *descriptors.Config
-	rules []ruleResp // by Rule.Index
-	// mapper maps requests under cfg.
+	k       *respConsts
+	cfg     *descriptors.Config
+	rules   []ruleResp // by Rule.Index
 	mapper  *descriptors.Mapper
 	none    *enforce.RuleCounters
 	okPlain *authv3.CheckResponse
-	// fields is what the rules read of a request: all Check decodes of one
-	// its codec kept as bytes.
+	// fields is what the rules read of a request.
 	fields requestFields
-	// encoded maps each shared response (okPlain, every resps entry) to
-	// its wire bytes, encoded when the response is stored, so that the
-	// Server's codec does not encode it per check. A new rule set starts a
-	// new map: an old set's responses in flight are encoded as usual.
-	encoded *sync.Map
-	// resps are the shared responses (see respKey); policies the
-	// RateLimit-Policy headers of several rules (see policyKey).
+	// encoded maps each shared response to its wire bytes for the codec;
+	// each rule set starts a new map.
+	encoded  *sync.Map
 	resps    slotCache[respKey, *authv3.CheckResponse]
 	policies slotCache[policyKey, *corev3.HeaderValueOption]
 }
@@ -127,13 +106,11 @@ type ruleResp struct {
 	limit     *corev3.HeaderValueOption   // x-ratelimit-limit
 	remaining []*corev3.HeaderValueOption // x-ratelimit-remaining, index = remaining count
 	// states are RateLimit headers of this rule's state alone, built on
-	// first use: index remaining·w + t−1, for t ≤ w (the window in whole
-	// seconds, at most maxCachedSeconds) and remaining below stateRows.
+	// first use: index remaining·w + t−1.
 	states    []atomic.Pointer[corev3.HeaderValueOption]
 	stateRows int
 	counters  *enforce.RuleCounters
-	// refusal is the rule's refusal of a request that lacks one of its
-	// values (on_missing: deny).
+	// refusal is the rule's on_missing: deny refusal.
 	refusal enforce.Refusal
 }
 
@@ -182,8 +159,8 @@ func (rr *ruleResp) remainingHeader(n int) *corev3.HeaderValueOption {
 	return header(enforce.HeaderRemaining, strconv.Itoa(max(n, 0)))
 }
 
-// stateHeader returns the RateLimit header of st, a state of rr's policy
-// alone, shared; nil when st is beyond the ones rr keeps.
+// stateHeader returns the shared RateLimit header of st, or nil when rr
+// keeps none for it.
 func (rr *ruleResp) stateHeader(st *enforce.State) *corev3.HeaderValueOption {
 	w := int(rr.policy.Window())
 	if st.Remaining < 0 || st.Remaining >= rr.stateRows || st.T < 1 || st.T > int64(w) {
@@ -200,10 +177,8 @@ func (rr *ruleResp) stateHeader(st *enforce.State) *corev3.HeaderValueOption {
 	return h
 }
 
-// preEncode stores r's wire bytes in encoded for the codec, as the
-// mem.BufferSlice the codec returns: gRPC only reads it (a SliceBuffer's
-// Ref and Free do nothing), so every send shares it and none allocates. A
-// response that does not encode (none of a Server's) is left to the codec.
+// preEncode stores r's wire bytes in encoded for the codec; gRPC only
+// reads them, so every send shares them.
 func preEncode(encoded *sync.Map, r *authv3.CheckResponse) {
 	if b, err := proto.Marshal(r); err == nil {
 		encoded.Store(r, mem.BufferSlice{mem.SliceBuffer(b)})
@@ -218,8 +193,7 @@ func newMapping() *mapping {
 	}
 }
 
-// request makes m's request for the core under rs: each hit's policy and
-// counters, the refusal of a rule whose value is missing.
+// request makes m's request for the core under rs.
 func (rs *ruleSet) request(m *mapping) *enforce.Request {
 	r := &m.req
 	r.Hits, r.Tags, r.None, r.Refusal = m.Hits, m.tags, rs.none, nil
@@ -233,8 +207,7 @@ func (rs *ruleSet) request(m *mapping) *enforce.Request {
 	return r
 }
 
-// answer returns the response of p: the plain OK when it says nothing,
-// else built.
+// answer returns the response of p: the plain OK when it says nothing.
 func (rs *ruleSet) answer(p *enforce.Answer) *authv3.CheckResponse {
 	if !p.Denied && !p.Shadow && len(p.Policies) == 0 {
 		return rs.okPlain
@@ -242,8 +215,7 @@ func (rs *ruleSet) answer(p *enforce.Answer) *authv3.CheckResponse {
 	return rs.build(p)
 }
 
-// build returns the response p describes: shared when its key fits, else
-// assembled.
+// build returns the response p describes, shared when its key fits.
 func (rs *ruleSet) build(p *enforce.Answer) *authv3.CheckResponse {
 	key, ok := rs.key(p)
 	if !ok {
@@ -273,19 +245,15 @@ type deniedMsg struct {
 	hdrs msgHeaders
 }
 
-// msgHeaders are a response's header list and the RateLimit header when
-// it is built for the response.
+// msgHeaders are a response's header list and its own RateLimit header.
 type msgHeaders struct {
 	list [enforce.MaxFields]*corev3.HeaderValueOption
 	rl   corev3.HeaderValueOption
 	rlv  corev3.HeaderValue
 }
 
-// assemble builds the response p describes, with the headers of the
-// server's families in enforce's order (enforce.Answer.Headers says the
-// same): shared parts where rs keeps them; what must be formatted (a
-// denial's body, a RateLimit of several items or beyond the kept ones) in
-// one string.
+// assemble builds the response p describes in enforce's header order,
+// shared parts where rs keeps them and the rest formatted in one string.
 func (rs *ruleSet) assemble(p *enforce.Answer) *authv3.CheckResponse {
 	k := rs.k
 	var bind *ruleResp
@@ -387,8 +355,7 @@ func (h *msgHeaders) fill(rs *ruleSet, p *enforce.Answer, fields []enforce.Field
 	return list
 }
 
-// ruleOf returns the rule of p: one of rs's, or for a policy the core
-// made (an override's), response parts made for it alone.
+// ruleOf returns the parts of p's rule, or ones made for a core's policy.
 func (rs *ruleSet) ruleOf(p *enforce.Policy) *ruleResp {
 	if rs.own(p) {
 		return &rs.rules[p.Ref]
@@ -404,12 +371,8 @@ func (rs *ruleSet) own(p *enforce.Policy) bool {
 // maxKeyRules bounds the rules of a response that respKey fits.
 const maxKeyRules = 4
 
-// respKey names a response of a rule set: its kind (denied, shadow), its
-// policies' rules, which of them have a state and each state's remaining
-// and t, the binding state, and a denial's retry-after in whole
-// milliseconds (its body's retry_after_ms, which also makes its
-// Retry-After). The server's families are fixed, so the key makes the
-// response.
+// respKey names a shared response of a rule set; the server's families
+// are fixed, so the key makes the response.
 type respKey struct {
 	n, has, bind, kind uint8
 	t                  [maxKeyRules]uint8
@@ -426,9 +389,7 @@ func (k respKey) hash() uint64 {
 	return h
 }
 
-// key returns the key of p's response; false when p does not fit one: more
-// than maxKeyRules rules, a t or a retry-after above maxCachedSeconds, a
-// remaining count above 65535.
+// key returns the key of p's response; false when p does not fit one.
 func (rs *ruleSet) key(p *enforce.Answer) (respKey, bool) {
 	var key respKey
 	n := len(p.Policies)
@@ -467,8 +428,7 @@ func (rs *ruleSet) key(p *enforce.Answer) (respKey, bool) {
 }
 
 // maxKeyPolicies bounds the rules a policyKey names; maxCachedPolicies the
-// RateLimit-Policy headers of several rules a rule set keeps (slots of a
-// slotCache, a power of two).
+// policy headers a rule set keeps (a power of two).
 const (
 	maxKeyPolicies    = 8
 	maxCachedPolicies = 1024
@@ -510,11 +470,9 @@ func (rs *ruleSet) policyHeader(p *enforce.Answer) *corev3.HeaderValueOption {
 	return h
 }
 
-// slotCache is a direct-mapped cache: a key lives in the one slot its
-// hash names, and a value put there replaces the one before, for which
-// dropped is called. Its values are the same whenever they are built, so
-// what it keeps is a hint: a value replaced is built again when next
-// asked for. It is lock-free and safe for concurrent use.
+// slotCache is a lock-free direct-mapped cache: a value put in a key's slot
+// replaces the one before (dropped is called for it). Values are rebuilt
+// alike when asked again, so the cache is a hint.
 type slotCache[K cacheKey, V any] struct {
 	slots   []atomic.Pointer[slotEntry[K, V]]
 	dropped func(V)

@@ -23,16 +23,15 @@ var _ authv3.AuthorizationServer = (*Server)(nil)
 
 // Options configure a [Server]. Only Core is required.
 type Options struct {
-	// Core decides the hits of a check: the limiter, the failure modes,
-	// shadow (--shadow), and the registry, logger and clock the Server uses
-	// too.
+	// Core decides the hits; the Server uses its registry, logger and
+	// clock too.
 	Core *enforce.Core
 	// Keys builds limit keys; the zero Keys uses the prefix "fg".
 	Keys window.Keys
 }
 
-// Server is the ext_authz Check server. Build it with [NewServer]. All its
-// methods are safe for concurrent use.
+// Server is the ext_authz Check server, built with [NewServer]; safe for
+// concurrent use.
 type Server struct {
 	opts    Options
 	core    *enforce.Front
@@ -41,14 +40,13 @@ type Server struct {
 	metrics *metrics
 	resp    *respConsts
 
-	rules atomic.Pointer[ruleSet]
-	// encoded is the rule set's encoded map (see ruleSet), for the codec.
+	rules   atomic.Pointer[ruleSet]
 	encoded atomic.Pointer[sync.Map]
 	pool    sync.Pool // *mapping
 }
 
-// NewServer returns a Server enforcing cfg with opts. It registers the
-// metrics on the core's Registerer, so call it once per core.
+// NewServer returns a Server enforcing cfg; it registers metrics on the
+// core's Registerer, so call it once per core.
 func NewServer(cfg *descriptors.Config, opts Options) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("extauthz: no descriptors config given")
@@ -75,8 +73,7 @@ func NewServer(cfg *descriptors.Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// SetConfig swaps in cfg's rules atomically: checks already running finish
-// with the old rules, the next ones use cfg. It fails only for a nil cfg.
+// SetConfig swaps in cfg's rules atomically; it fails only for a nil cfg.
 func (s *Server) SetConfig(cfg *descriptors.Config) error {
 	if cfg == nil {
 		return errors.New("extauthz: no descriptors config given")
@@ -96,14 +93,9 @@ func (s *Server) SetConfig(cfg *descriptors.Config) error {
 // Config returns the rules in force.
 func (s *Server) Config() *descriptors.Config { return s.rules.Load().cfg }
 
-// Check implements authv3.AuthorizationServer. Whatever the request holds
-// and whatever the backend does, it answers OK or 429 (the limiter's own
-// deadline bounds how long it waits), with the rate-limit headers of the
-// core's families (enforce.Options.Headers). Its one error: a request that
-// reached it from [Server.Codec] as bytes that are not a CheckRequest
-// (codes.InvalidArgument), which a decoding codec would have refused before
-// Check. The response may be shared with other checks: read it, never
-// modify it.
+// Check implements authv3.AuthorizationServer: OK or 429 whatever the
+// backend does. Its one error is codes.InvalidArgument for bytes that are
+// not a CheckRequest. The response may be shared: never modify it.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	start := s.now()
 	rs := s.rules.Load()

@@ -14,28 +14,17 @@ import (
 	"github.com/flashgate/flashgate/descriptors"
 )
 
-// A CheckRequest as Envoy sends it holds every header of the request (a
-// realistic one: ~20, a 1 KB cookie among them), its addresses, TLS and
-// metadata; the rules read a handful of values. The server's codec therefore
-// does not decode a CheckRequest: it keeps the request's wire bytes (one
-// copy, see keepWire), and Check decodes out of them only what the rule set
-// in force reads (decodeCheck), into the same go-control-plane types the
-// mapping reads. Decoding in Check, with the rules that then map the
-// request, means a reload can never leave a request without a value its
+// The server's codec does not decode a CheckRequest (Envoy sends every
+// header; the rules read a handful): it keeps the wire bytes as unknown
+// fields under wireField (keepWire), and Check decodes only what the rule
+// set in force reads (decodeCheck). Decoding with the rules that then map
+// the request means a reload never leaves a request without a value its
 // rules need.
-//
-// The bytes travel from the codec to Check as the request's unknown fields,
-// under one field number no CheckRequest uses (wireField): the only place a
-// generated message can carry them. A CheckRequest made any other way (a
-// test, an embedding program) has none and is used as it is.
 
-// wireField is the field number the codec keeps a request's wire bytes
-// under: the largest valid one, far from any of CheckRequest's.
+// wireField is the largest valid field number, far from CheckRequest's.
 const wireField protowire.Number = protowire.MaxValidNumber
 
-// The field numbers decodeCheck reads (envoy.service.auth.v3 and
-// envoy.config.core.v3; TestWireFieldNumbers checks them against the
-// descriptors).
+// The field numbers decodeCheck reads; TestWireFieldNumbers checks them.
 const (
 	fCheckAttributes protowire.Number = 1 // CheckRequest.attributes
 
@@ -75,8 +64,7 @@ type requestFields struct {
 	anyAttrib          bool
 }
 
-// fieldsOf returns what cfg's rules read: their sources, and what those
-// fall back on (:method, :authority, x-forwarded-for with trusted hops).
+// fieldsOf returns what cfg's rules read, with what those fall back on.
 func fieldsOf(cfg *descriptors.Config) requestFields {
 	var f requestFields
 	header := func(name string) {
@@ -111,8 +99,7 @@ func fieldsOf(cfg *descriptors.Config) requestFields {
 	return f
 }
 
-// wantHeader reports whether the rules read header name (a key of
-// HttpRequest.headers: exactly as spelt, as checkAttrs.Header looks it up).
+// wantHeader reports whether the rules read header name, exactly as spelt.
 func (f *requestFields) wantHeader(name []byte) bool {
 	for _, h := range f.headers {
 		if h == string(name) {
@@ -122,8 +109,7 @@ func (f *requestFields) wantHeader(name []byte) bool {
 	return false
 }
 
-// wantHeaderFold is wantHeader for header_map's keys (case-insensitive, as
-// checkAttrs.Header matches them).
+// wantHeaderFold is wantHeader for header_map's case-insensitive keys.
 func (f *requestFields) wantHeaderFold(name []byte) bool {
 	for _, h := range f.headers {
 		if asciiEqualFold(h, name) {
@@ -133,8 +119,7 @@ func (f *requestFields) wantHeaderFold(name []byte) bool {
 	return false
 }
 
-// keepWire makes req carry data, a CheckRequest's wire bytes, for Check to
-// decode (see wireOf): one allocation, one copy.
+// keepWire makes req carry data for Check to decode: one copy.
 func keepWire(req *authv3.CheckRequest, data mem.BufferSlice) {
 	n := data.Len()
 	b := make([]byte, 0, protowire.SizeTag(wireField)+protowire.SizeVarint(uint64(n))+n)
@@ -146,8 +131,7 @@ func keepWire(req *authv3.CheckRequest, data mem.BufferSlice) {
 	req.ProtoReflect().SetUnknown(b)
 }
 
-// wireOf returns the wire bytes keepWire left in req, or nil (a request
-// decoded as usual).
+// wireOf returns the wire bytes keepWire left in req, or nil.
 func wireOf(req *authv3.CheckRequest) []byte {
 	if req == nil || req.Attributes != nil {
 		return nil
@@ -164,13 +148,9 @@ func wireOf(req *authv3.CheckRequest) []byte {
 	return v
 }
 
-// decodeCheck decodes into req what f says the rules read of the
-// CheckRequest wire bytes b, and drops the kept bytes. Fields the rules do
-// not read are skipped (not parsed); the ones read follow protobuf's rules
-// (a message field seen twice is merged, a scalar's last value wins, a map's
-// last entry for a key wins; a field of another wire type than its own is
-// skipped, as protobuf keeps it unknown), and invalid UTF-8 in a string read
-// becomes U+FFFD per invalid run, as the lenient codec repairs it.
+// decodeCheck decodes into req what f says the rules read of the wire
+// bytes b, skipping the rest, by protobuf's merge rules; invalid UTF-8 is
+// repaired as the lenient codec does.
 func decodeCheck(b []byte, f *requestFields, req *authv3.CheckRequest) error {
 	req.ProtoReflect().SetUnknown(nil)
 	return eachField(b, func(num protowire.Number, v []byte) error {
@@ -276,8 +256,7 @@ func decodeHTTP(b []byte, f *requestFields, h *authv3.AttributeContext_HttpReque
 	})
 }
 
-// decodeEntry adds a map<string, string> entry to m if want (nil: any) wants
-// its key.
+// decodeEntry adds a map entry to m if want (nil: any) wants its key.
 func decodeEntry(b []byte, m map[string]string, want func([]byte) bool) error {
 	key, val, _, err := keyValue(b)
 	if err == nil && (want == nil || want(key)) {
@@ -315,9 +294,8 @@ func keyValue(b []byte) (key, val, raw []byte, err error) {
 	return key, val, raw, err
 }
 
-// eachField calls fn with every length-delimited field of the message b
-// (the only wire type of the fields decodeCheck reads); other fields are
-// skipped. It fails on malformed wire data.
+// eachField calls fn with every length-delimited field of message b; it
+// fails on malformed wire data.
 func eachField(b []byte, fn func(num protowire.Number, v []byte) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -345,8 +323,7 @@ func eachField(b []byte, fn func(num protowire.Number, v []byte) error) error {
 	return nil
 }
 
-// wireString returns b as a string, each run of invalid UTF-8 replaced by
-// U+FFFD.
+// wireString returns b as a string, invalid UTF-8 runs as U+FFFD.
 func wireString(b []byte) string {
 	if utf8.Valid(b) {
 		return string(b)

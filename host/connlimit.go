@@ -10,41 +10,22 @@ import (
 )
 
 // capListener is a net.Listener that keeps at most max of the connections
-// it accepted open, so that a flood of connections on one port cannot take
-// the process's file descriptors from the other port, Redis or the probes.
-// At the cap, a new connection is never left waiting in the kernel's
-// backlog (where a probe would time out behind the flood):
-//   - evict (the HTTP listeners of probes, scrapers and proxies, which
-//     reconnect): the connection idle the longest is closed for it; idle is
-//     between requests, or connected without a whole request yet (as told
-//     by trackState). When every connection is inside a request, the new
-//     one is closed instead.
-//   - otherwise (the gRPC listener, whose long-lived Envoy connections a
-//     newcomer must not push out): the new connection is closed at once.
-//
-// With maxPending (the gRPC listener), a connection counts against max
-// only once its handshake is done (TLS, the HTTP/2 preface and settings:
-// grpc-go clears the handshake deadline it set then, see SetDeadline);
-// before that it is pending, and at most maxPending are: a new connection
-// closes the one pending the longest. Sockets that never finish a
-// handshake so cannot keep a client out, and at most max + maxPending
-// connections are open. A handshake done with max established closes its
-// connection.
-//
-// While draining (see drain), a connection the HTTP server closes as idle
-// is kept open when a request has begun to arrive on it (bytes read since
-// it turned idle, or waiting in the socket): the server answers that
-// request, with Connection: close, and then closes it.
-//
-// Accept is called from one goroutine, as servers do; the connections may
-// be closed from any.
+// it accepted open, so a flood on one port cannot take the process's file
+// descriptors; a newcomer never waits in the kernel's backlog. At the cap,
+// with evict (HTTP listeners, whose clients reconnect) the connection idle
+// the longest is closed for it, else (gRPC, whose Envoy connections must
+// not be pushed out) the newcomer is. With maxPending a connection counts
+// against max only once grpc-go clears its handshake deadline; at most
+// maxPending wait before that, so stalled handshakes cannot keep a client
+// out. While draining, an idle connection on which a request has begun to
+// arrive stays open until the server answers it. Accept is called from one
+// goroutine; connections may be closed from any.
 type capListener struct {
 	net.Listener
 	max, maxPending int
 	evict           bool
 	now             func() time.Time
-	// shed counts connections closed at the cap (evicted or refused, or
-	// pending shed for a newer one).
+	// shed counts connections closed at the cap.
 	shed      atomic.Uint64
 	draining  atomic.Bool
 	closeOnce sync.Once
@@ -64,19 +45,19 @@ type capConn struct {
 	net.Conn
 	l    *capListener
 	once sync.Once
-	// active is written with l.mu held, and read without it by Read.
+	// active is written with l.mu held and read by Read without it.
 	active atomic.Bool
-	// readIdle: bytes were read since the connection turned idle.
+	// readIdle: bytes were read since it turned idle.
 	readIdle atomic.Bool
-	// read: bytes were read (and h2 is set, with l.mu held).
+	// read: bytes were read (h2 then set, with l.mu held).
 	read atomic.Bool
 	// The fields below are guarded by l.mu.
 	idleSince time.Time
-	// pending: the handshake is not done (maxPending only).
+	// pending: the handshake is not done.
 	pending bool
 	// kept: a close was put off while draining.
 	kept bool
-	// h2: the first bytes read were HTTP/2's preface.
+	// h2: the first bytes were HTTP/2's preface.
 	h2 bool
 }
 
@@ -131,8 +112,7 @@ func (l *capListener) admit(c net.Conn) *capConn {
 	return cc
 }
 
-// oldestLocked returns the connection for which ok holds that has been
-// so the longest (idleSince), or nil.
+// oldestLocked returns the oldest connection for which ok holds, or nil.
 func (l *capListener) oldestLocked(ok func(*capConn) bool) *capConn {
 	var oldest *capConn
 	for c := range l.conns {
@@ -143,22 +123,19 @@ func (l *capListener) oldestLocked(ok func(*capConn) bool) *capConn {
 	return oldest
 }
 
-// open returns how many connections are open.
 func (l *capListener) open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.conns)
 }
 
-// pendingConns returns how many connections have not done their handshake.
 func (l *capListener) pendingConns() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.pending
 }
 
-// handshakeDone moves c from pending to established, or closes it when
-// max connections are established already.
+// handshakeDone moves c to established, or closes it at max.
 func (l *capListener) handshakeDone(c *capConn) {
 	l.mu.Lock()
 	if _, ok := l.conns[c]; !ok || !c.pending {
@@ -175,8 +152,8 @@ func (l *capListener) handshakeDone(c *capConn) {
 	}
 }
 
-// trackState is an http.Server ConnState hook: it tells l which of its
-// connections are inside a request, and so not to be evicted.
+// trackState is an http.Server ConnState hook telling l which connections
+// are inside a request.
 func (l *capListener) trackState(c net.Conn, st http.ConnState) {
 	cc, ok := c.(*capConn)
 	if !ok {
@@ -192,7 +169,6 @@ func (l *capListener) trackState(c net.Conn, st http.ConnState) {
 		cc.readIdle.Store(false)
 		cc.idleSince = l.now()
 	case http.StateClosed:
-		// The server is done with cc: nothing will read it any more.
 		due = cc.kept
 	}
 	l.mu.Unlock()
@@ -201,13 +177,11 @@ func (l *capListener) trackState(c net.Conn, st http.ConnState) {
 	}
 }
 
-// drain makes l put off closing idle connections on which a request has
-// begun to arrive (see capListener).
+// drain makes l put off closing idle connections a request began on.
 func (l *capListener) drain() { l.draining.Store(true) }
 
-// closeWhenDraining returns h answering the HTTP/1 requests it begins
-// while l drains with Connection: close, so that the server closes their
-// connections after them.
+// closeWhenDraining makes h answer HTTP/1 requests with Connection: close
+// while l drains.
 func (l *capListener) closeWhenDraining(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 1 && l.draining.Load() {
@@ -223,8 +197,7 @@ func (l *capListener) Close() error {
 	return l.closeErr
 }
 
-// closeQuiet closes the connections outside a request on which nothing
-// has begun to arrive.
+// closeQuiet closes connections outside a request with nothing arriving.
 func (l *capListener) closeQuiet() {
 	l.mu.Lock()
 	var quiet []*capConn
@@ -239,8 +212,7 @@ func (l *capListener) closeQuiet() {
 	}
 }
 
-// http1Open returns how many connections are open that are not known to
-// speak HTTP/2.
+// http1Open returns how many open connections are not known to be HTTP/2.
 func (l *capListener) http1Open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -253,7 +225,6 @@ func (l *capListener) http1Open() int {
 	return n
 }
 
-// closeAll closes every connection still open.
 func (l *capListener) closeAll() {
 	l.mu.Lock()
 	conns := make([]*capConn, 0, len(l.conns))
@@ -267,8 +238,7 @@ func (l *capListener) closeAll() {
 	}
 }
 
-// Read implements net.Conn, noting that a request has begun to arrive on
-// an idle connection.
+// Read implements net.Conn, noting a request arriving on an idle one.
 func (c *capConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 && c.l.evict {
@@ -285,10 +255,8 @@ func (c *capConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// SetDeadline implements net.Conn. grpc-go sets a deadline on a new
-// connection for its handshake and clears it once the handshake is done
-// (or failed, and the connection closed): the clearing is what tells a
-// pending connection from an established one.
+// SetDeadline implements net.Conn: grpc-go clearing the handshake
+// deadline is what tells a pending connection from an established one.
 func (c *capConn) SetDeadline(t time.Time) error {
 	err := c.Conn.SetDeadline(t)
 	if t.IsZero() && c.l.maxPending > 0 {
@@ -297,11 +265,9 @@ func (c *capConn) SetDeadline(t time.Time) error {
 	return err
 }
 
-// Close closes the connection and releases its place; it is idempotent.
-// While l drains, closing an idle connection on which a request has begun
-// to arrive is put off once (see capListener): until the server closes it
-// again, or reports it closed (StateClosed, see trackState) when the close
-// put off was its own, as after a read failed or when keep-alives ended.
+// Close closes the connection and releases its place, idempotently; while
+// draining, closing an idle connection with a request arriving is put off
+// once.
 func (c *capConn) Close() error {
 	if c.l.draining.Load() && c.keep() {
 		return nil
@@ -309,15 +275,13 @@ func (c *capConn) Close() error {
 	return c.closeNow()
 }
 
-// closeNow closes the connection and releases its place.
 func (c *capConn) closeNow() error {
 	err := c.Conn.Close()
 	c.release()
 	return err
 }
 
-// keep reports whether this close is to be put off: the first close of an
-// idle connection with a request arriving, while draining.
+// keep reports whether this close is to be put off.
 func (c *capConn) keep() bool {
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
@@ -331,7 +295,7 @@ func (c *capConn) keep() bool {
 	return false
 }
 
-// release removes c from its listener's connections; it is idempotent.
+// release removes c from its listener; it is idempotent.
 func (c *capConn) release() {
 	c.once.Do(func() {
 		c.l.mu.Lock()

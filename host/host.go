@@ -25,45 +25,26 @@ import (
 	"google.golang.org/grpc/reflection"
 )
 
-// MaxRecvMsgSize is the largest request message accepted: Envoy's default
-// ext_authz request without a buffered body is a few KiB; 4 MiB leaves room
-// for with_request_body.
+// MaxRecvMsgSize is the largest request message accepted.
 const MaxRecvMsgSize = 4 << 20
 
-// StreamWorkers is how many goroutines serve calls (see ServerOptions):
-// more than the calls a sidecar has in flight at once under load.
+// StreamWorkers is how many goroutines serve calls.
 const StreamWorkers = 128
 
-// MaxConcurrentStreams bounds the calls in flight on one connection: Envoy's
-// default circuit breaker allows 1024 requests in flight to a cluster, and
-// Envoy opens another connection rather than exceed a server's bound.
+// MaxConcurrentStreams bounds the calls in flight on one connection.
 const MaxConcurrentStreams = 1024
 
-// MaxHeaderListSize bounds the HTTP/2 headers of one call: a call's are a
-// few hundred bytes (the request's own headers travel in the message).
+// MaxHeaderListSize bounds the HTTP/2 headers of one call.
 const MaxHeaderListSize = 64 << 10
 
-// HandshakeTimeout bounds how long a new connection may take to complete
-// its handshake (TLS, the HTTP/2 preface and settings) before it is
-// closed.
+// HandshakeTimeout bounds a new connection's TLS and HTTP/2 handshake.
 const HandshakeTimeout = 10 * time.Second
 
-// ServerOptions returns the options of the host's gRPC server, with codec
-// in place of grpc-go's proto codec unless it is nil:
-//   - MaxRecvMsgSize, MaxConcurrentStreams, MaxHeaderListSize and
-//     HandshakeTimeout: see the constants;
-//   - keepalive enforcement that accepts pings every 5s even without
-//     streams, so Envoy's HTTP/2 keepalive (connection_keepalive, usually
-//     ≥ 10s interval) is never answered with GOAWAY too_many_pings;
-//   - server pings after 30s idle (10s timeout) to drop dead peers;
-//   - MaxConnectionAge 5m (+30s grace for in-flight calls), so Envoy's
-//     long-lived connections rebalance across sidecar restarts and scale-ups;
-//   - StreamWorkers goroutines that serve calls one after another instead of
-//     a new goroutine per call: a call's stack grows to the depth of the
-//     Redis client once per worker, not once per call. Calls beyond the
-//     workers still get a goroutine of their own.
-//
-// It returns a new slice on each call.
+// ServerOptions returns a new slice of the host's gRPC server options, with
+// codec in place of the proto codec unless nil. Keepalive enforcement
+// accepts Envoy's pings without streams (never GOAWAY too_many_pings); a
+// maximum connection age rebalances Envoy's long-lived connections; worker
+// goroutines serve calls so a call's stack grows once per worker.
 func ServerOptions(codec encoding.CodecV2) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
@@ -88,8 +69,7 @@ func ServerOptions(codec encoding.CodecV2) []grpc.ServerOption {
 	return opts
 }
 
-// Registry is where the host registers its metrics and what /metrics
-// serves; a *prometheus.Registry is one.
+// Registry is where the host registers its metrics, served on /metrics.
 type Registry interface {
 	prometheus.Registerer
 	prometheus.Gatherer
@@ -97,61 +77,35 @@ type Registry interface {
 
 // Options configure a [Host]. Only GRPC is required.
 type Options struct {
-	// GRPC is the listener of the gRPC server.
 	GRPC net.Listener
-	// HTTP is the listener of /metrics, /healthz and /readyz; nil serves
-	// no HTTP (HTTPHandler still returns the handler).
+	// HTTP is the listener of /metrics, /healthz and /readyz; nil: none.
 	HTTP net.Listener
-	// HTTPAuthz is the listener of an HTTP front-end serving
-	// HTTPAuthzHandler (flashgate's HTTP ext_authz, --http-authz-addr) over
-	// HTTP/1.1 and h2c (see AuthzMaxHeaderBytes); nil serves none.
+	// HTTPAuthz is the HTTP front-end's listener; nil: none.
 	HTTPAuthz        net.Listener
 	HTTPAuthzHandler http.Handler
-	// RLSHTTP is the listener of envoyproxy/ratelimit's HTTP side serving
-	// RLSHTTPHandler (/json, /healthcheck) over HTTP/1.1; nil serves none.
+	// RLSHTTP is ratelimit's HTTP side's listener; nil: none.
 	RLSHTTP        net.Listener
 	RLSHTTPHandler http.Handler
 	// GRPCMaxConns, HTTPMaxConns, HTTPAuthzMaxConns and RLSHTTPMaxConns cap
-	// the connections each listener keeps open (0: no cap). At the cap the
-	// gRPC listener closes the newcomer; the HTTP ones close the connection
-	// idle the longest (probes, scrapers and proxies reconnect), or the
-	// newcomer when none is idle. A capped listener exports
-	// flashgate_conns_open and flashgate_conns_shed_total with label
-	// listener="grpc", "http", "http_authz" or "rls_http".
+	// each listener's open connections (0: no cap; see capListener).
 	GRPCMaxConns, HTTPMaxConns, HTTPAuthzMaxConns, RLSHTTPMaxConns int
-	// GRPCMaxPending, with GRPCMaxConns, caps the gRPC connections that
-	// have not finished their handshake (TLS, HTTP/2 preface and settings)
-	// apart from the established ones: a new connection closes the one
-	// pending the longest, and GRPCMaxConns counts established connections
-	// only, so sockets that never finish a handshake cannot keep a client
-	// out. It exports flashgate_conns_pending{listener="grpc"}. 0: pending
-	// connections count against GRPCMaxConns.
+	// GRPCMaxPending caps the gRPC connections still in their handshake;
+	// 0 counts them against GRPCMaxConns.
 	GRPCMaxPending int
-	// ErrorLog takes the HTTP servers' own error lines (accept errors,
-	// TLS and protocol errors); nil: the log package's standard logger.
+	// ErrorLog takes the HTTP servers' error lines; nil: the log package's.
 	ErrorLog *log.Logger
-	// TLS, when set, makes the gRPC listener serve TLS only (ext_authz,
-	// RLS, health and reflection alike); its GetConfigForClient may
-	// rotate the certificate and require client certificates (mTLS).
+	// TLS, when set, makes the gRPC listener serve TLS only.
 	TLS *tls.Config
-	// Codec replaces grpc-go's proto codec on the gRPC server (a
-	// front-end's, such as one that repairs invalid UTF-8); nil keeps it.
+	// Codec replaces grpc-go's proto codec on the gRPC server; nil keeps it.
 	Codec encoding.CodecV2
-	// Registry takes the host's metrics and is served on /metrics; nil
-	// means a new registry of the host's own.
+	// Registry takes the host's metrics; nil means a new one.
 	Registry Registry
-	// Pprof serves /debug/pprof/ beside /metrics (and gives the HTTP server
-	// a write timeout long enough for profiles).
+	// Pprof serves /debug/pprof/ beside /metrics.
 	Pprof bool
 }
 
-// Host is the process's server side, owned by no front-end: one gRPC server
-// with its options and limits, gRPC health and reflection for every
-// service registered on it, the HTTP server of /metrics, /healthz and
-// /readyz, the HTTP server of an HTTP front-end, the listeners' connection
-// caps, and the graceful stop. Front-ends
-// register their gRPC service on it (it is a grpc.ServiceRegistrar) before
-// [Host.Serve]. Its methods are safe for concurrent use.
+// Host is the process's server side; front-ends register on it before
+// [Host.Serve]. Safe for concurrent use.
 type Host struct {
 	gs       *grpc.Server
 	health   *health.Server
@@ -234,9 +188,7 @@ func New(opts Options) (*Host, error) {
 	return h, nil
 }
 
-// capped returns l capped at max connections (l itself when max is 0),
-// with at most maxPending of them before their handshake when positive,
-// its collectors registered on reg.
+// capped returns l capped at max connections (l itself for 0).
 func capped(name string, l net.Listener, max, maxPending int, evict bool, reg prometheus.Registerer) (net.Listener, error) {
 	if max <= 0 {
 		return l, nil
@@ -251,9 +203,8 @@ func capped(name string, l net.Listener, max, maxPending int, evict bool, reg pr
 	return cl, nil
 }
 
-// RegisterService implements grpc.ServiceRegistrar: it registers a service
-// on the gRPC server, and its name in gRPC health, where it follows
-// SetServing as "" does. Call it before Serve.
+// RegisterService implements grpc.ServiceRegistrar, adding the service to
+// gRPC health. Call it before Serve.
 func (h *Host) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	h.gs.RegisterService(desc, impl)
 	h.mu.Lock()
@@ -273,16 +224,13 @@ func (h *Host) HTTPAddr() string {
 	return h.httpLis.Addr().String()
 }
 
-// HTTPAuthzAddr returns the HTTP front-end listener's address, "" without
-// one.
+// HTTPAuthzAddr returns the HTTP front-end's address, "" without one.
 func (h *Host) HTTPAuthzAddr() string { return h.authz.addr() }
 
-// RLSHTTPAddr returns the ratelimit HTTP listener's address, "" without
-// one.
+// RLSHTTPAddr returns ratelimit's HTTP address, "" without one.
 func (h *Host) RLSHTTPAddr() string { return h.rlsHTTP.addr() }
 
-// SetServing sets gRPC health (for "" and every registered service) and
-// /readyz. After Shutdown it has no effect.
+// SetServing sets gRPC health and /readyz; no effect after Shutdown.
 func (h *Host) SetServing(serving bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -307,14 +255,11 @@ func (h *Host) setStatusLocked(name string) {
 // Serving reports what SetServing last set (false after Shutdown).
 func (h *Host) Serving() bool { return h.serving.Load() && !h.closed.Load() }
 
-// HTTPHandler returns the handler the HTTP listener serves: /metrics (the
-// registry), /healthz (200 while the process runs), /readyz (200 while
-// Serving, else 503), and /debug/pprof/ with Options.Pprof.
+// HTTPHandler returns the handler of the HTTP listener.
 func (h *Host) HTTPHandler() http.Handler { return h.handler }
 
-// Serve serves gRPC, HTTP and the HTTP front-end on their listeners until
-// ctx ends (it returns nil) or one of them fails (it returns the error). It
-// does not stop them: call Shutdown. Call it once.
+// Serve serves every listener until ctx ends (nil) or one fails (its
+// error). It does not stop them: call Shutdown. Call it once.
 func (h *Host) Serve(ctx context.Context) error {
 	h.wg.Go(func() {
 		if err := h.gs.Serve(h.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -348,14 +293,10 @@ func (h *Host) Serve(ctx context.Context) error {
 // httpStopTimeout bounds how long Shutdown waits for HTTP requests.
 const httpStopTimeout = time.Second
 
-// Shutdown turns health NOT_SERVING for good (and ends the health Watch
-// streams once they have said so), then stops the gRPC server, the HTTP
-// front-end's and the ratelimit HTTP one gracefully, at once: each stops
-// accepting, its in-flight calls and requests finish (a request that had
-// begun to arrive on an idle keep-alive connection included), then its
-// connections close; if ctx ends first it stops them hard and returns
-// ctx's error. Then it closes the HTTP server (in-flight requests get a
-// second) and waits for Serve's servers to return.
+// Shutdown turns health NOT_SERVING for good, then stops the gRPC server
+// and the HTTP front-ends gracefully; if ctx ends first it stops them hard
+// and returns ctx's error. Then it closes the HTTP server and waits for
+// Serve's servers to return.
 func (h *Host) Shutdown(ctx context.Context) error {
 	h.SetServing(false)
 	h.mu.Lock()
@@ -400,8 +341,7 @@ func (h *Host) Stop() {
 	}
 }
 
-// front is an HTTP server of checks on a listener of its own (the HTTP
-// front-end, ratelimit's HTTP side).
+// front is an HTTP server of checks on a listener of its own.
 type front struct {
 	what string
 	lis  net.Listener
@@ -422,23 +362,10 @@ func (f *front) stopped(err error) bool {
 	return ok && cl.draining.Load() && errors.Is(err, net.ErrClosed)
 }
 
-// drain shuts f down gracefully; if ctx ends first it closes it hard and
-// returns ctx's error. On a capped listener, in order:
-//  1. it stops accepting;
-//  2. HTTP/1.1 answers to requests begun from now say Connection: close
-//     and their connections close after them; until no HTTP/1 connection
-//     is left, connections outside a request close (idle ones, as they
-//     turn idle, and new ones on which nothing has arrived), except those
-//     on which a request has begun to arrive (read in part, or waiting in
-//     the socket): the server reads that request and answers it;
-//  3. once no HTTP/1 connection is left, http.Server.Shutdown ends the
-//     HTTP/2 ones (GOAWAY, in-flight streams finish), and drain waits for
-//     every connection to close.
-//
-// http.Server.Shutdown alone would drop a request that had not been read
-// whole when it began, even on a connection it leaves open; so would
-// SetKeepAlivesEnabled(false), whose server stops reading a connection
-// that turns idle after it, though a request has begun to arrive there.
+// drain shuts f down gracefully, hard when ctx ends first. It answers
+// HTTP/1 requests with Connection: close and keeps a connection on which
+// a request has begun to arrive until it is answered, which
+// http.Server.Shutdown alone would drop.
 func (f *front) drain(ctx context.Context) error {
 	cl, ok := f.lis.(*capListener)
 	if !ok {
@@ -482,8 +409,7 @@ func waitUntil(ctx context.Context, cond func() bool) error {
 	return nil
 }
 
-// GracefulStop stops gs gracefully (in-flight calls finish); if ctx ends
-// first it stops gs hard and returns ctx's error.
+// GracefulStop stops gs gracefully, hard when ctx ends first.
 func GracefulStop(ctx context.Context, gs *grpc.Server) error {
 	done := make(chan struct{})
 	go func() {
@@ -508,8 +434,7 @@ func Listen(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
-// newHandler serves /metrics of g, /healthz, /readyz (by serving) and,
-// withPprof, /debug/pprof/.
+// newHandler serves /metrics of g, /healthz, /readyz and optionally pprof.
 func newHandler(g prometheus.Gatherer, serving func() bool, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -536,9 +461,7 @@ func newHandler(g prometheus.Gatherer, serving func() bool, withPprof bool) http
 	return mux
 }
 
-// Timeouts of the HTTP server: a request is read within httpReadTimeout
-// and answered within httpWriteTimeout (profiles and traces of pprof may
-// take longer); a keep-alive connection idle for httpIdleTimeout is closed.
+// Timeouts of the HTTP server; pprof's profiles may take longer.
 const (
 	httpReadHeaderTimeout = 5 * time.Second
 	httpReadTimeout       = 10 * time.Second
@@ -547,8 +470,7 @@ const (
 	httpIdleTimeout       = 30 * time.Second
 )
 
-// newHTTPServer returns the HTTP server of h on lis, whose connections a
-// capListener tracks (the idle ones evicted first at its cap).
+// newHTTPServer returns the HTTP server of h on lis.
 func newHTTPServer(h http.Handler, lis net.Listener, withPprof bool) *http.Server {
 	write := httpWriteTimeout
 	if withPprof {
@@ -569,8 +491,7 @@ func newHTTPServer(h http.Handler, lis net.Listener, withPprof bool) *http.Serve
 	return s
 }
 
-// listenerCollectors export a capped listener's open connections and the
-// ones it closed at its cap, labelled listener=name.
+// listenerCollectors export a capped listener's open and shed connections.
 func listenerCollectors(name string, l *capListener) []prometheus.Collector {
 	labels := prometheus.Labels{"listener": name}
 	cs := []prometheus.Collector{
@@ -592,27 +513,15 @@ func listenerCollectors(name string, l *capListener) []prometheus.Collector {
 	return cs
 }
 
-// Settings of the HTTP front-end's server (Options.HTTPAuthz):
-//   - HTTP/1.1 and HTTP/2 without TLS (h2c, prior knowledge), as Envoy's
-//     http_service cluster and the forward-auth proxies speak it; up to
-//     MaxConcurrentStreams checks in flight on one HTTP/2 connection;
-//   - a request's headers read within 5 s, the request within 10 s, the
-//     answer written within 10 s (a check waits for the limiter's deadline
-//     at most);
-//   - AuthzMaxHeaderBytes of request line and headers: the front-end
-//     refuses a smaller size itself, with its reason (httpauthz), and the
-//     server answers 431 past this one;
-//   - a keep-alive connection idle for AuthzIdleTimeout closed: above the
-//     proxies' own idle timeouts for their upstream connections (nginx 60 s,
-//     Traefik 90 s, Caddy 2 min), so that the proxy, not flashgate, closes an
-//     idle connection and never sends a check on one flashgate is closing.
+// Settings of the HTTP front-end's server. AuthzIdleTimeout is above the
+// proxies' own idle timeouts, so the proxy, not flashgate, closes an idle
+// connection and never sends a check on one flashgate is closing.
 const (
 	AuthzMaxHeaderBytes = 128 << 10
 	AuthzIdleTimeout    = 5 * time.Minute
 )
 
-// newAuthzServer returns the HTTP front-end's server of h on lis (see
-// AuthzMaxHeaderBytes), whose connections a capListener tracks.
+// newAuthzServer returns the HTTP front-end's server of h on lis.
 func newAuthzServer(h http.Handler, lis net.Listener) *http.Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -620,8 +529,7 @@ func newAuthzServer(h http.Handler, lis net.Listener) *http.Server {
 	s := &http.Server{
 		Handler:   h,
 		Protocols: &p,
-		// OPTIONS * is a request like any other: the handler answers it
-		// (a check without a usable URI), not the server's built-in 200.
+		// OPTIONS * is answered by the handler, as a check.
 		DisableGeneralOptionsHandler: true,
 		HTTP2:                        &http.HTTP2Config{MaxConcurrentStreams: MaxConcurrentStreams},
 		ReadHeaderTimeout:            httpReadHeaderTimeout,

@@ -9,10 +9,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// watches is grpc.health.v1 as grpc-go's health server serves it, except
-// that on shutdown a Watch stream ends (status OK) once it has told its
-// client NOT_SERVING: a graceful stop waits for every stream, and an idle
-// watcher would otherwise hold it until its deadline.
+// watches is grpc.health.v1 as grpc-go serves it, except that on shutdown
+// a Watch stream ends once it has sent NOT_SERVING, so an idle watcher
+// cannot hold a graceful stop.
 type watches struct {
 	*health.Server
 	closing atomic.Bool
@@ -21,8 +20,7 @@ type watches struct {
 	streams map[*watchStream]struct{}
 }
 
-// watchStream is one Watch call's stream; its context ends when the
-// watch is to end.
+// watchStream is one Watch call's stream; its context ends with the watch.
 type watchStream struct {
 	healthpb.Health_WatchServer
 	ctx    context.Context
@@ -34,7 +32,7 @@ type watchStream struct {
 
 func (s *watchStream) Context() context.Context { return s.ctx }
 
-// Send sends m, and ends the watch when it says NOT_SERVING on shutdown.
+// Send sends m, ending the watch after NOT_SERVING on shutdown.
 func (s *watchStream) Send(m *healthpb.HealthCheckResponse) error {
 	if err := s.Health_WatchServer.Send(m); err != nil {
 		return err
@@ -46,8 +44,7 @@ func (s *watchStream) Send(m *healthpb.HealthCheckResponse) error {
 	return nil
 }
 
-// Watch implements service Health: grpc-go's Watch, ended (status OK)
-// after NOT_SERVING once the host shuts down.
+// Watch implements service Health.
 func (w *watches) Watch(in *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -67,9 +64,8 @@ func (w *watches) Watch(in *healthpb.HealthCheckRequest, stream healthpb.Health_
 	return err
 }
 
-// shutdown turns every status NOT_SERVING for good and ends each Watch
-// stream once NOT_SERVING has been sent on it (at once for those that
-// said it already).
+// shutdown turns every status NOT_SERVING for good and ends each stream
+// once it has sent that.
 func (w *watches) shutdown() {
 	w.closing.Store(true)
 	w.Server.Shutdown()

@@ -18,35 +18,28 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
-// Decider decides the request req describes and makes a the enforcement
-// core's answer, which the handler writes as HTTP; *extauthz.Server is one.
-// It must be safe for concurrent use and must not keep req or a once it
-// has returned. An error is answered 503.
+// Decider decides the request req describes into a, the core's answer;
+// *extauthz.Server is one. It must be safe for concurrent use and keep
+// neither req nor a. An error is answered 503.
 type Decider interface {
 	Decide(ctx context.Context, req descriptors.Request, a *enforce.Answer) error
-	// Headers returns the families of rate-limit header fields the
-	// answers carry.
+	// Headers returns the rate-limit header families.
 	Headers() enforce.Families
 }
 
 // Options configure a [Handler]. Only Decider is required.
 type Options struct {
-	// Decider decides the checks.
 	Decider Decider
-	// PathPrefix is Envoy http_service's path_prefix: stripped, at a "/"
-	// boundary, from the path of a request that carries no original URI
-	// header. "" (or "/") for none.
+	// PathPrefix is http_service's path_prefix, stripped at a "/" boundary
+	// when no original URI header is set; "" or "/" for none.
 	PathPrefix string
-	// Registerer takes flashgate_http_authz_rejected_total; nil registers
-	// it nowhere.
+	// Registerer takes the rejected counter; nil registers it nowhere.
 	Registerer prometheus.Registerer
 	// Logger logs Decider errors; nil discards them.
 	Logger *slog.Logger
 }
 
-// Handler is the HTTP front-end: an http.Handler answering every request
-// as a check (see the package comment). Build it with [New]; it is safe
-// for concurrent use.
+// Handler is the HTTP front-end, built with [New]; safe for concurrent use.
 type Handler struct {
 	decider  Decider
 	families enforce.Families
@@ -61,17 +54,15 @@ type Handler struct {
 
 var _ http.Handler = (*Handler)(nil)
 
-// check is the scratch of one check: the request as the rules read it,
-// the answer, and the buffer a value or the body is formatted in. A
-// Handler pools them.
+// check is the pooled scratch of one check.
 type check struct {
 	attrs  attrs
 	answer enforce.Answer
 	buf    []byte
 }
 
-// New returns a Handler on opts. It fails without a Decider, for a
-// PathPrefix that is not a path, and when its metric cannot be registered.
+// New returns a Handler; it fails without a Decider, for a PathPrefix that
+// is not a path, or when its metric cannot be registered.
 func New(opts Options) (*Handler, error) {
 	if opts.Decider == nil {
 		return nil, errors.New("httpauthz: no decider given")
@@ -103,8 +94,7 @@ func New(opts Options) (*Handler, error) {
 	return h, nil
 }
 
-// ServeHTTP implements http.Handler: it checks the request r describes
-// and answers the decision.
+// ServeHTTP implements http.Handler: it checks and answers r.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body := readBody(r)
 	c, _ := h.checks.Get().(*check)
@@ -135,12 +125,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.checks.Put(c)
 }
 
-// errCheckFailed is decide's error for a Decider that failed (logged and
-// counted): answered 503.
+// errCheckFailed is decide's error for a failed Decider: answered 503.
 var errCheckFailed = errors.New("check failed")
 
-// decide asks the Decider about c's request, its answer into c; it
-// returns errCheckFailed when the Decider fails.
+// decide asks the Decider about c's request, its answer into c.
 func (h *Handler) decide(r *http.Request, c *check) error {
 	if err := h.decider.Decide(r.Context(), &c.attrs, &c.answer); err != nil {
 		h.rejected[ReasonCheckFailed].Inc()
@@ -152,21 +140,18 @@ func (h *Handler) decide(r *http.Request, c *check) error {
 	return nil
 }
 
-// maxBody is how much of a request's body is read (and dropped) while the
-// check is decided; past it the connection closes after the answer.
+// maxBody is how much of a body is read and dropped beside the check;
+// past it the connection closes after the answer.
 const maxBody = 64 << 10
 
-// bodyRead is a request body being read and dropped beside the check: a
-// check needs no body, and the answer must not wait for one that is slow
-// to come.
+// bodyRead is a body read and dropped beside the check, so the answer
+// does not wait for a slow one.
 type bodyRead struct {
 	done chan struct{}
 	err  error // of the read, once done is closed
 }
 
-// readBody starts reading r's body in the background when r is an
-// HTTP/1.x request with one (HTTP/2 answers a stream without its body
-// anyway); nil otherwise.
+// readBody starts reading an HTTP/1.x request's body; nil without one.
 func readBody(r *http.Request) *bodyRead {
 	if r.ProtoMajor != 1 || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil
@@ -185,11 +170,9 @@ func readBody(r *http.Request) *bodyRead {
 
 var errBodyTooLarge = errors.New("request body over its bound")
 
-// settle runs before the answer is written; b may be nil (no body). When
-// the body has not been read whole, the answer is to say Connection:
-// close and the body's read is cut short: the server then writes the
-// answer at once and closes the connection, instead of waiting for the
-// rest of the body first.
+// settle runs before the answer is written (b may be nil): when the body
+// is not read whole, the answer closes the connection instead of waiting
+// for the rest.
 func (b *bodyRead) settle(w http.ResponseWriter) {
 	if b == nil {
 		return
@@ -215,8 +198,7 @@ func plain(w http.ResponseWriter, status int, msg string) {
 	_, _ = w.Write([]byte(msg + "\n"))
 }
 
-// denyStatus returns the status X-Flashgate-Deny-Status asks a denial to
-// be answered with, 401 or 403, or 0 when it is absent or another value.
+// denyStatus returns the 401 or 403 X-Flashgate-Deny-Status asks for, or 0.
 func denyStatus(h http.Header) int {
 	vs := h[HeaderDenyStatus]
 	if len(vs) == 0 {
@@ -231,11 +213,8 @@ func denyStatus(h http.Header) int {
 	return 0
 }
 
-// write writes c's answer to r as HTTP: an admission as 200 with its
-// header fields and no body; a denial as 429, or the status r's
-// X-Flashgate-Deny-Status asks for, with its header fields and its problem
-// body, whose status and title follow the status sent. The fields and
-// their order are enforce's (Families.AppendFields, Answer.AppendValue).
+// write writes c's answer: 200 without a body, or a denial's status with
+// its problem body, in enforce's field order.
 func (h *Handler) write(w http.ResponseWriter, r *http.Request, c *check) {
 	a, hd := &c.answer, w.Header()
 	var fields [enforce.MaxFields]enforce.Field
@@ -245,8 +224,7 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, c *check) {
 		}
 	}
 	if !a.Denied {
-		// The server sends Content-Length: 0 for a body-less answer
-		// itself, except to HEAD.
+		// The server sends Content-Length: 0 itself, except to HEAD.
 		if r.Method == http.MethodHead {
 			hd["Content-Length"] = zeroLength
 		}
@@ -264,13 +242,11 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, c *check) {
 	_, _ = w.Write(c.buf)
 }
 
-// zeroLength is the Content-Length of a body-less answer; shared, never
-// modified.
+// zeroLength is a body-less answer's Content-Length; never modified.
 var zeroLength = []string{"0"}
 
-// values interns the answers' header values (most are the same few on
-// every check) in the form the HTTP server writes: a one-element slice
-// whose capacity is its length, so that an append never writes into it.
+// values interns answer header values as one-element slices whose capacity
+// is their length, so an append never writes into them.
 type values struct {
 	t intern[string, []string]
 }

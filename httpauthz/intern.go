@@ -6,28 +6,22 @@ import (
 	"sync/atomic"
 )
 
-// An intern table holds at most maxInterned entries of keys up to
-// maxInternedLen bytes: other names and header values are built per
-// request, so that headers an attacker invents cannot grow it (they can
-// fill it: then the names that come later are built per request too).
+// An intern table holds at most maxInterned keys of up to maxInternedLen
+// bytes, so headers an attacker invents cannot grow it.
 const (
 	maxInterned    = 1024
 	maxInternedLen = 128
 )
 
-// intern is a bounded table of values derived from keys (a header name in
-// canonical form, a response header in the HTTP server's form), so that a
-// check builds each once rather than per request. Reads take no lock: the
-// table is copied on each insert, which stops at maxInterned entries. It is
-// safe for concurrent use.
+// intern is a bounded table of values built from keys, once rather than
+// per request. Reads take no lock: an insert copies the table. Safe for
+// concurrent use.
 type intern[K comparable, V any] struct {
-	m atomic.Pointer[map[K]V]
-	// mu orders inserts.
+	m  atomic.Pointer[map[K]V]
 	mu sync.Mutex
 }
 
-// get returns the value of k, from the table or made by build; it is kept
-// when size (k's length) is at most maxInternedLen and the table has room.
+// get returns k's value, kept when size ≤ maxInternedLen and there is room.
 func (t *intern[K, V]) get(k K, size int, build func(K) V) V {
 	m := t.m.Load()
 	if m != nil {

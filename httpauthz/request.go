@@ -10,8 +10,7 @@ import (
 	"github.com/flashgate/flashgate/descriptors"
 )
 
-// The request headers a proxy sets to describe the original request (Go's
-// canonical spelling; HTTP header names are case-insensitive).
+// The request headers a proxy sets to describe the original request.
 const (
 	HeaderOriginalMethod  = "X-Original-Method"
 	HeaderOriginalURI     = "X-Original-Uri"
@@ -23,16 +22,13 @@ const (
 	HeaderDenyStatus = "X-Flashgate-Deny-Status"
 )
 
-// MaxHeaderBytes bounds the request line's URI and the headers of one
-// check, counted as HTTP/2 counts a header list: each field's name and
-// value plus 32 bytes. Larger checks are refused with 400.
+// MaxHeaderBytes bounds a check's URI and headers, counted as HTTP/2 counts
+// a header list; larger checks are refused with 400.
 const MaxHeaderBytes = 64 << 10
 
-// maxMethodLen bounds a method token.
 const maxMethodLen = 64
 
-// Reasons of flashgate_http_authz_rejected_total: why a request got no
-// decision.
+// Reasons a request got no decision, the rejected counter's labels.
 const (
 	ReasonBadMethod       = "bad_method"
 	ReasonBadURI          = "bad_uri"
@@ -41,11 +37,10 @@ const (
 	ReasonCheckFailed     = "check_failed"
 )
 
-// reasons are every reason, for the metric's series.
 var reasons = [...]string{ReasonBadMethod, ReasonBadURI, ReasonOutsidePrefix, ReasonHeadersTooLarge, ReasonCheckFailed}
 
-// rejection is a request that is no check: its reason (a metric label) and
-// the plain-text sentence the client gets. It never holds request values.
+// rejection is a request that is no check: its reason and the client's
+// plain-text sentence, never holding request values.
 type rejection struct {
 	reason, msg string
 }
@@ -62,10 +57,8 @@ var (
 	errCheckFailedMsg = "the check failed"
 )
 
-// attrs is the checked request as the rules read it
-// (descriptors.Request), read from an *http.Request (see the package
-// comment). A Handler reuses them. The fields a request cannot get wrong
-// (authority, peer) are read when a rule asks for them.
+// attrs is the checked request as the rules read it; a Handler reuses
+// them.
 type attrs struct {
 	r                    *http.Request
 	method, path, scheme string
@@ -74,13 +67,10 @@ type attrs struct {
 
 var _ descriptors.Request = (*attrs)(nil)
 
-// names interns canonical header names by the lower-case names the rules
-// spell.
+// names interns canonical header names by their lower-case spelling.
 type names = intern[string, string]
 
-// fill makes a the checked request of r, or returns a *rejection; prefix
-// is the normalized path prefix ("" for none), canon the table of
-// canonical header names.
+// fill makes a the checked request of r, or returns a *rejection.
 func (a *attrs) fill(r *http.Request, prefix string, canon *names) error {
 	if headerBytes(r) > MaxHeaderBytes {
 		return errHeadersTooBig
@@ -118,21 +108,18 @@ func (a *attrs) Authority() string {
 	return validUTF8(a.r.Host)
 }
 
-// PeerAddress implements descriptors.Request: the IP of the connection's
-// peer, the proxy.
+// PeerAddress implements descriptors.Request: the proxy's IP.
 func (a *attrs) PeerAddress() string {
 	ip, _ := splitPeer(a.r.RemoteAddr)
 	return ip
 }
 
-// ContextExtension implements descriptors.Request: Envoy's per-route
-// context_extensions never reach this front-end.
+// ContextExtension implements descriptors.Request: always absent here.
 func (a *attrs) ContextExtension(string) (string, bool) { return "", false }
 
 // Header implements descriptors.Request as Envoy's headers map reads: the
-// pseudo-headers :method, :path, :authority and :scheme of the checked
-// request, else the request's header of that name in any case, a
-// repeated header's values joined by ",", invalid UTF-8 repaired.
+// checked request's pseudo-headers, else the header in any case, repeated
+// values joined by ",", invalid UTF-8 repaired.
 func (a *attrs) Header(name string) (string, bool) {
 	if strings.HasPrefix(name, ":") {
 		switch name {
@@ -149,8 +136,7 @@ func (a *attrs) Header(name string) (string, bool) {
 	}
 	vs, ok := a.r.Header[a.canon.get(name, len(name), http.CanonicalHeaderKey)]
 	if !ok {
-		// A name net/http did not canonicalise (a handler may be given
-		// any request).
+		// A name net/http did not canonicalise.
 		for k, v := range a.r.Header {
 			if lowerEquals(k, name) {
 				vs, ok = v, true
@@ -167,9 +153,7 @@ func (a *attrs) Header(name string) (string, bool) {
 	return validUTF8(strings.Join(vs, ",")), true
 }
 
-// splitPeer returns the IP of an http.Request's RemoteAddr ("ip:port",
-// "[ipv6]:port"); ok is false for a peer without an IP and port (a unix
-// socket's).
+// splitPeer returns the IP of a RemoteAddr; false without IP and port.
 func splitPeer(addr string) (ip string, ok bool) {
 	i := strings.LastIndexByte(addr, ':')
 	if i <= 0 {
@@ -185,8 +169,7 @@ func splitPeer(addr string) (ip string, ok bool) {
 	return ip, ip != ""
 }
 
-// forwarded returns the first element of X-Forwarded-Host or -Proto, the
-// value the proxy nearest the client set ("" when absent).
+// forwarded returns the first element of X-Forwarded-Host or -Proto.
 func forwarded(h http.Header, name string) string {
 	vs := h[name]
 	if len(vs) == 0 {
@@ -196,8 +179,7 @@ func forwarded(h http.Header, name string) string {
 	return strings.TrimSpace(v)
 }
 
-// headerBytes is the size of r's URI and headers as MaxHeaderBytes counts
-// it.
+// headerBytes is r's size as MaxHeaderBytes counts it.
 func headerBytes(r *http.Request) int {
 	n := len(r.RequestURI) + len(r.Host) + 32
 	for k, vs := range r.Header {
@@ -227,8 +209,7 @@ func originalMethod(r *http.Request) (string, error) {
 	return r.Method, nil
 }
 
-// validMethod reports whether m is an HTTP method token (RFC 9110) of at
-// most maxMethodLen bytes.
+// validMethod reports whether m is a method token of at most maxMethodLen.
 func validMethod(m string) bool {
 	if m == "" || len(m) > maxMethodLen {
 		return false
@@ -245,10 +226,8 @@ func isTokenChar(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-// originalURI returns the checked request's path, query included, as Envoy
-// sends :path: from a proxy's header, else the request's own URI less
-// prefix. It is not canonicalised here: the rules read every path source
-// in its canonical form, whichever front-end asked.
+// originalURI returns the checked request's path and query as Envoy sends
+// :path; the rules canonicalise it.
 func originalURI(r *http.Request, prefix string) (string, error) {
 	for _, name := range [...]string{HeaderOriginalURI, HeaderForwardedURI} {
 		switch vs := r.Header[name]; len(vs) {
@@ -267,10 +246,8 @@ func originalURI(r *http.Request, prefix string) (string, error) {
 	return stripPrefix(p, prefix)
 }
 
-// requestPath returns the origin form (path and query) of a request
-// target: uri itself when it starts with "/", the part after the authority
-// of an absolute http or https URI ("/" when it has no path); any other
-// target is no usable URI.
+// requestPath returns the origin form of a request target: uri when it
+// starts with "/", else the path of an absolute http(s) URI.
 func requestPath(uri string) (string, error) {
 	if strings.HasPrefix(uri, "/") {
 		return validUTF8(uri), nil
@@ -289,8 +266,7 @@ func requestPath(uri string) (string, error) {
 	return validUTF8(rest[i:]), nil
 }
 
-// cutSchemePrefix returns uri without a leading "http://" or "https://"
-// (any case).
+// cutSchemePrefix returns uri without a leading "http://" or "https://".
 func cutSchemePrefix(uri string) (string, bool) {
 	for _, s := range [...]string{"http://", "https://"} {
 		if len(uri) >= len(s) && strings.EqualFold(uri[:len(s)], s) {
@@ -300,9 +276,8 @@ func cutSchemePrefix(uri string) (string, bool) {
 	return "", false
 }
 
-// stripPrefix removes prefix (no trailing "/") from path at a "/" boundary:
-// "/authz/api/x" → "/api/x", "/authz" → "/", "/authz?q" → "/?q"; a path
-// outside the prefix ("/authzx", "/other") is refused.
+// stripPrefix removes prefix from path at a "/" boundary ("/authz" → "/");
+// a path outside the prefix is refused.
 func stripPrefix(path, prefix string) (string, error) {
 	rest, ok := strings.CutPrefix(path, prefix)
 	if !ok {
@@ -319,9 +294,8 @@ func stripPrefix(path, prefix string) (string, error) {
 	return "", errOutsidePrefix
 }
 
-// NormalizePrefix returns prefix as the Handler matches it: "" for none
-// (or "/"), else a path starting with "/" and without trailing "/". It
-// fails for a prefix that is not a path.
+// NormalizePrefix returns prefix as the Handler matches it: "" for none,
+// else "/…" without a trailing "/". It fails for a prefix that is no path.
 func NormalizePrefix(prefix string) (string, error) {
 	if prefix == "" {
 		return "", nil
@@ -349,8 +323,8 @@ func lowerEquals(k, lower string) bool {
 	return true
 }
 
-// validUTF8 returns s with each run of invalid UTF-8 replaced by U+FFFD, as
-// the ext_authz gRPC codec repairs a request's strings.
+// validUTF8 returns s with invalid UTF-8 runs as U+FFFD, as the gRPC
+// codec repairs them.
 func validUTF8(s string) string {
 	if utf8.ValidString(s) {
 		return s

@@ -12,9 +12,6 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// This file holds the model of a ratelimit config directory: what [LoadDir]
-// and [ParseFiles] produce and [Config.match] walks.
-
 // Limits of a config directory.
 const (
 	// MaxFileSize is the largest config file accepted.
@@ -25,8 +22,8 @@ const (
 	MaxDepth = 16
 )
 
-// Config is a loaded ratelimit config: every domain of a directory. It is
-// immutable once loaded and safe for concurrent use.
+// Config is a loaded ratelimit config directory, every domain; immutable
+// and safe for concurrent use.
 type Config struct {
 	// Dir is the directory the files came from ("" when parsed from memory).
 	Dir     string
@@ -34,8 +31,7 @@ type Config struct {
 	sum     [32]byte // hash of the files' names and contents
 }
 
-// quotaRules returns the labels of the rules with quota_mode, "domain:label",
-// sorted by domain; nil for none.
+// quotaRules returns "domain:label" of the rules with quota_mode, sorted.
 func (c *Config) quotaRules() []string {
 	var out []string
 	for _, d := range c.Domains() {
@@ -48,10 +44,8 @@ func (c *Config) quotaRules() []string {
 	return out
 }
 
-// KeyNamespace begins the rule part of every limit key the RLS makes: a
-// domain's windows are keyed under the rule KeyNamespace+domain. The RLS
-// registers it with the core; the descriptors file refuses rule names
-// that begin with it (descriptors.ReservedRulePrefix), so that no ext_authz
+// KeyNamespace begins the rule part of every limit key the RLS makes; the
+// descriptors file refuses rule names that begin with it, so no ext_authz
 // rule shares a domain's windows.
 const KeyNamespace = "rls."
 
@@ -59,12 +53,10 @@ const KeyNamespace = "rls."
 type Domain struct {
 	Name string
 	File string
-	// keyRule is the rule part of the domain's limit keys: KeyNamespace
-	// and the domain (window.Keys hashes it if it is long or unsafe).
+	// keyRule is the rule part of the domain's limit keys.
 	keyRule string
 	root    node
-	// rules lists every rate_limit of the domain, in file order.
-	rules []*Rule
+	rules   []*Rule
 }
 
 // Domains returns the loaded domains sorted by name.
@@ -82,61 +74,47 @@ func (d *Domain) Rules() []*Rule { return d.rules }
 
 // Rule is one rate_limit block of the config.
 type Rule struct {
-	// Path is the rule's place in its domain as ratelimit names it in its
-	// stats: "key_value.subkey" (keys, and values when set, from the
-	// config only). It labels metrics when Name is empty.
+	// Path is the rule's place in its domain as ratelimit's stats name it,
+	// "key_value.subkey"; it labels metrics when Name is empty.
 	Path string
-	// Name is rate_limit.name ("" when unset); replaces refers to it.
-	Name string
-	// Replaces names the rules this one replaces when both match one request.
+	// Name is rate_limit.name, which replaces refers to.
+	Name     string
 	Replaces []string
 	// Unlimited: the descriptor matches but is never limited or counted.
 	Unlimited bool
-	// RequestsPerUnit as written; 0 refuses every request (ratelimit's way
-	// to block a value).
+	// RequestsPerUnit as written; 0 refuses every request.
 	RequestsPerUnit uint32
 	// Unit and UnitMultiplier as written (multiplier 1 when unset).
 	Unit           rlsv3.RateLimitResponse_RateLimit_Unit
 	UnitMultiplier uint32
-	// Window is Unit × UnitMultiplier: the sliding window's length.
+	// Window is Unit × UnitMultiplier.
 	Window time.Duration
-	// Buckets is the window's window.Limit.Buckets: written (flashgate's
-	// rate_limit algorithm and buckets), or window.Limit.Auto's choice by
-	// size, AutoBuckets then set; 0 is an exact log.
+	// Buckets is the window's window.Limit.Buckets, written or chosen by
+	// size (AutoBuckets); 0 is an exact log.
 	Buckets     int
 	AutoBuckets bool
 	// Shadow is shadow_mode: counted and reported, never denies.
 	Shadow bool
-	// QuotaMode is ratelimit's quota_mode, which refuses a request only
-	// when every quota descriptor of it is over. flashgate enforces such a
-	// rule as an ordinary limit (stricter: it refuses as soon as this one
-	// is over); the Server logs it when it installs the config.
+	// QuotaMode is ratelimit's quota_mode; flashgate enforces such a rule
+	// as an ordinary limit, which is stricter, and logs it when installed.
 	QuotaMode bool
-	// FailureMode, LocalShare and Ban are flashgate's additions
-	// (failure_mode, local_share, ban), as in its descriptors file: set on
-	// a descriptor, they apply to its rate_limit and to the nested ones.
-	// FailureDefault means the server's failure mode; LocalShare 0 means
-	// ceil(limit / fleet size) (see [Rule.FallbackShare]); a nil Ban means
-	// no penalty box (ratelimit's files never ask for one), a non-nil one
-	// the box the rule asks for, its zero fields taken from the server's.
+	// FailureMode, LocalShare and Ban are flashgate's additions, inherited
+	// by nested descriptors: zero values take the server's (a nil Ban is
+	// no penalty box).
 	FailureMode enforce.FailureMode
 	LocalShare  int
 	Ban         *window.Ban
-	// Lease (lease: {for: D}, flashgate's) is how long a sidecar may admit
-	// from a batch of the rule's admissions reserved in one call; 0: none.
+	// Lease is how long a sidecar may admit from a reserved batch; 0: none.
 	Lease time.Duration
-	// DetailedMetric and ValueToMetric are accepted for compatibility;
-	// flashgate's metric labels never carry request values, so they change
-	// nothing.
+	// DetailedMetric and ValueToMetric are accepted and change nothing:
+	// metric labels never carry request values.
 	DetailedMetric, ValueToMetric bool
 
-	// policy is the rule as the rate-limit headers name it, built when the
-	// rule is loaded (nil for an unlimited one; see policyOf).
+	// policy is the rule's rate-limit header policy; nil when unlimited.
 	policy *enforce.Policy
 }
 
-// policyOf returns the rule's rate-limit header policy: named by its
-// Label, its requests per unit a window.
+// policyOf returns the rule's rate-limit header policy.
 func (r *Rule) policyOf() *enforce.Policy {
 	if r.policy != nil {
 		return r.policy
@@ -144,16 +122,13 @@ func (r *Rule) policyOf() *enforce.Policy {
 	return enforce.NewPolicy(r.Label(), window.Limit{Requests: int(r.RequestsPerUnit), Window: r.Window})
 }
 
-// PenaltyBox returns the penalty box the rule asks for, nil for none: a
-// hit tagged with r carries it to the Guard (guard.RuleBan).
+// PenaltyBox returns the penalty box the rule asks for, nil for none.
 func (r *Rule) PenaltyBox() *window.Ban { return r.Ban }
 
-// FallbackShare returns the rule's local_share, 0 for the fleet's share: a
-// hit tagged with r carries it to the Fallback (fallback.RuleShare).
+// FallbackShare returns the rule's local_share, 0 for the fleet's share.
 func (r *Rule) FallbackShare() int { return r.LocalShare }
 
-// LeaseFor returns the rule's lease length, 0 for none: a hit tagged with
-// r carries it to the lease holder (lease.RuleLease).
+// LeaseFor returns the rule's lease length, 0 for none.
 func (r *Rule) LeaseFor() time.Duration { return r.Lease }
 
 // Label is what metrics call the rule: its name, else its path.
@@ -166,30 +141,27 @@ func (r *Rule) Label() string {
 
 // node is one level of descriptors: the entries below a matched entry.
 type node struct {
-	// exact holds "key\x00value" entries and value-less "key" entries
-	// (keyOnly); wild holds the values with a * in file order.
+	// exact holds "key\x00value" and value-less "key" entries; wild the
+	// values with a *, in file order.
 	exact   map[string]*node
 	keyOnly map[string]*node
 	wild    []*wildNode
 	rule    *Rule
-	// share: this node is a wildcard with share_threshold: every value it
-	// matches counts in one bucket, keyed by the pattern.
+	// share: a share_threshold wildcard, counting every value it matches
+	// in one bucket keyed by the pattern.
 	share   bool
 	pattern string // the wildcard's value, with its *
 }
 
-// wildNode is a wildcard value: each * matches any run of characters,
-// none included (ratelimit's wildcardMatch); parts is the pattern split on
-// its stars.
+// wildNode is a wildcard value split on its stars; each * matches any run
+// of characters, none included.
 type wildNode struct {
 	key, pattern string
 	parts        []string
 	n            *node
 }
 
-// matches reports whether value matches the wildcard: it starts with the
-// first part, ends with the last, and holds the middle ones in order in
-// between, none overlapping.
+// matches reports whether value matches the wildcard.
 func (w *wildNode) matches(value string) bool {
 	ps := w.parts
 	first, last := ps[0], ps[len(ps)-1]
@@ -211,9 +183,8 @@ func newNode() *node { return &node{exact: map[string]*node{}, keyOnly: map[stri
 
 func (n *node) empty() bool { return len(n.exact) == 0 && len(n.keyOnly) == 0 && len(n.wild) == 0 }
 
-// unitWindows are the units ratelimit accepts (go-control-plane's enum) and
-// their lengths. ratelimit's month and year are 30 and 365 days: longer than
-// window.MaxWindow, so flashgate refuses them with a sentence.
+// unitWindows are the units ratelimit accepts and their lengths; month and
+// year exceed window.MaxWindow and are refused.
 var unitWindows = map[rlsv3.RateLimitResponse_RateLimit_Unit]time.Duration{
 	rlsv3.RateLimitResponse_RateLimit_SECOND: time.Second,
 	rlsv3.RateLimitResponse_RateLimit_MINUTE: time.Minute,
@@ -249,9 +220,8 @@ func limitWindow(unit rlsv3.RateLimitResponse_RateLimit_Unit, mult uint32) (time
 	return base * time.Duration(mult), nil
 }
 
-// windowUnits are the units a flashgate window ({requests, window}) is
-// reported in, longest first: current_limit names the longest unit that
-// divides the window, as ratelimit reports a unit_multiplier's base unit.
+// windowUnits are the units current_limit reports, longest first: the
+// longest that divides the window.
 var windowUnits = []rlsv3.RateLimitResponse_RateLimit_Unit{
 	rlsv3.RateLimitResponse_RateLimit_WEEK,
 	rlsv3.RateLimitResponse_RateLimit_DAY,

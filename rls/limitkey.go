@@ -14,8 +14,7 @@ import (
 var (
 	// ErrUnknownDomain: the config has no domain of that name.
 	ErrUnknownDomain = errors.New("unknown domain")
-	// ErrNotCounted: no window counts the descriptor (no rule limits it,
-	// its rule is unlimited or refuses everything, or it is malformed).
+	// ErrNotCounted: no window counts the descriptor.
 	ErrNotCounted = errors.New("the descriptor is never counted")
 )
 
@@ -28,13 +27,9 @@ func (r *Rule) WindowLimit() window.Limit {
 }
 
 // LimitKey returns the rule that limits descriptor desc of a request to
-// domain, and the limit key the server, building keys with keys, counts it
-// under: the key of ShouldRateLimit's hit for such a descriptor (a limit
-// override in desc is applied as the server applies it). A rule that
-// another descriptor of the same request replaces is not counted for that
-// request; its key is the same for the requests that do count it. The
-// error wraps [ErrUnknownDomain], or [ErrNotCounted] and says why. It is
-// safe for concurrent use.
+// domain and the limit key ShouldRateLimit counts it under with keys. The
+// error wraps [ErrUnknownDomain], or [ErrNotCounted] with the reason. Safe
+// for concurrent use.
 func (c *Config) LimitKey(keys window.Keys, domain string, desc *ratelimitv3.RateLimitDescriptor) (string, *Rule, error) {
 	d := c.domains[domain]
 	if d == nil {
@@ -59,8 +54,8 @@ func (c *Config) LimitKey(keys window.Keys, domain string, desc *ratelimitv3.Rat
 	return keys.Key(d.keyRule, m.value), r, nil
 }
 
-// describeEntries writes desc's entries as (key=value, ...) for errors;
-// they are the operator's own values, never a request's.
+// describeEntries writes desc's entries for errors; they are the
+// operator's values, never a request's.
 func describeEntries(desc *ratelimitv3.RateLimitDescriptor) string {
 	var b strings.Builder
 	b.WriteByte('(')

@@ -20,10 +20,8 @@ import (
 	"github.com/flashgate/flashgate/window"
 )
 
-// ConfigError is an error in one config file: File, Line, Column (0 when
-// it concerns the whole file) and Msg, a plain sentence; Error returns
-// "FILE:LINE:COL: message", or "FILE: message" without a position. The
-// descriptors file's loader reports the same type (descriptors.ConfigError).
+// ConfigError is an error in one config file, "FILE:LINE:COL: message";
+// the descriptors file's loader reports the same type.
 type ConfigError = configfile.Error
 
 // File is one config file's name (as errors name it) and content.
@@ -32,13 +30,10 @@ type File struct {
 	Data []byte
 }
 
-// LoadDir loads a ratelimit config directory. Like ratelimit's runtime
-// layout, if dir holds a subdirectory named "config", the files are
-// dir/config/*.yaml; otherwise they are dir/*.yaml and dir/*.yml. Files whose
-// name starts with a dot are skipped (Kubernetes ConfigMap mounts keep their
-// data under ..data, reached through the top-level symlinks). A *.yaml that
-// is a directory or cannot be read (a symlink loop) is an error. Each file
-// is one domain. Errors about the content are *ConfigError or ConfigErrors.
+// LoadDir loads a ratelimit config directory: dir/config/*.yaml when dir
+// holds a config subdirectory (ratelimit's runtime layout), else dir/*.yaml
+// and dir/*.yml; dot files are skipped. Each file is one domain. Content
+// errors are *ConfigError or ConfigErrors.
 func LoadDir(dir string) (*Config, error) {
 	files, err := ReadDir(dir)
 	if err != nil {
@@ -52,8 +47,7 @@ func LoadDir(dir string) (*Config, error) {
 	return c, nil
 }
 
-// ConfigDir returns the directory LoadDir reads the files of dir from:
-// dir/config if that is a directory, else dir.
+// ConfigDir returns dir/config if that is a directory, else dir.
 func ConfigDir(dir string) string {
 	sub := filepath.Join(dir, "config")
 	if fi, err := os.Stat(sub); err == nil && fi.IsDir() {
@@ -98,8 +92,8 @@ func ReadDir(dir string) ([]File, error) {
 	return files, nil
 }
 
-// readFile reads at most MaxFileSize+1 bytes of path, enough for
-// ParseFiles to tell a file that is too large.
+// readFile reads at most MaxFileSize+1 bytes of path, so ParseFiles can
+// tell a file that is too large.
 func readFile(path string) ([]byte, error) {
 	return configfile.Read(path, MaxFileSize, "ratelimit config")
 }
@@ -107,22 +101,14 @@ func readFile(path string) ([]byte, error) {
 // MaxErrors is the most errors ParseFiles lists; the others are counted.
 const MaxErrors = configfile.MaxErrors
 
-// ConfigErrors is every error found in the config files, by file and in
-// file order: the first MaxErrors listed, and how many more; ParseFiles
-// returns it when there is more than one. Error returns them one
-// "FILE:LINE:COL: message" a line, then "and N more", and Unwrap each listed
-// *ConfigError, for errors.As.
+// ConfigErrors is every error of the config files in file order, the
+// first MaxErrors listed; Unwrap gives each *ConfigError.
 type ConfigErrors = configfile.Errors
 
-// ParseFiles parses config files, one domain each, and checks them as
-// ratelimit does: a non-empty domain, unique across files; every descriptor
-// with a key; no two descriptors of one level with the same key and value; a
-// unit ratelimit knows unless unlimited, and none with unlimited; replaces
-// entries named, and not the rule itself; no unknown keys, and every key a
-// word. flashgate adds: requests_per_unit ≤ window.MaxRequests, windows ≤
-// window.MaxWindow (so no month or year), unlimited without requests_per_unit, and yamlguard's bounds on nesting and
-// tokens, checked before a file is parsed. Errors are *ConfigError: the one
-// found, or ConfigErrors when there are several.
+// ParseFiles parses config files, one domain each, and refuses what
+// ratelimit refuses plus flashgate's bounds (window.MaxRequests,
+// window.MaxWindow, yamlguard's). Errors are *ConfigError, or ConfigErrors
+// when there are several.
 func ParseFiles(files []File) (*Config, error) {
 	c := &Config{domains: map[string]*Domain{}, sum: sumOf(files)}
 	var errs []*ConfigError
@@ -172,10 +158,8 @@ type (
 		DetailedMetric bool             `yaml:"detailed_metric"`
 		ValueToMetric  bool             `yaml:"value_to_metric"`
 		ShareThreshold bool             `yaml:"share_threshold"`
-		// QuotaMode is enforced as an ordinary limit (Rule.QuotaMode).
-		QuotaMode bool `yaml:"quota_mode"`
-		// Metadata is ratelimit's free-form metadata, which it returns in
-		// dynamic metadata: any YAML, accepted and ignored.
+		QuotaMode      bool             `yaml:"quota_mode"`
+		// Metadata is ratelimit's free-form metadata: accepted, ignored.
 		Metadata any `yaml:"metadata"`
 		// flashgate's additions
 		FailureMode *string    `yaml:"failure_mode"`
@@ -198,11 +182,9 @@ type (
 		Unlimited       bool          `yaml:"unlimited"`
 		Name            string        `yaml:"name"`
 		Replaces        []yamlReplace `yaml:"replaces"`
-		// flashgate's form: {requests: 5, window: 10s}
-		Requests *int64  `yaml:"requests"`
-		Window   *string `yaml:"window"`
-		// flashgate's window algorithm: auto (default), exact or buckets,
-		// and the bucket count.
+		Requests        *int64        `yaml:"requests"`
+		Window          *string       `yaml:"window"`
+		// flashgate's window algorithm and bucket count.
 		Algorithm *string `yaml:"algorithm"`
 		Buckets   *int64  `yaml:"buckets"`
 	}
@@ -211,20 +193,17 @@ type (
 	}
 )
 
-// fileParser turns one file into a Domain; errors carry positions found
-// through the file's YAML syntax tree.
+// fileParser turns one file into a Domain, with positioned errors.
 type fileParser struct {
 	name string
 	file *ast.File
 	errs *[]*ConfigError
 }
 
-// errReported stands for errors already recorded: a check that finds
-// several records them and returns it, and note leaves it out.
+// errReported stands for errors a check already recorded.
 var errReported = errors.New("the errors are reported")
 
-// note records err, if any (errReported is already recorded), and reports
-// whether there was one.
+// note records err, unless errReported, and reports whether there was one.
 func (p fileParser) note(err error) bool {
 	if err == nil {
 		return false
@@ -240,16 +219,14 @@ func (p fileParser) note(err error) bool {
 	return true
 }
 
-// errAt returns a *ConfigError at path ("$.descriptors[0].rate_limit.unit"):
-// at the key of a field (or, if the field is absent, at its mapping), at
-// the first key of a list item or of the file.
+// errAt returns a *ConfigError at YAML path: a field's key, else its
+// mapping's or the file's first key.
 func (p fileParser) errAt(path string, format string, args ...any) error {
 	line, col := p.pos(path)
 	return &ConfigError{File: p.name, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)}
 }
 
-// pos resolves a YAML path to a position as errAt describes; 1:1 when it
-// cannot.
+// pos resolves a YAML path as errAt describes; 1:1 when it cannot.
 func (p fileParser) pos(path string) (int, int) {
 	f := p.file
 	if f == nil {
@@ -307,7 +284,6 @@ func parseFile(f File) (*Domain, []*ConfigError) {
 			return nil, []*ConfigError{ce}
 		}
 	}
-	// A file that does not parse is left to the decoder, which says where.
 	var errs []*ConfigError
 	p := fileParser{name: f.Name, file: file, errs: &errs}
 	topRefused := false
@@ -316,8 +292,8 @@ func parseFile(f File) (*Domain, []*ConfigError) {
 			topRefused = checkKeys(p, doc.Body, reflect.TypeFor[yamlFile]()) || topRefused
 		}
 	}
-	// Unknown keys are reported above, all of them and in file order; the
-	// decoder's own check (one of them, at random) backs it up.
+	// Unknown keys are reported above, in file order; the decoder's own
+	// check backs it up.
 	var opts []yaml.DecodeOption
 	if len(errs) == 0 {
 		opts = append(opts, yaml.Strict())
@@ -333,8 +309,8 @@ func parseFile(f File) (*Domain, []*ConfigError) {
 	}
 	d := &Domain{Name: y.Domain, File: f.Name, keyRule: KeyNamespace + y.Domain, root: *newNode()}
 	p.note(p.descriptors(d, &d.root, "$.descriptors", "", y.Descriptors, 1, inherited{}))
-	// A value decoded as null in place of one of the wrong type is likely
-	// why a check of its mapping failed: such errors are left out.
+	// A value nulled for its wrong type likely made its mapping's check
+	// fail: such errors are left out.
 	kept := errs[:checked]
 	for _, e := range errs[checked:] {
 		if !dropped[[2]int{e.Line, e.Column}] {
@@ -348,13 +324,10 @@ func parseFile(f File) (*Domain, []*ConfigError) {
 	return d, nil
 }
 
-// decode decodes data into y and reports whether it did. A value of the
-// wrong type (or out of range) is recorded, replaced by null in the syntax
-// tree, and the tree decoded again, so that each is reported; any other
-// error, or one past MaxErrors of them, is recorded and stops it (the
-// count of the errors not listed is then a lower bound). dropped
-// holds, for each value replaced, the positions of its key and of its
-// mapping's first key, where the checks of the fields left absent report.
+// decode decodes data into y. A value of the wrong type is recorded,
+// nulled in the syntax tree and the tree decoded again, so each is
+// reported; dropped holds the positions where the nulled fields' checks
+// report. Any other error, or one past MaxErrors, stops it.
 func (p fileParser) decode(data []byte, y *yamlFile, opts []yaml.DecodeOption) (dropped map[[2]int]bool, ok bool) {
 	err := yaml.UnmarshalWithOptions(data, y, opts...)
 	for tries := 0; ; tries++ {
@@ -391,9 +364,8 @@ func (p fileParser) decode(data []byte, y *yamlFile, opts []yaml.DecodeOption) (
 	}
 }
 
-// nullValue replaces the value of n's mapping entry that starts at pos
-// (line, column), however deep, by null, and returns the entry's key and
-// its mapping's first key; nil if no entry's value starts there.
+// nullValue nulls the value of n's mapping entry starting at pos and
+// returns the entry's key and its mapping's first key; nil if none.
 func nullValue(n ast.Node, pos [2]int) (key, first ast.Node) {
 	visit := func(m *ast.MappingValueNode, firstKey ast.Node) (ast.Node, ast.Node) {
 		if l, c := tokenPos(m.Value); l == pos[0] && c == pos[1] {
@@ -426,11 +398,8 @@ func nullValue(n ast.Node, pos [2]int) (key, first ast.Node) {
 }
 
 // checkKeys records, in file order, every key of n that is not a field of
-// t (a struct, or a pointer to or slice of one, as the decoder reads it),
-// and every key that is not a word (a number such as 0.25, a boolean, a
-// null), which the decoder would skip in silence. Aliases are checked where
-// their anchor is; merge keys are the decoder's. It reports whether a key of
-// n itself was refused.
+// t or is not a word (the decoder would skip it in silence), and reports
+// whether a key of n itself was refused.
 func checkKeys(p fileParser, n ast.Node, t reflect.Type) (refused bool) {
 	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
 		if t.Kind() == reflect.Slice {
@@ -532,15 +501,13 @@ func sorted(errs []*ConfigError) []*ConfigError {
 // inherited are flashgate's settings a descriptor passes to nested ones.
 type inherited struct {
 	failure enforce.FailureMode
-	// localShare is the local_share in force (0: none), written at YAML
-	// path localShareAt.
+	// localShare is the local_share in force, written at localShareAt.
 	localShare   int
 	localShareAt string
 	ban          *window.Ban
 }
 
-// descriptors loads one level of descriptors into n. at is the level's YAML
-// path, parent the rule path of the level ("" at the top).
+// descriptors loads one level of descriptors into n.
 func (p fileParser) descriptors(d *Domain, n *node, at, parent string, ds []yamlDescriptor, depth int, inh inherited) error {
 	if depth > MaxDepth && len(ds) > 0 {
 		return p.errAt(at, "descriptors are nested deeper than %d levels", MaxDepth)
@@ -551,9 +518,8 @@ func (p fileParser) descriptors(d *Domain, n *node, at, parent string, ds []yaml
 	return nil
 }
 
-// descriptor loads descriptor y, at YAML path here, and its nested ones
-// into n. Every error is recorded, and the rest of the descriptor, its
-// nested ones and its siblings are still checked.
+// descriptor loads descriptor y and its nested ones into n. Every error is
+// recorded and the rest still checked.
 func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlDescriptor, depth int, inh inherited) error {
 	ok := true
 	if y.Key == "" {
@@ -600,8 +566,7 @@ func (p fileParser) descriptor(d *Domain, n *node, here, parent string, y *yamlD
 	return p.descriptors(d, child, here+".descriptors", path, y.Descriptors, depth+1, inh)
 }
 
-// placeRule checks descriptor y's rate_limit, at YAML path here, and makes
-// it the rule of child.
+// placeRule checks descriptor y's rate_limit and makes it child's rule.
 func (p fileParser) placeRule(d *Domain, child *node, here, path string, y *yamlDescriptor, inh inherited) error {
 	r, err := p.rule(here+".rate_limit", y.RateLimit)
 	if err != nil {
@@ -611,7 +576,6 @@ func (p fileParser) placeRule(d *Domain, child *node, here, path string, y *yaml
 	r.QuotaMode = y.QuotaMode
 	r.FailureMode, r.LocalShare, r.Ban = inh.failure, inh.localShare, inh.ban
 	if !r.Unlimited {
-		// Where local_share is written: on this descriptor or inherited.
 		if err := enforce.CheckShareFits(r.LocalShare, int(r.RequestsPerUnit), r.Label()); err != nil {
 			return p.errAt(inh.localShareAt, "%s", err)
 		}
@@ -629,10 +593,8 @@ func (p fileParser) placeRule(d *Domain, child *node, here, path string, y *yaml
 	return nil
 }
 
-// additions reads flashgate's settings of descriptor y at path here
-// (failure_mode, local_share, ban) over the ones it inherits.
-// A bad one is recorded, the inherited value kept, and the others still
-// read; the error returned is then errReported.
+// additions reads failure_mode, local_share and ban of y over the ones it
+// inherits; a bad one is recorded and the inherited value kept.
 func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (inherited, error) {
 	var bad bool
 	if y.FailureMode != nil {
@@ -664,8 +626,7 @@ func (p fileParser) additions(here string, y *yamlDescriptor, inh inherited) (in
 	return inh, nil
 }
 
-// ban reads a ban block at path at; enforce.CheckBan checks it. Its
-// durations are Go durations such as 10s ("0" too).
+// ban reads a ban block; enforce.CheckBan checks it.
 func (p fileParser) ban(at string, y *yamlBan) (*window.Ban, error) {
 	b := enforce.BanFields{Threshold: y.Threshold}
 	var err error
@@ -682,8 +643,7 @@ func (p fileParser) ban(at string, y *yamlBan) (*window.Ban, error) {
 	return ban, nil
 }
 
-// lease reads rule r's lease block at path at; a leased window is an
-// exact log, so a limit its size would bucket stays exact.
+// lease reads rule r's lease block; a leased window stays an exact log.
 func (p fileParser) lease(at string, y *yamlLease, r *Rule) error {
 	if y.For == nil {
 		return p.errAt(at, "lease needs for (lease: {for: 50ms})")
@@ -714,8 +674,7 @@ func (p fileParser) banDuration(at, field string, s *string) (*time.Duration, er
 	return &d, nil
 }
 
-// fieldErr places err, from one of enforce's checks of the block at path
-// at, at the field it names, or at the block.
+// fieldErr places err from enforce's checks at the field it names.
 func (p fileParser) fieldErr(at string, err error) error {
 	var fe *enforce.FieldError
 	if errors.As(err, &fe) && fe.Field != "" {
@@ -724,13 +683,11 @@ func (p fileParser) fieldErr(at string, err error) error {
 	return p.errAt(at, "%s", err)
 }
 
-// rule checks one rate_limit block. When it finds more than one error it
-// records them and returns errReported.
+// rule checks one rate_limit block.
 func (p fileParser) rule(at string, y *yamlRateLimit) (*Rule, error) {
 	r, err := p.ruleSize(at, y)
 	if err != nil {
-		// algorithm and buckets are still checked, on a size that
-		// passes: none of their checks depends on the size.
+		// Their checks do not depend on the size.
 		if y.Algorithm != nil || y.Buckets != nil {
 			_, algErr := p.algorithm(at, y, &Rule{RequestsPerUnit: 1, Window: time.Second})
 			if algErr != nil {
@@ -747,9 +704,7 @@ func (p fileParser) rule(at string, y *yamlRateLimit) (*Rule, error) {
 	return p.algorithm(at, y, r)
 }
 
-// algorithm applies flashgate's algorithm (auto, exact or buckets) and
-// buckets to r (enforce.CheckAlgorithm): by default window.Limit.Auto's
-// choice, by the rule's size.
+// algorithm applies flashgate's algorithm and buckets to r.
 func (p fileParser) algorithm(at string, y *yamlRateLimit, r *Rule) (*Rule, error) {
 	if r.Unlimited {
 		return nil, p.errAt(at, "an unlimited rate limit must not have algorithm or buckets")
@@ -762,9 +717,8 @@ func (p fileParser) algorithm(at string, y *yamlRateLimit, r *Rule) (*Rule, erro
 	return r, nil
 }
 
-// ruleSize checks one rate_limit block's size: requests and window, or
-// unlimited; and its replaces. Each error is recorded; with more than one,
-// the error returned is errReported.
+// ruleSize checks a rate_limit's requests and window, or unlimited, and
+// its replaces.
 func (p fileParser) ruleSize(at string, y *yamlRateLimit) (*Rule, error) {
 	r := &Rule{Name: y.Name, Unlimited: y.Unlimited, UnitMultiplier: 1}
 	if y.Requests != nil || y.Window != nil {
@@ -812,7 +766,6 @@ func (p fileParser) ruleSize(at string, y *yamlRateLimit) (*Rule, error) {
 	if y.RequestsPerUnit != nil {
 		r.RequestsPerUnit = *y.RequestsPerUnit
 	}
-	// 0 refuses every request, ratelimit's way to block a value.
 	if r.RequestsPerUnit > 0 {
 		if err := enforce.CheckRequests("requests_per_unit", int64(r.RequestsPerUnit)); err != nil {
 			bad(p.errAt(at+".requests_per_unit", "%s", err))
@@ -821,8 +774,7 @@ func (p fileParser) ruleSize(at string, y *yamlRateLimit) (*Rule, error) {
 	return r, p.joined(errs)
 }
 
-// joined returns nil for no errors, the one error, or errReported having
-// recorded them all.
+// joined returns nil, the one error, or errReported having recorded all.
 func (p fileParser) joined(errs []error) error {
 	switch len(errs) {
 	case 0:
@@ -836,10 +788,8 @@ func (p fileParser) joined(errs []error) error {
 	return errReported
 }
 
-// windowRule checks flashgate's form of a rate_limit, {requests: N,
-// window: D}, with r's name already read. The window is a whole number of
-// seconds (current_limit reports it in a unit) from 1s to
-// window.MaxWindow.
+// windowRule checks flashgate's {requests: N, window: D}: whole seconds,
+// 1s to window.MaxWindow.
 func (p fileParser) windowRule(at string, y *yamlRateLimit, r *Rule) (*Rule, error) {
 	switch {
 	case y.Unit != "" || y.RequestsPerUnit != nil || y.UnitMultiplier != nil:

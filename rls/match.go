@@ -14,14 +14,12 @@ import (
 
 // match is what one request descriptor resolves to.
 type match struct {
-	// rule is the config's rate limit, nil when none applies (no match,
-	// replaced, or a request override).
+	// rule is the config's rate limit, nil when none applies.
 	rule *Rule
-	// override is the request's own limit (RateLimitDescriptor.limit),
-	// when it is one flashgate can enforce.
+	// override is the request's own limit, when flashgate can enforce it.
 	override *Rule
-	// value is the limit key's value part: the descriptor's entries, with
-	// the pattern in place of the value under a share_threshold wildcard.
+	// value is the key's value part, a share_threshold pattern in place
+	// of the value.
 	value string
 }
 
@@ -33,21 +31,15 @@ func (m *match) limit() *Rule {
 	return m.rule
 }
 
-// lookup finds the rate limit of one request descriptor as ratelimit's
-// GetLimit does. For each entry, in order: the config entry with the same
-// key and value, else the first wildcard of that key (a value with one or
-// more *, each matching any run of characters) that the value matches, in
-// file order, else the value-less entry of the key. The limit is the matched node's if it is the descriptor's last
-// entry; a request descriptor with more entries than the config's nesting
-// matches nothing, as in ratelimit. A descriptor with a limit override uses
-// the override (whatever the config holds) when the domain is known. A
-// descriptor without entries matches nothing.
+// lookup finds the rate limit of a request descriptor as ratelimit's
+// GetLimit does: per entry, the exact key and value, else the key's first
+// matching wildcard, else the key's value-less entry; the last entry's
+// node holds the limit. A limit override replaces it in a known domain.
 func (d *Domain) lookup(desc *ratelimitv3.RateLimitDescriptor) match {
 	entries := desc.GetEntries()
 	var m match
 	if len(entries) == 0 {
-		// Envoy never sends one (entries has min_items 1); limiting it
-		// would put every such descriptor in one bucket.
+		// Envoy never sends one; limiting it would share one bucket.
 		return m
 	}
 	if o := overrideRule(desc.GetLimit()); o != nil {
@@ -93,9 +85,8 @@ func (d *Domain) lookup(desc *ratelimitv3.RateLimitDescriptor) match {
 	return m
 }
 
-// keyValue joins the window and the entries unambiguously (each part
-// length-prefixed), a shared pattern standing for the value where set. The
-// result is window.Keys' value, which bounds and hashes it.
+// keyValue joins the window and the entries length-prefixed; window.Keys
+// bounds and hashes the result.
 func keyValue(entries []*ratelimitv3.RateLimitDescriptor_Entry, shared []string, w time.Duration) string {
 	var b strings.Builder
 	b.WriteString(strconv.FormatInt(w.Milliseconds(), 10))
@@ -115,8 +106,6 @@ func keyValue(entries []*ratelimitv3.RateLimitDescriptor_Entry, shared []string,
 	return b.String()
 }
 
-// overrideUnits maps the request override's unit (envoy.type.v3) to the
-// response's unit enum.
 var overrideUnits = map[typev3.RateLimitUnit]rlsv3.RateLimitResponse_RateLimit_Unit{
 	typev3.RateLimitUnit_SECOND: rlsv3.RateLimitResponse_RateLimit_SECOND,
 	typev3.RateLimitUnit_MINUTE: rlsv3.RateLimitResponse_RateLimit_MINUTE,
@@ -127,10 +116,7 @@ var overrideUnits = map[typev3.RateLimitUnit]rlsv3.RateLimitResponse_RateLimit_U
 }
 
 // overrideRule turns a request's limit override into a rule, or nil when
-// there is none or flashgate cannot enforce it (an unknown unit, a window
-// above window.MaxWindow, more than window.MaxRequests): the descriptor
-// then falls back to the config's rule. Its window algorithm is
-// window.Limit.Auto's choice, as for a rule that does not choose one.
+// flashgate cannot enforce it (the config's rule then applies).
 func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) *Rule {
 	if o == nil {
 		return nil
@@ -148,13 +134,12 @@ func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) *Rule {
 		return nil
 	}
 	r := &Rule{Path: overrideLabel, RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: mult, Window: w}
-	// Sized as a rule without algorithm: above window.AutoBucketsAbove
-	// requests an exact log would not be bounded.
+	// Sized as a rule without algorithm, so the window stays bounded.
 	r.Buckets = window.Limit{Requests: int(r.RequestsPerUnit), Window: w}.Auto().Buckets
 	r.AutoBuckets = r.Buckets > 0
 	return r
 }
 
-// overrideLabel is the metrics' rule label of request overrides: their
-// entries are request values, never put in a label.
+// overrideLabel is the rule label of request overrides, whose entries are
+// request values.
 const overrideLabel = "override"

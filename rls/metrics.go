@@ -6,8 +6,8 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
-// frontEnd is the RLS as it registers with the core: its metric family,
-// flashgate_rls_* (no backend latency), and its key namespace, KeyNamespace.
+// frontEnd is the RLS as it registers with the core, with its key
+// namespace and no backend latency.
 var frontEnd = enforce.FrontEnd{Name: "rls", KeyNamespace: KeyNamespace, Metrics: enforce.MetricNames{
 	Requests: prometheus.Opts{
 		Name: "flashgate_rls_requests_total",
@@ -35,12 +35,9 @@ var frontEnd = enforce.FrontEnd{Name: "rls", KeyNamespace: KeyNamespace, Metrics
 	},
 }}
 
-// metrics are the RLS server's own Prometheus metrics:
-// flashgate_rls_requests_total and flashgate_rls_request_duration_seconds,
-// registered by the core with its own (enforce.FrontMetrics; the Reloader
-// counts flashgate_rls_config_reloads_total). Labels never carry request values: domain and
-// rule come from the config files (an unknown domain counts under
-// domain=""; request overrides under rule="override").
+// metrics are the RLS server's own metrics, registered by the core. An
+// unknown domain counts under domain="", request overrides under
+// rule="override".
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration prometheus.Histogram
@@ -50,9 +47,7 @@ func newMetrics(fm enforce.FrontMetrics) *metrics {
 	return &metrics{requests: fm.Requests, duration: fm.Duration}
 }
 
-// seriesOf lists the flashgate_rls_requests_total rule labels a call under
-// cfg can count: per domain, every rule's label, "" (no rule bound) and
-// overrideLabel; and an unknown domain's, both empty.
+// seriesOf lists the requests counter labels a call under cfg can count.
 func seriesOf(cfg *Config) []enforce.RuleLabel {
 	out := []enforce.RuleLabel{{}}
 	for _, d := range cfg.domains {

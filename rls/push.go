@@ -7,12 +7,9 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
-// Pusher installs configs pushed to a Server from elsewhere than a
-// directory (an xDS management server) through the path a directory reload
-// takes: parsed and checked by ParseFiles, installed by SetConfig, logged and
-// counted in flashgate_rls_config_reloads_total; a bad config keeps the one
-// in force. Build it with [Server.Pusher]; Push is safe for concurrent use,
-// one push at a time.
+// Pusher installs configs pushed from elsewhere than a directory (an xDS
+// server) the way a directory reload does; a bad config keeps the one in
+// force. Push is safe for concurrent use, one push at a time.
 type Pusher struct {
 	rel *enforce.Reloader
 	// mu orders pushes: the config Reload reads is the one its Push set.
@@ -20,8 +17,8 @@ type Pusher struct {
 	files atomic.Pointer[[]File]
 }
 
-// Pusher returns a Pusher of configs from source (named in logs and as the
-// Config's Dir, e.g. "xds://host:port").
+// Pusher returns a Pusher of configs from source, named in logs and as the
+// Config's Dir.
 func (s *Server) Pusher(source string) *Pusher {
 	p := &Pusher{}
 	p.rel = enforce.NewReloader(s.core, source, enforce.Source[[]File]{
@@ -47,9 +44,8 @@ func (s *Server) Pusher(source string) *Pusher {
 	return p
 }
 
-// Push parses files, one domain each, and installs them as the whole
-// config: a domain not among them is gone. No files is an empty config
-// (every domain unknown: OK for all). On an error the config in force stays.
+// Push installs files as the whole config: a domain not among them is
+// gone. On an error the config in force stays.
 func (p *Pusher) Push(files []File) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

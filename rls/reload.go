@@ -4,14 +4,8 @@ import (
 	"github.com/flashgate/flashgate/enforce"
 )
 
-// Reloader returns the reloader of the config directory dir for s
-// (enforce.Reloader: on file-system notifications of dir and of its
-// config subdirectory, polled, ConfigMap symlink swaps included, and on
-// SIGHUP; a bad directory keeps the config in force, its FILE:LINE:COL
-// error logged and counted in flashgate_rls_config_reloads_total). Files
-// beyond MaxFiles, MaxFileSize or yamlguard's bounds are refused before
-// they are parsed. Build one per directory: a Reloader's watch and its
-// Reload share what they have reported.
+// Reloader returns the [enforce.Reloader] of the config directory dir for
+// s, watching dir and its config subdirectory. Build one per directory.
 func (s *Server) Reloader(dir string) *enforce.Reloader {
 	return enforce.NewReloader(s.core, dir, enforce.Source[[]File]{
 		What:    "ratelimit config",

@@ -30,32 +30,23 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // Options configure a [Server]. Only Core is required.
 type Options struct {
-	// Core decides the hits of a request: the limiter (the stack ext_authz
-	// uses too), the failure modes, shadow (--shadow: every limit a shadow
-	// limit, the overall code always OK), and the registry, logger and
-	// clock the Server uses.
+	// Core decides the hits; the Server uses its registry, logger and
+	// clock too.
 	Core *enforce.Core
 	// Keys builds limit keys; the zero Keys uses the prefix "fg".
 	Keys window.Keys
-	// ResponseHeaders adds the limit, the remaining count and the seconds
-	// until reset of the descriptor with the fewest requests remaining to
-	// response_headers_to_add, as ratelimit does with
-	// LIMIT_RESPONSE_HEADERS_ENABLED, under HeaderNames.
+	// ResponseHeaders adds ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED
+	// headers, named by HeaderNames.
 	ResponseHeaders bool
-	// HeaderNames names those headers (ratelimit's LIMIT_LIMIT_HEADER,
-	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); a zero field takes
-	// ratelimit's default, in DefaultHeaderNames.
+	// HeaderNames names those headers; a zero field takes
+	// DefaultHeaderNames'.
 	HeaderNames HeaderNames
 	// OmitExtras leaves out flashgate's additions that are not rate-limit
-	// header fields: an OVER_LIMIT's retry-after, content-type and problem
-	// raw_body, and a shadow admission's x-ratelimit-shadow. With it, and
-	// the core's header families none, an answer holds ratelimit's fields
-	// only (and ResponseHeaders' headers, when asked).
+	// header fields (retry-after, content-type, raw_body, the shadow mark).
 	OmitExtras bool
 }
 
-// HeaderNames are the names of the response headers of
-// Options.ResponseHeaders.
+// HeaderNames are the names of ratelimit's response headers.
 type HeaderNames struct {
 	Limit, Remaining, Reset string
 }
@@ -66,9 +57,8 @@ func DefaultHeaderNames() HeaderNames {
 	return HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
 }
 
-// ParseHeaderNames reads "LIMIT,REMAINING,RESET", three response header
-// names (ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and
-// LIMIT_RESET_HEADER); "" is DefaultHeaderNames.
+// ParseHeaderNames reads "LIMIT,REMAINING,RESET"; "" is
+// DefaultHeaderNames.
 func ParseHeaderNames(s string) (HeaderNames, error) {
 	if s == "" {
 		return DefaultHeaderNames(), nil
@@ -90,20 +80,16 @@ func ParseHeaderNames(s string) (HeaderNames, error) {
 	return HeaderNames{Limit: parts[0], Remaining: parts[1], Reset: parts[2]}, nil
 }
 
-// Limits of one request. Envoy sends one descriptor per matching
-// rate_limits entry of a route, a handful; these bound what one call can
-// make the backend do (one window key per descriptor, in one script call).
+// Limits of one request, bounding what one call makes the backend do.
 const (
-	// MaxDescriptors is the most descriptors a request may carry; more is
-	// InvalidArgument.
+	// MaxDescriptors is the most descriptors a request may carry.
 	MaxDescriptors = 64
-	// MaxEntries is the most entries a descriptor may carry; more is
-	// InvalidArgument. (A config matches at most MaxDepth of them.)
+	// MaxEntries is the most entries a descriptor may carry.
 	MaxEntries = 32
 )
 
-// Server is the envoy.service.ratelimit.v3 RateLimitService server. Build it
-// with [NewServer]. All its methods are safe for concurrent use.
+// Server is the RateLimitService server, built with [NewServer]; safe for
+// concurrent use.
 type Server struct {
 	opts    Options
 	core    *enforce.Front
@@ -111,14 +97,13 @@ type Server struct {
 	now     func() time.Time
 	metrics *metrics
 	in      atomic.Pointer[installed]
-	// compat are the names of ratelimit's response headers
-	// (Options.ResponseHeaders), lower case: the rate-limit headers leave
-	// out a field of the same name.
+	// compat are ratelimit's header names, lower case, which the
+	// rate-limit headers leave to them.
 	compat map[string]bool
 }
 
-// NewServer returns a Server enforcing cfg with opts. It registers the
-// metrics on the core's Registerer, so call it once per core.
+// NewServer returns a Server enforcing cfg; it registers metrics on the
+// core's Registerer, so call it once per core.
 func NewServer(cfg *Config, opts Options) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("rls: no ratelimit config given")
@@ -142,7 +127,6 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, core: front, log: opts.Core.Logger(), now: opts.Core.Clock(), metrics: newMetrics(front.Metrics())}
 	if opts.ResponseHeaders {
-		// ratelimit's headers, when named as ours, are sent once: theirs.
 		s.compat = map[string]bool{}
 		for _, n := range []string{opts.HeaderNames.Limit, opts.HeaderNames.Remaining, opts.HeaderNames.Reset} {
 			s.compat[strings.ToLower(n)] = true
@@ -154,8 +138,7 @@ func NewServer(cfg *Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Register registers s as the envoy.service.ratelimit.v3.RateLimitService
-// service on r (a gRPC server, before it serves).
+// Register registers s as the RateLimitService on r.
 func (s *Server) Register(r grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(r, s) }
 
 // installed is a config in force with the counters its calls count into.
@@ -187,13 +170,10 @@ func (s *Server) SetConfig(cfg *Config) error {
 	return nil
 }
 
-// ShouldRateLimit implements the RateLimitService. As ratelimit, it
-// refuses an empty domain or descriptor list (InvalidArgument) and answers
-// OK for a domain it does not know. It also refuses more than
-// MaxDescriptors descriptors, or a descriptor with more than MaxEntries
-// entries (InvalidArgument). Otherwise it never returns an error: when the
-// backend fails, the failure mode decides. Error messages never quote
-// request values.
+// ShouldRateLimit implements the RateLimitService. It refuses an empty
+// domain or descriptor list and requests beyond MaxDescriptors or
+// MaxEntries (InvalidArgument) and answers OK for an unknown domain;
+// otherwise it never fails. Error messages never quote request values.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := s.now()
 	defer func() { s.metrics.duration.Observe(s.now().Sub(start).Seconds()) }()
@@ -222,8 +202,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return c.respond(), nil
 }
 
-// okForAll is the answer for an unknown domain: OK, every descriptor
-// without a limit.
+// okForAll is the answer for an unknown domain.
 func okForAll(n int) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	for i := range resp.Statuses {
@@ -239,14 +218,11 @@ type call struct {
 	req   *rlsv3.RateLimitRequest
 	ms    []match
 	hitOf []int // hit index of each descriptor, -1 for none
-	// never marks the descriptors that can never be admitted: a limit of
-	// 0, or a hits_addend above window.MaxRequests (more than any window
-	// holds). blockedAt is the first enforcing one, -1; the core refuses
-	// the call by it (r.Refusal).
+	// never marks the descriptors that can never be admitted; blockedAt
+	// is the first enforcing one, or -1.
 	never     []bool
 	blockedAt int
-	// r is what the call asks the core; r.Tags[j] is r.Hits[j]'s Tag: its
-	// rule, and what the decision learnt of its own window.
+	// r is what the call asks the core; r.Tags[j] is r.Hits[j]'s Tag.
 	r enforce.Request
 	v enforce.Verdict
 }
@@ -275,7 +251,6 @@ func (s *Server) newCall(in *installed, dom *Domain, req *rlsv3.RateLimitRequest
 			switch {
 			case !c.shadow(r) && c.blockedAt < 0:
 				c.blockedAt = i
-				// It never admits: retry no sooner than a window.
 				c.r.Refusal = &enforce.Refusal{Policy: r.policyOf(), Counters: counters(r), RetryAfter: r.Window}
 			case c.shadow(r):
 				c.r.Never = append(c.r.Never, enforce.Never{At: len(c.r.Hits), Policy: r.policyOf()})
@@ -295,19 +270,15 @@ func (s *Server) newCall(in *installed, dom *Domain, req *rlsv3.RateLimitRequest
 			Shadow: c.shadow(r),
 		})
 	}
-	// Tagged once the tags stop moving: each hit's rule, and its own
-	// outcome for its descriptor's status (see status).
 	for j := range c.r.Hits {
 		c.r.Hits[j].Tag = &c.r.Tags[j]
 	}
 	return c
 }
 
-// hitsAddend is how many requests descriptor d of req counts as
-// (window.Hit.Cost): its own hits_addend when set, else the request's
-// (0 counts as 1, as in ratelimit). A descriptor's own 0, which ratelimit
-// takes as "check without counting", counts as 1 too: the window package
-// has no check that records nothing.
+// hitsAddend is the Cost of descriptor d: its own hits_addend, else the
+// request's; 0 counts as 1, since a window has no check that records
+// nothing.
 func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) uint64 {
 	n := uint64(req.GetHitsAddend())
 	if h := d.GetHitsAddend(); h != nil {
@@ -318,10 +289,8 @@ func hitsAddend(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor)
 
 func (c *call) shadow(r *Rule) bool { return r.Shadow || c.s.core.Shadow() }
 
-// applyReplaces drops the rules that another matched rule replaces, as
-// ratelimit does: a rule named in some match's replaces applies to none of
-// the request's descriptors. An unlimited rule stays unlimited (ratelimit
-// sets them apart before it applies replaces).
+// applyReplaces drops the rules another matched rule replaces, as
+// ratelimit does; an unlimited rule stays unlimited.
 func applyReplaces(ms []match) {
 	var replaced map[string]bool
 	for i := range ms {
@@ -341,7 +310,6 @@ func applyReplaces(ms []match) {
 	}
 }
 
-// respond builds the response from the core's verdict.
 func (c *call) respond() *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(c.ms))}
 	for i := range c.ms {
@@ -354,8 +322,7 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	a := *c.v.Answer
 	extras := !c.s.opts.OmitExtras
 	if !extras {
-		// Neither the denial's fields nor the shadow mark: the header
-		// families alone.
+		// The header families alone.
 		a.Denied, a.Shadow = false, false
 	}
 	compat := c.s.opts.ResponseHeaders && c.v.Via != enforce.ViaAllow && c.v.Via != enforce.ViaDeny
@@ -373,16 +340,7 @@ func (c *call) respond() *rlsv3.RateLimitResponse {
 	return resp
 }
 
-// status is descriptor i's status: its own window's numbers where the
-// decision counted it (see the package doc). duration_until_reset is whole
-// seconds rounded up (see untilReset): Envoy's x-ratelimit-reset reads its
-// seconds alone. On a refusal, a descriptor whose window was not counted
-// carries no current_limit, so that Envoy's x-ratelimit headers (the status
-// with a current_limit and the fewest remaining, the first among equals)
-// name the limit that refused.
-// Under the core's shadow (ratelimit's global SHADOW_MODE) a descriptor over
-// its limit says OVER_LIMIT while the overall code stays OK, as in
-// ratelimit; under its own shadow_mode it says OK.
+// status is descriptor i's status (see the package doc).
 func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 	r := c.ms[i].limit()
 	switch {
@@ -397,9 +355,7 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 		DurationUntilReset: untilReset(r.Window),
 	}
 	// uncounted is the status of a descriptor this call learnt nothing
-	// of: on a refusal, no limit that could take the headers from the
-	// refusing one; on an admission, the binding hit's remaining (a lower
-	// bound of its own, 0 without a decision).
+	// of: no limit on a refusal, else the binding hit's remaining.
 	uncounted := func(remaining int) *rlsv3.RateLimitResponse_DescriptorStatus {
 		if c.refused() {
 			return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -424,14 +380,11 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 		}
 		return uncounted(0)
 	case o.Via != enforce.ViaLimiter && o.Via != enforce.ViaFallback:
-		// refused or admitted without a decision: nothing was counted.
 		return uncounted(0)
 	case !o.Decided(j):
-		// the backend failed and this rule's failure mode is allow
 		return uncounted(0)
 	case c.r.Tags[j].Report.Known:
-		// The backend (or the fallback) counted this descriptor's own
-		// window: its numbers are exact, whichever hit was binding.
+		// Its own window was counted: its numbers are exact.
 		if rep := &c.r.Tags[j].Report; rep.Over {
 			st.Code, st.DurationUntilReset = overCode, untilReset(rep.RetryAfter)
 		} else {
@@ -441,17 +394,13 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 	case !d.Allowed && j == o.Hit(d.Index):
 		st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OVER_LIMIT, untilReset(d.RetryAfter)
 	case d.Shadowed && j == o.Hit(d.ShadowIndex):
-		// over its limit, but in shadow mode: nothing remaining
 		st.Code = overCode
 	case d.Allowed && j == o.Hit(d.Index):
 		st.LimitRemaining = uint32(max(min(d.Remaining, int(r.RequestsPerUnit)), 0))
 		st.DurationUntilReset = admitReset(d.Reset, r.Window)
 	case d.Allowed:
-		// Not counted by this decision: the binding hit's remaining.
 		return uncounted(d.Remaining)
 	default:
-		// refused by another descriptor (the guard refused on its full
-		// window, or its penalty box): nothing counted here.
 		return uncounted(0)
 	}
 	return st
@@ -460,18 +409,14 @@ func (c *call) status(i int) *rlsv3.RateLimitResponse_DescriptorStatus {
 // refused reports whether the call's answer is OVER_LIMIT.
 func (c *call) refused() bool { return c.v.Denied() }
 
-// untilReset is d as duration_until_reset: whole seconds, rounded up, at
-// least 1 (ratelimit sends whole seconds, and Envoy's x-ratelimit-reset
-// takes the seconds alone, so 0.4 s must not read as 0).
+// untilReset is d in whole seconds, rounded up, at least 1: Envoy reads
+// the seconds alone, so 0.4 s must not read as 0.
 func untilReset(d time.Duration) *durationpb.Duration {
 	return &durationpb.Duration{Seconds: enforce.RetrySeconds(d)}
 }
 
-// admitReset is an admitted descriptor's duration_until_reset: when the
-// oldest admission counted in its window leaves it (window.HitReport.Reset,
-// window.Decision.Reset), so that the value ticks down as ratelimit's
-// fixed window's does; the window's length when that is unknown (0), and
-// never more.
+// admitReset is an admitted descriptor's duration_until_reset: when its
+// window's oldest admission leaves it, at most win (win when unknown).
 func admitReset(reset, win time.Duration) *durationpb.Duration {
 	if reset <= 0 || reset > win {
 		reset = win
@@ -484,8 +429,7 @@ func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
 	return l
 }
 
-// binding returns the descriptor whose numbers are exact: the one that
-// refused the request, else the decision's binding hit's; -1 for none.
+// binding returns the descriptor whose numbers are exact, or -1.
 func (c *call) binding() int {
 	if c.v.Via == enforce.ViaRefusal {
 		return c.blockedAt
@@ -500,10 +444,8 @@ func (c *call) binding() int {
 	return -1
 }
 
-// limitHeaders are ratelimit's response headers, named by names, for the
-// descriptor with a limit and the fewest requests remaining, the binding
-// one (pref) among equals, else the first; nil when no descriptor has a
-// limit.
+// limitHeaders are ratelimit's response headers for the descriptor with a
+// limit and the fewest remaining (pref among equals); nil for none.
 func limitHeaders(names HeaderNames, sts []*rlsv3.RateLimitResponse_DescriptorStatus, pref int) []*corev3.HeaderValue {
 	var min *rlsv3.RateLimitResponse_DescriptorStatus
 	if pref >= 0 && sts[pref].GetCurrentLimit() != nil {

@@ -7,17 +7,12 @@ import (
 )
 
 // MaxExpandedNodes bounds the YAML nodes one config file may stand for once
-// its aliases are expanded. ratelimit's configs may share descriptors with
-// anchors and aliases, so they are accepted; but nested aliases multiply (a
-// 1 KB "billion laughs" file expands to 10⁹ nodes), and the decoder would
-// build every copy. A million nodes is far beyond any real configuration.
+// its aliases are expanded: nested aliases multiply ("billion laughs"),
+// and the decoder would build every copy.
 const MaxExpandedNodes = 1 << 20
 
 // checkExpansion refuses a file whose aliases expand past MaxExpandedNodes,
-// or that defines an anchor name twice (an alias names the anchor defined
-// before it, so a later one of the same name would let sizes be taken on
-// the wrong node; no configuration needs it). It counts without expanding:
-// an anchor's size is computed once.
+// or that defines an anchor name twice; it sizes each anchor once.
 func checkExpansion(name string, f *ast.File) *ConfigError {
 	c := expansion{anchors: map[string]ast.Node{}, sizes: map[ast.Node]int{}}
 	collect := anchorCollector{anchors: c.anchors}
@@ -36,7 +31,7 @@ func checkExpansion(name string, f *ast.File) *ConfigError {
 	return nil
 }
 
-// anchorCollector records every anchor's value by name, and the first name
+// anchorCollector records every anchor's value by name and the first name
 // defined twice.
 type anchorCollector struct {
 	anchors map[string]ast.Node

@@ -1,8 +1,6 @@
-// Package enforcetest is what the tests of every front-end share about
-// the enforcement core's answers: it reads the core's metrics as /metrics
-// shows them, and checks the rate-limit header fields and the denial's
-// body an answer carries (CheckHeaders, CheckProblem) with a strict RFC
-// 8941 structured-field parser (ParseList), as a client would read them.
+// Package enforcetest is what every front-end's tests share about the
+// core's answers: its metrics as /metrics shows them, and a strict check
+// of the rate-limit header fields and the denial's body.
 package enforcetest
 
 import (
@@ -13,10 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Counter returns the value of the series of counter family whose one
-// label has value (the core's counters: backend errors by kind,
-// failure-mode decisions by mode, local denials by reason), as g gathers
-// it; 0 when g has no such series.
+// Counter returns the value of counter family's series whose one label has
+// value, as g gathers it; 0 when there is none.
 func Counter(t testing.TB, g prometheus.Gatherer, family, value string) float64 {
 	t.Helper()
 	mfs, err := g.Gather()
@@ -36,9 +32,8 @@ func Counter(t testing.TB, g prometheus.Gatherer, family, value string) float64 
 	return 0
 }
 
-// RuleSeries returns the "domain/rule" pairs of family's series (a
-// front-end's per-rule decision counter) as g gathers them, sorted, the
-// first ten then "… N more", and how many series there are.
+// RuleSeries returns family's "domain/rule" series, sorted, the first ten
+// then "… N more", and how many there are.
 func RuleSeries(t testing.TB, g prometheus.Gatherer, family string) ([]string, int) {
 	t.Helper()
 	mfs, err := g.Gather()

@@ -22,16 +22,13 @@ type Policy struct {
 	Window int64
 }
 
-// PolicyOf is the policy of the rule named name with limit l, as the
-// RateLimit-Policy field lists it: w is the window in whole seconds,
-// rounded up.
+// PolicyOf is the RateLimit-Policy item of the rule name with limit l.
 func PolicyOf(name string, l window.Limit) Policy {
 	return Policy{Name: name, Quota: int64(l.Requests), Window: int64((l.Window + time.Second - 1) / time.Second)}
 }
 
-// State is a RateLimit item: the policy's name, r and t. In a [Want], T 0
-// stands for any t from 1 to the policy's w (an admission's t, which
-// depends on when the window's oldest admission leaves it).
+// State is a RateLimit item. In a [Want], T 0 stands for any t from 1 to
+// the policy's w.
 type State struct {
 	Name      string
 	Remaining int64
@@ -40,24 +37,19 @@ type State struct {
 
 // Want is what an answer's rate-limit header fields must say.
 type Want struct {
-	// Families are the families the answer carries (--ratelimit-headers).
 	Families enforce.Families
-	// Policies: RateLimit-Policy's items, in order; none: no field.
+	// Policies and States: the fields' items, in order; none: no field.
 	Policies []Policy
-	// States: RateLimit's items, in order; none: no field.
-	States []State
+	States   []State
 	// Binding names the state the x family reports; "": no x family.
 	Binding string
-	// Denied: a 429, with Retry-After (RetryAfter seconds; 0: any, at
-	// least the binding state's t) and content-type.
+	// Denied: a 429 with content-type and Retry-After (0: any valid).
 	Denied     bool
 	RetryAfter int64
-	// Shadow: x-ratelimit-shadow: 1.
-	Shadow bool
+	Shadow     bool
 }
 
-// Got is an answer's rate-limit header fields, parsed; the x family and
-// Retry-After are -1 when absent.
+// Got is an answer's rate-limit header fields, parsed; -1 when absent.
 type Got struct {
 	Policies                []Policy
 	States                  []State
@@ -65,10 +57,8 @@ type Got struct {
 	RetryAfter              int64
 }
 
-// GRPCHeaders returns an ext_authz answer's headers (OkHttpResponse's
-// response_headers_to_add, DeniedHttpResponse's headers) as an
-// http.Header; it fails t if a name is not lower case (gRPC's rule) or
-// appears twice.
+// GRPCHeaders returns an ext_authz answer's headers; it fails t if a name
+// is not lower case or appears twice.
 func GRPCHeaders(t testing.TB, hs []*corev3.HeaderValueOption) http.Header {
 	t.Helper()
 	kvs := make([]*corev3.HeaderValue, len(hs))
@@ -78,8 +68,7 @@ func GRPCHeaders(t testing.TB, hs []*corev3.HeaderValueOption) http.Header {
 	return HeaderValues(t, kvs)
 }
 
-// HeaderValues is [GRPCHeaders] for plain header values (the ratelimit
-// service's response_headers_to_add).
+// HeaderValues is [GRPCHeaders] for plain header values.
 func HeaderValues(t testing.TB, hs []*corev3.HeaderValue) http.Header {
 	t.Helper()
 	h := http.Header{}
@@ -96,15 +85,10 @@ func HeaderValues(t testing.TB, hs []*corev3.HeaderValue) http.Header {
 	return h
 }
 
-// ReadHeaders reads the rate-limit header fields of h, an answer's
-// headers, whichever it carries, and checks them against the draft's
-// grammar (RFC 8941 Lists of sf-strings with Integer parameters: exactly q
-// ≥ 0 and w ≥ 1 for RateLimit-Policy, r ≥ 0 and t ≥ 1 for RateLimit) and
-// against each other: every RateLimit item names a listed policy, with r ≤
-// q; the x family comes whole, in whole numbers, and repeats a RateLimit
-// item when there is one; Retry-After is whole seconds, at least 1, and
-// the x family's reset of a denial is the Retry-After (the denying
-// policy's t is never later).
+// ReadHeaders reads the rate-limit header fields of h and checks them
+// against the draft's grammar and each other: every RateLimit item names a
+// listed policy with r ≤ q, the x family comes whole and repeats an item,
+// and a denial's Retry-After is never earlier than the denying policy's t.
 func ReadHeaders(t testing.TB, h http.Header) Got {
 	t.Helper()
 	got := Got{Limit: -1, Remaining: -1, Reset: -1, RetryAfter: -1}
@@ -176,11 +160,8 @@ func (g *Got) State(name string) (State, bool) {
 	return State{}, false
 }
 
-// CheckHeaders reads h as [ReadHeaders] does and checks it against w: the
-// families sent, the policies and states listed (in order), the x family
-// of the binding state, the Retry-After and content-type of a denial
-// (never earlier than the denying state's t), the shadow mark. It returns
-// what it read.
+// CheckHeaders reads h as [ReadHeaders] does, checks it against w, and
+// returns what it read.
 func CheckHeaders(t testing.TB, h http.Header, w Want) Got {
 	t.Helper()
 	got := ReadHeaders(t, h)
@@ -197,7 +178,6 @@ func CheckHeaders(t testing.TB, h http.Header, w Want) Got {
 		absent(enforce.HeaderRateLimit, "families "+w.Families.String())
 	}
 
-	// The binding state, as RateLimit says it or else as w does.
 	var bind *State
 	var bindPolicy *Policy
 	if w.Binding != "" {
@@ -265,8 +245,7 @@ func CheckHeaders(t testing.TB, h http.Header, w Want) Got {
 	return got
 }
 
-// oneValue returns name's value in h, failing t if it has several field
-// lines.
+// oneValue returns name's value in h, failing t on several field lines.
 func oneValue(t testing.TB, h http.Header, name string) (string, bool) {
 	t.Helper()
 	vs := h.Values(name)
@@ -279,9 +258,8 @@ func oneValue(t testing.TB, h http.Header, name string) (string, bool) {
 	return vs[0], true
 }
 
-// maxT is the largest t a state of p may have: its window for an
-// admission; a denial's t is its retry-after, which a penalty box makes
-// longer than any window.
+// maxT is the largest t a state of p may have: its window, or for a denial
+// unbounded (a penalty box outlasts the window).
 func maxT(p *Policy, denied bool) int64 {
 	if denied {
 		return 1 << 40
@@ -306,15 +284,14 @@ func wholeNumber(t testing.TB, h http.Header, name string) int64 {
 	return n
 }
 
-// namedItem is a member of a rate-limit field: a policy's name and its
-// two Integer parameters.
+// namedItem is a policy's name and its two Integer parameters.
 type namedItem struct {
 	name string
 	a, b int64
 }
 
-// parseNamed reads v, field's value: a non-empty List of sf-strings, each
-// with exactly the Integer parameters ka ≥ leastA and kb ≥ leastB.
+// parseNamed reads a non-empty List of sf-strings, each with exactly the
+// Integer parameters ka ≥ leastA and kb ≥ leastB.
 func parseNamed(t testing.TB, field, v, ka string, leastA int64, kb string, leastB int64) []namedItem {
 	t.Helper()
 	var out []namedItem
@@ -330,8 +307,7 @@ func parseNamed(t testing.TB, field, v, ka string, leastA int64, kb string, leas
 	return out
 }
 
-// parsePolicies reads a RateLimit-Policy value: q ≥ 0 and w ≥ 1, names
-// unique.
+// parsePolicies reads a RateLimit-Policy value, names unique.
 func parsePolicies(t testing.TB, v string) []Policy {
 	t.Helper()
 	var out []Policy
@@ -346,8 +322,7 @@ func parsePolicies(t testing.TB, v string) []Policy {
 	return out
 }
 
-// parseStates reads a RateLimit value: each item names a policy of
-// policies, with 0 ≤ r ≤ q and t ≥ 1.
+// parseStates reads a RateLimit value against policies.
 func parseStates(t testing.TB, v string, policies []Policy) []State {
 	t.Helper()
 	var out []State
@@ -393,8 +368,7 @@ func itemName(t testing.TB, field, v string, it Item) (string, bool) {
 	return it.Value.Str, true
 }
 
-// intParam returns it's Integer parameter key, failing t if it is absent,
-// not an Integer or below least.
+// intParam returns it's Integer parameter key, at least least.
 func intParam(t testing.TB, field string, it Item, key string, least int64) int64 {
 	t.Helper()
 	p, ok := it.Param(key)
@@ -463,10 +437,8 @@ type Problem struct {
 	RetryAfterMS     int64    `json:"retry_after_ms"`
 }
 
-// CheckProblem checks a denial's content type (in h) and body: an RFC 9457
-// problem of the draft's quota-exceeded type with status, naming rule as
-// its one violated policy, with the members error, rule and retry_after_ms
-// (≥ 1, and within h's Retry-After when it has one). It returns the body.
+// CheckProblem checks a denial's content type and RFC 9457 body, naming
+// rule as its one violated policy, and returns the body.
 func CheckProblem(t testing.TB, h http.Header, body string, status int, rule string) Problem {
 	t.Helper()
 	if ct := h.Get(enforce.HeaderContentType); ct != enforce.ProblemContentType {

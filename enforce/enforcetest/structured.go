@@ -8,11 +8,8 @@ import (
 	"strings"
 )
 
-// This file is a strict parser of RFC 8941 (Structured Field Values for
-// HTTP) Lists, as section 4.2 describes it: what it accepts is a List the
-// RFC accepts, and it refuses what the RFC's parsing algorithms fail on.
-// It exists so that the tests of every front-end read the RateLimit and
-// RateLimit-Policy fields as a client would.
+// This file is a strict RFC 8941 List parser (section 4.2), so that the
+// tests read the RateLimit fields as a client would.
 
 // Kind is the type of a bare item.
 type Kind uint8
@@ -45,9 +42,8 @@ func (k Kind) String() string {
 	return "none"
 }
 
-// Value is a bare item: Int for an Integer, Dec for a Decimal, Str for a
-// String or a Token (and a Byte Sequence's bytes, decoded), Bool for a
-// Boolean.
+// Value is a bare item: Int, Dec, Str (String, Token or decoded Byte
+// Sequence) or Bool.
 type Value struct {
 	Kind Kind
 	Int  int64
@@ -62,8 +58,8 @@ type Param struct {
 	Value Value
 }
 
-// Item is a member of a List: a bare item (Value) with Params, or, when
-// Inner is set, an Inner List (its items in InnerItems) with Params.
+// Item is a List member: a bare item, or with Inner an Inner List, with
+// Params.
 type Item struct {
 	Value      Value
 	Inner      bool
@@ -81,8 +77,7 @@ func (it Item) Param(key string) (Value, bool) {
 	return Value{}, false
 }
 
-// ParseList parses s, a field value, as an RFC 8941 List (section 4.2,
-// with type List). An empty or all-space value is the empty List.
+// ParseList parses s as an RFC 8941 List; an empty value is the empty List.
 func ParseList(s string) ([]Item, error) {
 	p := &sfParser{s: s}
 	p.skipSP()
@@ -192,8 +187,7 @@ func (p *sfParser) item() (Item, error) {
 	return Item{Value: v, Params: params}, nil
 }
 
-// params parses Parameters (4.2.3.2): a later value of a key replaces an
-// earlier one, in the earlier one's place.
+// params parses Parameters (4.2.3.2); a repeated key keeps its first place.
 func (p *sfParser) params() ([]Param, error) {
 	var out []Param
 	for p.peek() == ';' {
@@ -317,7 +311,7 @@ end:
 
 // str parses a String (4.2.5).
 func (p *sfParser) str() (Value, error) {
-	p.i++ // '"'
+	p.i++
 	var b strings.Builder
 	for !p.done() {
 		c := p.next()
@@ -360,10 +354,9 @@ func isTchar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-// bytes parses a Byte Sequence (4.2.7); "=" padding may be omitted, as the
-// RFC asks parsers to allow.
+// bytes parses a Byte Sequence (4.2.7), "=" padding optional.
 func (p *sfParser) bytes() (Value, error) {
-	p.i++ // ':'
+	p.i++
 	end := strings.IndexByte(p.s[p.i:], ':')
 	if end < 0 {
 		return Value{}, p.errorf("byte sequence not closed")
@@ -388,7 +381,7 @@ func (p *sfParser) bytes() (Value, error) {
 
 // boolean parses a Boolean (4.2.8).
 func (p *sfParser) boolean() (Value, error) {
-	p.i++ // '?'
+	p.i++
 	switch p.next() {
 	case '1':
 		return Value{Kind: KindBoolean, Bool: true}, nil

@@ -11,12 +11,9 @@ import (
 // MaxJSONBody bounds the body of POST /json.
 const MaxJSONBody = 1 << 20
 
-// Handler serves envoyproxy/ratelimit's HTTP side on svc: GET /healthcheck
-// (200 "OK" while serving reports true, 500 otherwise) and /json, the JSON
-// form of ShouldRateLimit (a protojson RateLimitRequest in, the protojson
-// RateLimitResponse out: 200, 429 when OVER_LIMIT, 500 when UNKNOWN; 400
-// for a body that is not a request or a call that fails), as ratelimit
-// answers them. It is safe for concurrent use when svc and serving are.
+// Handler serves GET /healthcheck (200 while serving reports true, else
+// 500) and POST /json, ShouldRateLimit in protojson (200, 429 when
+// OVER_LIMIT, 500 when UNKNOWN, 400 for a bad request), as ratelimit does.
 func Handler(svc rlsv3.RateLimitServiceServer, serving func() bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {

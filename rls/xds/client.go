@@ -32,15 +32,13 @@ const (
 	DefaultRetryInterval = 3 * time.Second
 )
 
-// minConnectTimeout bounds one connection attempt to the management server
-// (gRPC's default).
+// minConnectTimeout bounds one connection attempt (gRPC's default).
 const minConnectTimeout = 20 * time.Second
 
 // maxErrorDetail bounds the error message a NACK carries.
 const maxErrorDetail = 4096
 
 // Applier installs a whole config; on an error the config in force stays.
-// *rls.Pusher is one.
 type Applier interface {
 	Push(files []rls.File) error
 }
@@ -53,11 +51,9 @@ type Options struct {
 	NodeID string
 	// NodeMetadata is the node's metadata, string fields.
 	NodeMetadata map[string]string
-	// RetryInterval is the pause before a new stream after one failed or
-	// could not open (DefaultRetryInterval if 0).
+	// RetryInterval is the pause before a new stream (default if 0).
 	RetryInterval time.Duration
-	// TLS, when not nil, secures the connection (see TLSConfig);
-	// otherwise it is plaintext.
+	// TLS, when not nil, secures the connection.
 	TLS *tls.Config
 	// Apply installs each response's config (required).
 	Apply Applier
@@ -74,7 +70,7 @@ type Client struct {
 	once  sync.Once
 }
 
-// New returns a Client of o, or an error in a plain sentence when o is
+// New returns a Client of o, or a plain-sentence error when o is
 // incomplete.
 func New(o Options) (*Client, error) {
 	if o.Server == "" {
@@ -102,9 +98,8 @@ func New(o Options) (*Client, error) {
 	return &Client{opts: o, node: &corev3.Node{Id: o.NodeID, Metadata: md}, first: make(chan struct{})}, nil
 }
 
-// ParseMetadata reads node metadata as ratelimit's
-// CONFIG_GRPC_XDS_NODE_METADATA: "k1=v1,k2=v2"; an entry without "=" is
-// skipped, as ratelimit skips it.
+// ParseMetadata reads "k1=v1,k2=v2" as ratelimit's
+// CONFIG_GRPC_XDS_NODE_METADATA, skipping entries without "=".
 func ParseMetadata(s string) map[string]string {
 	md := map[string]string{}
 	for _, e := range strings.Split(s, ",") {
@@ -115,23 +110,19 @@ func ParseMetadata(s string) map[string]string {
 	return md
 }
 
-// Applied is closed once the client applied a first config (a readiness
-// gate: before it, the RLS answers with no domain).
+// Applied is closed once a first config was applied.
 func (c *Client) Applied() <-chan struct{} { return c.first }
 
-// Run keeps a stream to the management server open and applies what it
-// pushes until ctx ends; then it returns nil. Stream failures are logged and
-// retried after the retry interval; only a connection that cannot be set up
-// at all (a bad address) is returned.
+// Run applies what the management server pushes until ctx ends, then
+// returns nil. Stream failures are logged and retried; only a connection
+// that cannot be set up at all is returned.
 func (c *Client) Run(ctx context.Context) error {
 	creds := insecure.NewCredentials()
 	if c.opts.TLS != nil {
 		creds = credentials.NewTLS(c.opts.TLS)
 	}
-	// The channel reconnects every retry interval too, not on gRPC's
-	// backoff, which grows to two minutes: a management server that was
-	// away (a restart, certificates that did not match) is back within an
-	// interval.
+	// Reconnect every retry interval, not on gRPC's backoff, which grows
+	// to two minutes.
 	conn, err := grpc.NewClient(c.opts.Server, grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: c.opts.RetryInterval, Multiplier: 1, Jitter: 0.2, MaxDelay: c.opts.RetryInterval},
@@ -160,8 +151,8 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-// stream runs one ADS stream until it fails or ctx ends. It asks for every
-// resource (no version), so that a new stream resends the whole config.
+// stream runs one ADS stream until it fails or ctx ends, asking for every
+// resource so a new stream resends the whole config.
 func (c *Client) stream(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -174,10 +165,9 @@ func (c *Client) stream(ctx context.Context, ads discoveryv3.AggregatedDiscovery
 	}
 	log.Info("xds stream open; waiting for ratelimit configs", "node_id", c.node.GetId())
 	acked := "" // the version last applied on this stream
-	// refused and why are the version last refused on this stream and the
-	// reason: a server that sends it again (go-control-plane's snapshot
-	// cache answers a NACK so) gets the same NACK after the retry interval,
-	// not at once, and it is not parsed or logged again.
+	// refused and why are the version last refused and the reason: a
+	// server resending it gets the same NACK after the retry interval,
+	// without a new parse or log.
 	var refused, why string
 	for {
 		resp, err := st.Recv()

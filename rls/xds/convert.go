@@ -44,11 +44,9 @@ type (
 	}
 )
 
-// Files converts a discovery response's resources to the config files
-// rls.ParseFiles reads, one a resource, named "xds:" and the resource's
-// name (errors then say "xds:NAME:LINE:COL: message"). A resource of
-// another type, one that does not decode, or more than rls.MaxFiles of them
-// is an error.
+// Files converts a response's resources to the config files rls.ParseFiles
+// reads, each named "xds:" and the resource's name. A resource of another
+// type, one that does not decode, or more than rls.MaxFiles is an error.
 func Files(resources []*anypb.Any) ([]rls.File, error) {
 	if len(resources) > rls.MaxFiles {
 		return nil, fmt.Errorf("%d resources: more than %d", len(resources), rls.MaxFiles)
@@ -96,9 +94,8 @@ func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []yamlDescriptor {
 	return out
 }
 
-// policy converts a rate limit as ratelimit does, except that the proto's
-// zero values of an unlimited limit (unit UNKNOWN, requests_per_unit 0)
-// stand for fields left out, which is how a file says it.
+// policy converts a rate limit as ratelimit does; an unlimited limit's
+// proto zero values stand for fields left out.
 func policy(p *rlsconfv3.RateLimitPolicy) *yamlRateLimit {
 	if p == nil {
 		return nil

@@ -8,12 +8,9 @@ import (
 	"os"
 )
 
-// TLSConfig returns the client TLS config of an xDS connection: the server
-// is verified against the CA certificates in caFile (PEM), or the system's
-// when caFile is ""; certFile and keyFile (PEM, both or neither) are the
-// client certificate an mTLS server asks for. serverName, when not "",
-// replaces the host of the server address in verification (ratelimit's
-// CONFIG_GRPC_XDS_SERVER_TLS_SAN).
+// TLSConfig returns an xDS connection's client TLS config: the CA in caFile
+// (the system's when ""), an optional client certificate, and serverName
+// replacing the address's host in verification.
 func TLSConfig(certFile, keyFile, caFile, serverName string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	if (certFile == "") != (keyFile == "") {
