@@ -25,6 +25,9 @@
 # cpu), redis_commands_per_check (INFO stats: every command, a script's own included),
 # server_cpu_us_per_check (the sum over the fleet's processes, /proc), p50/p99. The medians are printed
 # at the end (scripts/bench-medians.py), and each flashgate fleet's figures over ratelimit's, per round.
+# Per run also the fleet's scheduling per check (/proc/PID/task/*/schedstat, every thread of its processes):
+# time slices (each a thread woken or resumed) and run-queue wait, the delay a starved box adds, in
+# OUT/FLEET-rROUND.sched; their medians are printed at the end.
 # The idle run (per flashgate fleet, after the rounds): its processes resumed, no load, for IDLE seconds;
 # it prints what their background work (fleet heartbeat, ban sync) costs Redis per sidecar and second,
 # Redis's own CPU over as long with every fleet paused (its cron) taken off.
@@ -89,6 +92,13 @@ wait_fleet() {
   done
   for p in ${PIDS[$name]//,/ }; do kill -0 "$p" 2>/dev/null || { echo "$name: process $p ended" >&2; exit 1; }; done
 }
+# sched_snap PIDS: the sum over every thread of the processes PIDS (comma-separated) of schedstat's
+# run time (ns), run-queue wait (ns) and time slices.
+sched_snap() {
+  local p
+  for p in ${1//,/ }; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
+    awk '{r += $1; w += $2; s += $3} END {printf "%d %d %d\n", r, w, s}'
+}
 signal_fleet() { # NAME SIGNAL
   local p
   for p in ${PIDS[$1]//,/ }; do kill "-$2" "$p"; done
@@ -119,9 +129,11 @@ for r in $(seq "$ROUNDS"); do
     signal_fleet "$f" CONT
     redis-cli -p "$RP" flushall >/dev/null
     sleep 1
+    s0=$(sched_snap "${PIDS[$f]}")
     "$BENCH" --api rls --addr "${ADDRS[$f]}" --server-pid "${PIDS[$f]}" --redis-addr 127.0.0.1:$RP \
       --duration "$DUR" --concurrency $((N * C)) --connections 1 --rate "$RATE" --users "$USERS" --quiet --json \
       > "$OUT/$f-r$r.json" 2> "$OUT/$f-r$r.err"
+    echo "$s0 $(sched_snap "${PIDS[$f]}")" > "$OUT/$f-r$r.sched"
     signal_fleet "$f" STOP
     echo "round $r $f done; load: $(cut -d' ' -f1-3 /proc/loadavg)"
   done
@@ -131,6 +143,24 @@ status=$?
 if grep -l 'deciding by failure mode' "$OUT"/fg*.log 2>/dev/null | head -3 | grep -q .; then
   echo "warning: sidecars decided checks by their failure mode (see $OUT/fg*.log): their figures include it" >&2
 fi
+python3 - "$OUT" "${FLEETS[@]}" <<'PY'
+import json, statistics, sys
+out, fleets = sys.argv[1], sys.argv[2:]
+print("\nscheduling per check, median over rounds: time slices, run-queue wait µs (every thread of the fleet)")
+for f in fleets:
+    sl, wt = [], []
+    for r in range(1, 1000):
+        try:
+            a = [int(x) for x in open(f"{out}/{f}-r{r}.sched").read().split()]
+            n = json.load(open(f"{out}/{f}-r{r}.json"))["requests"]
+        except (OSError, ValueError, KeyError):
+            break
+        if n > 0 and len(a) == 6:
+            sl.append((a[5] - a[2]) / n)
+            wt.append((a[4] - a[1]) / n / 1e3)
+    if sl:
+        print(f"{f:20s} {statistics.median(sl):6.2f} slices {statistics.median(wt):8.0f} µs wait")
+PY
 if [ "$RL" != none ]; then
   python3 - "$OUT" "${FLEETS[@]}" <<'PY'
 import json, statistics, sys

@@ -414,3 +414,24 @@ func wantHeldEverywhere(t *testing.T, b *FleetBans, a *applied, k string, until 
 		t.Fatalf("the sidecar's ban %v, %v; want %v", u, ok, until)
 	}
 }
+
+// TestReporterSleepsWhenQuiet: a running reporter with nothing pending
+// waits for a denial instead of ticking; a denial wakes it and is reported,
+// and once its key is forgotten (nothing pending, no renewal to wait out)
+// the reporter waits again.
+func TestReporterSleepsWhenQuiet(t *testing.T) {
+	t.Parallel()
+	b, keys, _ := newTestBans(t)
+	r, err := b.NewReporter(ReporterOptions{Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("NewReporter: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "the reporter waits with nothing pending", r.idle.Load)
+	r.Denied(keys.Key("r", "one"), window.Ban{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute})
+	eventually(t, "the denial reported", func() bool { return r.Stats().Sent == 1 })
+	eventually(t, "the reporter waits again", func() bool { return r.idle.Load() && r.pendingKeys() == 0 })
+}

@@ -50,7 +50,7 @@ type ReporterStats struct {
 
 // Reporter counts the sidecar's denials toward fleet-wide bans: it
 // implements guard.BanReporter. Denied only adds to a pending count in
-// memory; Run flushes the counts every Interval in one pipeline, one
+// memory; Run flushes the counts every Interval (while any are pending) in one pipeline, one
 // reportLua call per key (K!bc, K!ban), and for each ban a call raised or
 // renewed indexes it and publishes it, in a second pipeline, so that every
 // sidecar's Subscriber applies it. A key found banned is reported again
@@ -70,6 +70,11 @@ type Reporter struct {
 	unsent []bans.Entry
 
 	sent, dropped, failed, raised, renewed atomic.Uint64
+
+	// idle is set while Run waits for a denial with nothing pending; the
+	// Denied that finds it set clears it and wakes Run (wake, capacity 1).
+	idle atomic.Bool
+	wake chan struct{}
 }
 
 type reportShard struct {
@@ -97,7 +102,8 @@ func (b *FleetBans) NewReporter(opts ReporterOptions) (*Reporter, error) {
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = DefaultReportKeys
 	}
-	r := &Reporter{fleet: b, interval: opts.Interval, perShard: max(opts.MaxKeys/reportShards, 1), seed: maphash.MakeSeed()}
+	r := &Reporter{fleet: b, interval: opts.Interval, perShard: max(opts.MaxKeys/reportShards, 1), seed: maphash.MakeSeed(),
+		wake: make(chan struct{}, 1)}
 	for i := range r.shards {
 		r.shards[i].pending = make(map[string]*pendingDenials)
 	}
@@ -121,6 +127,12 @@ func (r *Reporter) Denied(key string, ban window.Ban) {
 	p.n++
 	p.ban = ban
 	sh.mu.Unlock()
+	if r.idle.Load() && r.idle.CompareAndSwap(true, false) {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Stats returns the reporter's counts.
@@ -129,9 +141,56 @@ func (r *Reporter) Stats() ReporterStats {
 		Raised: r.raised.Load(), Renewed: r.renewed.Load()}
 }
 
-// Run flushes every Interval until ctx ends.
+// Run flushes every Interval until ctx ends, while anything is pending (a
+// denial, a banned key waiting out its renewal second, a ban to announce
+// again); with nothing pending it sleeps until the next denial, and
+// flushes Interval after it: an idle sidecar has no timer of the
+// reporter's running.
 func (r *Reporter) Run(ctx context.Context) {
-	every(ctx, r.interval, banCallTimeout, r.Flush)
+	t := time.NewTimer(r.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fctx, cancel := context.WithTimeout(ctx, banCallTimeout)
+		r.Flush(fctx)
+		cancel()
+		if r.quiet() {
+			r.idle.Store(true)
+			// A denial counted before idle was set is seen here; one
+			// counted after it wakes the wait below.
+			if r.quiet() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-r.wake:
+				}
+			}
+			r.idle.Store(false)
+		}
+		t.Reset(r.interval)
+	}
+}
+
+// quiet reports whether nothing waits for a flush: no key pending in any
+// shard and no ban to announce again. Only Run's goroutine calls it.
+func (r *Reporter) quiet() bool {
+	if len(r.unsent) > 0 {
+		return false
+	}
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		n := len(sh.pending)
+		sh.mu.Unlock()
+		if n > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // every runs f every period, each run within timeout, until ctx ends.

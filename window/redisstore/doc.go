@@ -48,10 +48,17 @@
 // manner of rueidis. One call is in flight, and a second only while the
 // newest call in flight has stalled (out for twice the smoothed round trip,
 // 250 µs to 5 ms): a late reply opens the next slot instead of holding every
-// queued check. A decision that finds a slot open and nothing queued goes
-// out at once from its caller's goroutine, so a lone decision pays nothing;
-// the others queue, and a dispatcher, when a slot opens, sends everything
-// queued (up to 128 requests) as one script call, which decides the requests
+// queued check. While the last batch carried one call, a free slot is open
+// at once: a sidecar with a check or two in flight never batches, and
+// holding its second check behind the first only delayed it, by the stall
+// and two goroutine hand-offs, which on a starved machine cost it the pace
+// (a sidecar then behind sends back to back, each second check held again).
+// A third check in flight queues again, and a batch of more than one turns
+// the stall rule back on. A decision that finds a slot open and nothing
+// queued goes out at once from its caller's goroutine, so a lone decision
+// pays nothing; the others queue, and a dispatcher, when a slot opens,
+// sends everything queued (up to 128 requests) as one script call, which
+// decides the requests
 // in order, each all or nothing over its own keys with its own member id.
 // Exactness, all-or-nothing and idempotency are those of unbatched calls: a
 // script call is atomic. What a batch saves is the per-command work on both

@@ -102,6 +102,10 @@ type autoPipeline struct {
 	// opened is when the batch window of the queued calls opened (see
 	// window); meaningful while calls are queued.
 	opened int64
+	// lone: the last batch a dispatcher sent carried one call, so holding
+	// a call behind the one in flight did not pay; a free slot is then open
+	// at once (see openLocked). False before the first batch.
+	lone   bool
 	closed bool
 }
 
@@ -357,13 +361,15 @@ func (p *autoPipeline) newestLocked() int64 {
 
 // openLocked reports whether a call may go out at now: none is in flight
 // and neither the hold nor the batch window keeps it, or a slot is free and
-// the newest call in flight has stalled.
+// either the newest call in flight has stalled or the last batch carried
+// one call (queueing behind a call in flight did not batch: it only
+// delayed).
 func (p *autoPipeline) openLocked(now int64) bool {
 	busy := len(p.sends)
 	if busy == 0 {
 		return !p.holdingLocked(now) && !p.windowingLocked(now)
 	}
-	return busy < p.slots && now-p.newestLocked() >= p.stallLocked()
+	return busy < p.slots && (p.lone || now-p.newestLocked() >= p.stallLocked())
 }
 
 // holdingLocked reports whether the hold keeps calls at now: it has not
@@ -531,6 +537,7 @@ func (p *autoPipeline) take(i int, batch []*pipelineCall) (_ []*pipelineCall, se
 		p.unsendLocked(now)
 		return batch, 0, 0, true
 	}
+	p.lone = len(batch) == 1
 	if rest > 0 && len(p.sends) < p.slots {
 		p.signal()
 	}

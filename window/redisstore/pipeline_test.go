@@ -552,6 +552,20 @@ func gatedRedis(t *testing.T, g *readGate, lo, hi time.Duration) (*Redis, *count
 	return r, hook
 }
 
+// decideAsync decides one hit of key (limit 5 a minute) on its own
+// goroutine; the channel gets its error, or one if it was not allowed.
+func decideAsync(ctx context.Context, r *Redis, key string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		d, err := r.Decide(ctx, []window.Hit{hit(key, 5, time.Minute)})
+		if err == nil && !d.Allowed {
+			err = fmt.Errorf("decision %+v, want allowed", d)
+		}
+		done <- err
+	}()
+	return done
+}
+
 // TestAutoPipelineStallOpensSlot: while one call is in flight the next
 // queue behind it, unless it stalls: a reply held on its connection opens
 // the second slot, and the calls behind it are decided at once, not after
@@ -577,17 +591,7 @@ func TestAutoPipelineStallOpensSlot(t *testing.T) {
 			calls := func() int64 { return hook.cmds.Load() + hook.pipelines.Load() }
 			hook.cmds.Store(0)
 			hook.pipelines.Store(0)
-			decide := func(name string) <-chan error {
-				done := make(chan error, 1)
-				go func() {
-					d, err := r.Decide(ctx, []window.Hit{hit(k.Key(tc.name, name), 5, time.Minute)})
-					if err == nil && !d.Allowed {
-						err = fmt.Errorf("decision %+v, want allowed", d)
-					}
-					done <- err
-				}()
-				return done
-			}
+			decide := func(name string) <-chan error { return decideAsync(ctx, r, k.Key(tc.name, name)) }
 			g.arm()
 			first := decide("first")
 			<-g.holding
@@ -661,6 +665,69 @@ func TestAutoPipelineStallOpensSlot(t *testing.T) {
 				t.Errorf("%d script calls, want %d", got, want)
 			}
 		})
+	}
+}
+
+// TestAutoPipelineLoneOpensSlot: once a dispatcher's batch carried one
+// call (a second call queued behind a held one, sent alone when it
+// returned), the next call that finds one in flight goes out at once on
+// the free slot, while that call is still held, however long the stall.
+func TestAutoPipelineLoneOpensSlot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	k := testKeys(t)
+	g := newReadGate()
+	r, hook := gatedRedis(t, g, time.Hour, time.Hour)
+	decide := func(name string) <-chan error { return decideAsync(ctx, r, k.Key("lone", name)) }
+	g.arm()
+	first := decide("first")
+	<-g.holding
+	second := decide("second")
+	for {
+		r.pipe.mu.Lock()
+		queued := len(r.pipe.queue)
+		r.pipe.mu.Unlock()
+		if queued == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the second call never queued behind the held one")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(g.release)
+	for name, done := range map[string]<-chan error{"first": first, "second": second} {
+		if err := <-done; err != nil {
+			t.Fatalf("%s call: %v", name, err)
+		}
+	}
+	settle(ctx, t, r.pipe, 0)
+
+	// The second call went alone: the next one behind a held call does not
+	// wait for it.
+	g2 := newReadGate()
+	g.mu.Lock()
+	g.armed, g.held, g.holding, g.release = false, nil, g2.holding, g2.release
+	g.mu.Unlock()
+	hook.cmds.Store(0)
+	hook.pipelines.Store(0)
+	g.arm()
+	third := decide("third")
+	<-g2.holding
+	if err := <-decide("fourth"); err != nil {
+		t.Fatalf("fourth call: %v", err)
+	}
+	select {
+	case err := <-third:
+		t.Fatalf("the held call returned (%v) before the fourth", err)
+	default:
+	}
+	close(g2.release)
+	if err := <-third; err != nil {
+		t.Fatalf("third call: %v", err)
+	}
+	if got := hook.cmds.Load() + hook.pipelines.Load(); got != 2 {
+		t.Errorf("%d script calls for the third and fourth, want 2", got)
 	}
 }
 
