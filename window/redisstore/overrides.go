@@ -45,6 +45,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -414,15 +415,46 @@ func describeField(f string) string {
 
 // decode reads an entry; reason is overrides.SkipMode for a mode unknown
 // to this sidecar, overrides.SkipMalformed for anything else unreadable.
+// err's text is cut short (see cutError).
 func decode(v string) (o *overrides.Override, reason string, err error) {
 	o = new(overrides.Override)
 	if err := json.Unmarshal([]byte(v), o); err != nil {
 		if errors.Is(err, overrides.ErrMode) {
-			return nil, overrides.SkipMode, fmt.Errorf("a stored override: %w", err)
+			return nil, overrides.SkipMode, &cutError{text: cut("a stored override: " + err.Error()), kind: overrides.ErrMode}
 		}
-		return nil, overrides.SkipMalformed, fmt.Errorf("a stored override is not one: %w", err)
+		return nil, overrides.SkipMalformed, &cutError{text: cut("a stored override is not one: " + err.Error())}
 	}
 	return o, "", nil
+}
+
+// cutError is an error about a value read from Redis: its text (which the
+// decoder's error may quote whole) is cut short and printable, so that it
+// reaches no log unbounded; it wraps kind, if any, not the decoder's error.
+type cutError struct {
+	text string
+	kind error
+}
+
+func (e *cutError) Error() string { return e.text }
+func (e *cutError) Unwrap() error { return e.kind }
+
+// cut returns s cut to 200 bytes (on a rune's start), its control
+// characters and invalid UTF-8 replaced by '?'.
+func cut(s string) string {
+	const most = 200
+	if len(s) > most {
+		n := most
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "..."
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // History returns the last n sets and clears (at most

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -375,5 +376,32 @@ func TestOverridesEndOnRedisClock(t *testing.T) {
 	set(3, 2*time.Second)
 	for _, s := range sidecars {
 		until(t, "the short override ended on every clock", func() bool { return s.requests(target) == 0 })
+	}
+}
+
+// TestOverridesSkipErrBounded: the error of an entry that does not parse
+// is cut short where it is made, however long the value (a JSON error
+// quotes it).
+func TestOverridesSkipErrBounded(t *testing.T) {
+	t.Parallel()
+	target := overrides.Target{Domain: "d", Rule: "r"}
+	now := time.Now()
+	long := strings.Repeat("A", 1<<20)
+	for name, v := range map[string]string{
+		"set":  `{"rev":1,"domain":"d","rule":"r","mode":"limit","requests":1,"set":"` + long + `","until":"x"}`,
+		"mode": `{"rev":1,"domain":"d","rule":"r","mode":"` + long + `","requests":1}`,
+		"ctl":  `{"rev":1,"domain":"d","rule":"r","mode":"limit","requests":1,"set":"\u0007` + long + `"}`,
+	} {
+		r := parse(map[string]string{field(target): v}, now)
+		if len(r.skipped) != 1 {
+			t.Fatalf("%s: %d skipped, want 1", name, len(r.skipped))
+		}
+		err := r.skipped[0].skip.Err
+		if n := len(err.Error()); n > 300 || strings.ContainsAny(err.Error(), "\x00\x07") {
+			t.Errorf("%s: the skip's error is %d bytes: %.120q", name, n, err)
+		}
+		if name == "mode" && !errors.Is(err, overrides.ErrMode) {
+			t.Errorf("mode: %v does not wrap ErrMode", err)
+		}
 	}
 }
