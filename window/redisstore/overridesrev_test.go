@@ -379,6 +379,39 @@ func TestOverridesEndOnRedisClock(t *testing.T) {
 	}
 }
 
+// TestOverridesMissedSetWrittenBack: a failover to a replica that holds
+// the hash and its epoch but missed the first set of a rule (no field for
+// it) is met by a write-back of the set, not by the fleet dropping it.
+func TestOverridesMissedSetWrittenBack(t *testing.T) {
+	t.Parallel()
+	_, c, store := startOverrides(t)
+	ctx := context.Background()
+	old := overrides.Target{Domain: "shop", Rule: "old"}
+	missed := overrides.Target{Domain: "shop", Rule: "coupon"}
+	a, b := newOvSidecar(t, store, nil), newOvSidecar(t, store, nil)
+	now := time.Now()
+	for _, tg := range []overrides.Target{old, missed} {
+		if err := store.Set(ctx, &overrides.Override{Target: tg, Mode: overrides.ModeLimit, Requests: 5, Set: now, Until: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until(t, "the overrides learnt", func() bool { return a.requests(missed) == 5 && b.requests(missed) == 5 })
+	// The replica promoted has the epoch and the older rule, not the newest set.
+	if err := c.HDel(ctx, store.hash, field(missed)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, store.Channel(), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the missed set written back", func() bool {
+		got, err := store.Get(ctx, missed)
+		return err == nil && got != nil && got.Requests == 5
+	})
+	if a.requests(missed) != 5 || b.requests(missed) != 5 {
+		t.Fatalf("the sidecars apply %d and %d, want 5", a.requests(missed), b.requests(missed))
+	}
+}
+
 // TestOverridesSkipErrBounded: the error of an entry that does not parse
 // is cut short where it is made, however long the value (a JSON error
 // quotes it).
