@@ -157,6 +157,22 @@ func TestBook(t *testing.T) {
 	}
 }
 
+// TestVerifyRevision: a revision above MaxRev (Redis's now in ms plus
+// ClockSlack) is skipped; one at it is not.
+func TestVerifyRevision(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	o := &Override{Target: Target{"shop", "coupon"}, Mode: ModeLimit, Requests: 1, Set: now, Until: now.Add(time.Hour)}
+	for _, tc := range []struct {
+		rev  int64
+		want string
+	}{{0, ""}, {now.UnixMilli(), ""}, {MaxRev(now), ""}, {MaxRev(now) + 1, SkipRevision}, {9_000_000_000_000_000, SkipRevision}} {
+		o.Rev = tc.rev
+		if got, err := o.Verify(now); got != tc.want {
+			t.Errorf("rev %d: Verify = %q (%v), want %q", tc.rev, got, err, tc.want)
+		}
+	}
+}
+
 func TestBookBound(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	b := NewBook(func() time.Time { return now })

@@ -30,9 +30,14 @@ package redisstore
 //
 // Revisions and times are Redis's: a set or clear is stamped by one
 // script, on the clock of the node that holds the hash, with a revision
-// max(~rev+1, Redis's time in ms), so that a set after Redis lost the hash
-// still outranks what the sidecars write back. The sidecars read Redis's
-// TIME with the hash and end overrides on that clock.
+// max(~rev+1, Redis's time in ms, the field's revision+1), so that a set
+// after Redis lost the hash still outranks what the sidecars write back,
+// and a set or clear outranks whatever its field holds. A revision above
+// overrides.MaxRev (Redis's time in ms plus the clock slack) no writer
+// gave: the scripts count it as none (it neither outranks an entry
+// written back nor raises the next revision) and Verify skips its entry.
+// The sidecars read Redis's TIME with the hash and end overrides on that
+// clock.
 
 import (
 	"context"
@@ -73,15 +78,40 @@ end
 return {redis.call('TIME'), redis.call('HGETALL', KEYS[1])}
 `
 
-// overrideSetLua writes the entry ARGV[2] (a JSON object without "rev")
-// in field ARGV[1] of KEYS[1] with the next revision, creates the epoch
-// ARGV[4], adds the event ARGV[3] to the history KEYS[2] (trimmed to
-// ARGV[5]) and publishes ARGV[7] on ARGV[6]. It returns the revision.
-const overrideSetLua = `
+// overrideRevLua defines, for the scripts that write entries, bound (the
+// highest revision a writer can have given by now: Redis's time in ms plus
+// ARGV[slack], overrides.MaxRev), now (Redis's time in ms), top (the
+// hash's "~rev", 0 if above bound) and fieldRev(f): the revision of field
+// f's entry, nil for no field, 0 for none readable or one above bound (no
+// writer gave it: it outranks nothing).
+const overrideRevLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local bound = now + tonumber(ARGV[slack])
 local top = tonumber(redis.call('HGET', KEYS[1], '` + revField + `') or '0') or 0
-local rev = string.format('%d', math.max(top + 1, now))
+if top > bound then
+  top = 0
+end
+local function fieldRev(f)
+  local cur = redis.call('HGET', KEYS[1], f)
+  if not cur then
+    return nil
+  end
+  local ok, d = pcall(cjson.decode, cur)
+  if ok and type(d) == 'table' and type(d.rev) == 'number' and d.rev <= bound then
+    return d.rev
+  end
+  return 0
+end
+`
+
+// overrideSetLua writes the entry ARGV[2] (a JSON object without "rev")
+// in field ARGV[1] of KEYS[1] with the next revision, max(~rev + 1, now,
+// the field's + 1), creates the epoch ARGV[4], adds the event ARGV[3] to
+// the history KEYS[2] (trimmed to ARGV[5]) and publishes ARGV[7] on
+// ARGV[6]; ARGV[8] is the clock slack in ms. It returns the revision.
+const overrideSetLua = `local slack = 8` + overrideRevLua + `
+local rev = string.format('%d', math.max(top + 1, now, (fieldRev(ARGV[1]) or 0) + 1))
 redis.call('HSET', KEYS[1], '` + revField + `', rev)
 redis.call('HSETNX', KEYS[1], '` + epochField + `', ARGV[4])
 redis.call('HSET', KEYS[1], ARGV[1], '{"rev":' .. rev .. ',' .. string.sub(ARGV[2], 2))
@@ -92,26 +122,17 @@ return rev
 `
 
 // overrideMergeLua writes back entries into KEYS[1], the highest revision
-// winning: ARGV[3..] are triples (field, revision, entry), each written
+// winning: ARGV[4..] are triples (field, revision, entry), each written
 // unless the field holds an entry of a revision as high; "~rev" becomes at
-// least the highest written. It creates the epoch ARGV[1], publishes
-// "restore <n>" on ARGV[2] if n > 0 and returns n, the entries written.
-const overrideMergeLua = `
+// least the highest written. ARGV[3] is the clock slack in ms. It creates
+// the epoch ARGV[1], publishes "restore <n>" on ARGV[2] if n > 0 and
+// returns n, the entries written.
+const overrideMergeLua = `local slack = 3` + overrideRevLua + `
 redis.call('HSETNX', KEYS[1], '` + epochField + `', ARGV[1])
-local top = tonumber(redis.call('HGET', KEYS[1], '` + revField + `') or '0') or 0
 local n = 0
-for i = 3, #ARGV, 3 do
+for i = 4, #ARGV, 3 do
   local rev = tonumber(ARGV[i + 1])
-  local cur = redis.call('HGET', KEYS[1], ARGV[i])
-  local have = -1
-  if cur then
-    local ok, d = pcall(cjson.decode, cur)
-    have = 0
-    if ok and type(d) == 'table' and type(d.rev) == 'number' then
-      have = d.rev
-    end
-  end
-  if rev > have then
+  if rev > (fieldRev(ARGV[i]) or -1) then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
     n = n + 1
   end
@@ -236,7 +257,8 @@ func (s *Overrides) write(ctx context.Context, entry *overrides.Override, ev ove
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.set.Run(ctx, s.client, []string{s.hash, s.log}, field(entry.Target), v, evj, epoch, overrides.MaxHistory, s.channel, msg).Text()
+	rev, err := s.set.Run(ctx, s.client, []string{s.hash, s.log}, field(entry.Target), v, evj, epoch, overrides.MaxHistory, s.channel, msg,
+		overrides.ClockSlack.Milliseconds()).Text()
 	if err != nil {
 		return 0, err
 	}
@@ -377,7 +399,10 @@ func parse(m map[string]string, now time.Time) parsed {
 			var rev struct {
 				Rev int64 `json:"rev"`
 			}
-			_ = json.Unmarshal([]byte(v), &rev) // unreadable: 0, as the merge script has it
+			// Unreadable or above overrides.MaxRev: 0, as the scripts have it.
+			if json.Unmarshal([]byte(v), &rev) != nil || rev.Rev > overrides.MaxRev(now) {
+				rev.Rev = 0
+			}
 			r.held[overrides.Target{Domain: d, Rule: rule}] = rev.Rev
 		}
 		o, reason, err := decode(v)
@@ -480,8 +505,8 @@ func (s *Overrides) History(ctx context.Context, n int) ([]overrides.Event, erro
 // restore writes back entries that Redis lost or holds older (the highest
 // revision wins, atomically), and nudges the sidecars.
 func (s *Overrides) restore(ctx context.Context, epoch string, lost []*overrides.Override) error {
-	args := make([]any, 0, 2+3*len(lost))
-	args = append(args, epoch, s.channel)
+	args := make([]any, 0, 3+3*len(lost))
+	args = append(args, epoch, s.channel, overrides.ClockSlack.Milliseconds())
 	for _, o := range lost {
 		v, err := json.Marshal(o)
 		if err != nil {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -40,7 +41,13 @@ type ovSidecar struct {
 
 func newOvSidecar(t *testing.T, store *Overrides, now func() time.Time) *ovSidecar {
 	t.Helper()
-	s := &ovSidecar{t: t, book: overrides.NewBook(now)}
+	return newOvSidecarOf(t, store, overrides.NewBook(now))
+}
+
+// newOvSidecarOf is newOvSidecar on book (its OnSkip set, say).
+func newOvSidecarOf(t *testing.T, store *Overrides, book *overrides.Book) *ovSidecar {
+	t.Helper()
+	s := &ovSidecar{t: t, book: book}
 	f, err := store.NewFollower(s.book, FollowerOptions{Resync: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -409,6 +416,101 @@ func TestOverridesMissedSetWrittenBack(t *testing.T) {
 	})
 	if a.requests(missed) != 5 || b.requests(missed) != 5 {
 		t.Fatalf("the sidecars apply %d and %d, want 5", a.requests(missed), b.requests(missed))
+	}
+}
+
+// handEntry returns an override of target written by hand with revision
+// rev, set at now for an hour.
+func handEntry(target overrides.Target, rev int64, requests int, now time.Time) string {
+	return fmt.Sprintf(`{"rev":%d,"domain":%q,"rule":%q,"mode":"limit","requests":%d,"set":%q,"until":%q}`, rev, target.Domain, target.Rule,
+		requests, now.UTC().Format(time.RFC3339Nano), now.Add(time.Hour).UTC().Format(time.RFC3339Nano))
+}
+
+// storedRev returns the revision of target's entry in the hash.
+func storedRev(t *testing.T, c redis.UniversalClient, store *Overrides, target overrides.Target) (rev int64, cleared bool) {
+	t.Helper()
+	v, err := c.HGet(context.Background(), store.hash, field(target)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		Rev     int64 `json:"rev"`
+		Cleared bool  `json:"cleared"`
+	}
+	if err := json.Unmarshal([]byte(v), &e); err != nil {
+		t.Fatal(err)
+	}
+	return e.Rev, e.Cleared
+}
+
+// TestOverridesClearOutranksField: a clear outranks the entry its rule's
+// field holds, even one whose revision is above the hash's "~rev" (written
+// by hand a little ahead of Redis's clock): the sidecars that applied it
+// drop it and do not write it back over the clear.
+func TestOverridesClearOutranksField(t *testing.T) {
+	t.Parallel()
+	_, c, store := startOverrides(t)
+	ctx := context.Background()
+	target := overrides.Target{Domain: "shop", Rule: "coupon"}
+	a := newOvSidecar(t, store, nil)
+	now, err := store.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := now.UnixMilli() + (overrides.ClockSlack - 10*time.Second).Milliseconds()
+	if err := c.HSet(ctx, store.hash, field(target), handEntry(target, ahead, 7, now)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, store.Channel(), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the entry applied", func() bool { return a.requests(target) == 7 })
+	clearTarget(t, store, target)
+	if rev, cleared := storedRev(t, c, store, target); !cleared || rev <= ahead {
+		t.Fatalf("after the clear the field holds revision %d (cleared %v), want a tombstone above %d", rev, cleared, ahead)
+	}
+	until(t, "the clear learnt", func() bool { return a.requests(target) == 0 })
+}
+
+// TestOverridesRevisionAboveNowSkipped: an entry whose revision is above
+// Redis's now plus the clock slack (no writer gave it) is skipped, and
+// neither it nor such a "~rev" holds back a later set or clear.
+func TestOverridesRevisionAboveNowSkipped(t *testing.T) {
+	t.Parallel()
+	_, c, store := startOverrides(t)
+	ctx := context.Background()
+	target := overrides.Target{Domain: "shop", Rule: "coupon"}
+	book := overrides.NewBook(nil)
+	var got skips
+	book.OnSkip(got.add)
+	a := newOvSidecarOf(t, store, book)
+	now, err := store.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const huge = 9_000_000_000_000_000
+	if err := c.HSet(ctx, store.hash, field(target), handEntry(target, huge, 7, now), revField, huge).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, store.Channel(), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the entry skipped", func() bool { return got.reasons()[overrides.SkipRevision] == 1 })
+	if a.requests(target) != 0 {
+		t.Fatal("an entry of a revision above Redis's now applied")
+	}
+	o := &overrides.Override{Target: target, Mode: overrides.ModeLimit, Requests: 3, Set: now, Until: now.Add(time.Hour)}
+	if err := store.Set(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Rev >= huge || o.Rev < now.UnixMilli() {
+		t.Fatalf("a set after the entry got revision %d, want Redis's now in ms", o.Rev)
+	}
+	until(t, "the set learnt", func() bool { return a.requests(target) == 3 })
+	clearTarget(t, store, target)
+	until(t, "the clear learnt", func() bool { return a.requests(target) == 0 })
+	if rev, cleared := storedRev(t, c, store, target); !cleared || rev <= o.Rev || rev >= huge {
+		t.Fatalf("after the clear the field holds revision %d (cleared %v), want a tombstone above %d", rev, cleared, o.Rev)
 	}
 }
 
