@@ -24,6 +24,10 @@ package redisstore
 //	<prefix>:overrides:{all}:log   the audit history, a list of events as
 //	                               JSON, newest first, trimmed to
 //	                               overrides.MaxHistory
+//	<prefix>:overrides:{all}:req:<id>  a set's or clear's revision, for
+//	                               requestTTL: <id> is the request's,
+//	                               random, so that a retry of the script
+//	                               (a reply lost) writes nothing twice
 //	channel <prefix>:overrides     "set <domain>/<rule>", "clear …",
 //	                               "restore <n>": a sidecar reads the hash
 //	                               whole on each.
@@ -109,9 +113,17 @@ end
 // in field ARGV[1] of KEYS[1] with the next revision, max(~rev + 1, now,
 // the field's + 1), creates the epoch ARGV[4], adds the event ARGV[3] to
 // the history KEYS[2] (trimmed to ARGV[5]) and publishes ARGV[7] on
-// ARGV[6]; ARGV[8] is the clock slack in ms. It returns the revision.
-const overrideSetLua = `local slack = 8` + overrideRevLua + `
+// ARGV[6]; ARGV[8] is the clock slack in ms. It returns the revision, and
+// keeps it in the request's key KEYS[3] for ARGV[9] ms: while that key
+// lives, the script (retried) returns its revision and writes nothing.
+const overrideSetLua = `
+local done = redis.call('GET', KEYS[3])
+if done then
+  return done
+end
+local slack = 8` + overrideRevLua + `
 local rev = string.format('%d', math.max(top + 1, now, (fieldRev(ARGV[1]) or 0) + 1))
+redis.call('SET', KEYS[3], rev, 'PX', ARGV[9])
 redis.call('HSET', KEYS[1], '` + revField + `', rev)
 redis.call('HSETNX', KEYS[1], '` + epochField + `', ARGV[4])
 redis.call('HSET', KEYS[1], ARGV[1], '{"rev":' .. rev .. ',' .. string.sub(ARGV[2], 2))
@@ -188,13 +200,20 @@ func (s *Overrides) Channel() string { return s.channel }
 
 func field(t overrides.Target) string { return t.Domain + "\x00" + t.Rule }
 
-func newEpoch() (string, error) {
+func newEpoch() (string, error) { return randomHex("an epoch") }
+
+// randomHex returns 8 random bytes in hex; what names them in the error.
+func randomHex(what string) (string, error) {
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
-		return "", fmt.Errorf("draw an epoch: %w", err)
+		return "", fmt.Errorf("draw %s: %w", what, err)
 	}
 	return hex.EncodeToString(rnd[:]), nil
 }
+
+// requestTTL is how long Redis keeps a set's or clear's request id: longer
+// than any retry of its script.
+const requestTTL = 5 * time.Minute
 
 // redisTime converts a TIME reply to a time, to the millisecond.
 func redisTime(v any) (time.Time, error) {
@@ -243,8 +262,19 @@ func (s *Overrides) Set(ctx context.Context, o *overrides.Override) error {
 }
 
 // write stamps entry with the next revision in its rule's field and
-// records ev; it returns the revision.
+// records ev, once however often the client retries; it returns the
+// revision.
 func (s *Overrides) write(ctx context.Context, entry *overrides.Override, ev overrides.Event, msg string) (int64, error) {
+	req, err := randomHex("a request id")
+	if err != nil {
+		return 0, err
+	}
+	return s.writeOnce(ctx, req, entry, ev, msg)
+}
+
+// writeOnce is write as the request req: a second call with the same req
+// (within requestTTL) writes nothing and returns the first's revision.
+func (s *Overrides) writeOnce(ctx context.Context, req string, entry *overrides.Override, ev overrides.Event, msg string) (int64, error) {
 	v, err := json.Marshal(entry)
 	if err != nil {
 		return 0, err
@@ -257,8 +287,8 @@ func (s *Overrides) write(ctx context.Context, entry *overrides.Override, ev ove
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.set.Run(ctx, s.client, []string{s.hash, s.log}, field(entry.Target), v, evj, epoch, overrides.MaxHistory, s.channel, msg,
-		overrides.ClockSlack.Milliseconds()).Text()
+	rev, err := s.set.Run(ctx, s.client, []string{s.hash, s.log, s.hash + ":req:" + req}, field(entry.Target), v, evj, epoch, overrides.MaxHistory,
+		s.channel, msg, overrides.ClockSlack.Milliseconds(), requestTTL.Milliseconds()).Text()
 	if err != nil {
 		return 0, err
 	}

@@ -540,3 +540,44 @@ func TestOverridesSkipErrBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestOverridesWriteRetried: a set or clear whose script runs again (the
+// client retried after a lost reply) writes once: one revision, one
+// history entry, one message.
+func TestOverridesWriteRetried(t *testing.T) {
+	t.Parallel()
+	_, c, store := startOverrides(t)
+	ctx := context.Background()
+	target := overrides.Target{Domain: "shop", Rule: "coupon"}
+	now, err := store.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &overrides.Override{Target: target, Mode: overrides.ModeLimit, Requests: 3, Set: now, Until: now.Add(time.Hour)}
+	ev := overrides.Event{Op: "set", At: now, Override: o}
+	var revs []int64
+	for range 2 {
+		rev, err := store.writeOnce(ctx, "req1", o, ev, "set "+target.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, rev)
+	}
+	top, err := c.HGet(ctx, store.hash, revField).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if revs[0] != revs[1] || top != revs[0] {
+		t.Fatalf("revisions %v, ~rev %d: want one", revs, top)
+	}
+	if rev, _ := storedRev(t, c, store, target); rev != revs[0] {
+		t.Fatalf("the field holds revision %d, want %d", rev, revs[0])
+	}
+	if n, err := c.LLen(ctx, store.log).Result(); err != nil || n != 1 {
+		t.Fatalf("%d history entries (%v), want 1", n, err)
+	}
+	// Another request writes again.
+	if rev, err := store.writeOnce(ctx, "req2", o, ev, "set "+target.String()); err != nil || rev <= revs[0] {
+		t.Fatalf("another request: revision %d (%v), want above %d", rev, err, revs[0])
+	}
+}
