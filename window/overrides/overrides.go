@@ -266,8 +266,7 @@ func (o *Override) Horizon() time.Time { return o.Set.Add(MaxDuration + ClockSla
 // overrides at now (the fleet's clock), whoever wrote it: the bounds that
 // Check holds without the rule's file (a limit above the file's is refused
 // where it applies, by Apply), and a revision no higher than MaxRev(now).
-// reason is one of the Skip constants, "" when
-// o may apply.
+// reason is one of the Skip constants, "" when o may apply.
 func (o *Override) Verify(now time.Time) (reason string, err error) {
 	if err := checkName("domain", o.Domain, true); err != nil {
 		return SkipMalformed, err
