@@ -51,7 +51,7 @@ func newFleetOverrides(cc redisstore.ClientConfig, c *Options, log *slog.Logger)
 		}, []string{"domain", "rule"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_override_skipped_total",
-			Help: "Overrides in Redis this sidecar does not apply because they break an override's bounds, by reason (malformed, mode, duration, end, limit, raise, bound); each stored value counts once.",
+			Help: "Overrides in Redis this sidecar does not apply because they break an override's bounds, by reason (malformed, mode, duration, end, limit, raise, bound, revision); each stored value counts once.",
 		}, []string{"reason"}),
 		labels: ruleLabels{seen: make(map[overrides.Target]struct{})},
 	}
@@ -103,7 +103,7 @@ func (f *fleetOverrides) collectors() []prometheus.Collector {
 func skipReason(r string) string {
 	switch r {
 	case overrides.SkipMalformed, overrides.SkipMode, overrides.SkipDuration, overrides.SkipEnd, overrides.SkipLimit,
-		overrides.SkipRaise, overrides.SkipBound:
+		overrides.SkipRaise, overrides.SkipBound, overrides.SkipRevision:
 		return r
 	}
 	return "other"

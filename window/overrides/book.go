@@ -197,12 +197,15 @@ func (b *Book) replaceLocked(list []*Override) (set, gone, over []*Override) {
 // each rule's entry in Redis, whether stored holds it or it was skipped
 // (nil: stored's). Each entry the Book holds within its Horizon that
 // outranks Redis's for its rule (a higher Rev than held), or that Redis
-// lacks when lost (Redis lost its list since the last reconcile:
-// restarted empty, flushed), is kept and returned as restore, to be
-// written back; elsewhere stored wins, and a rule Redis lacks while not
-// lost was cleared. So a sidecar that saw a clear or a newer set prevails
-// over one that missed it, whichever writes back first. set, gone and
-// over are Replace's.
+// lacks, is kept and returned as restore, to be written back; elsewhere
+// stored wins. Redis lacks an entry when it lost its list (lost: restarted
+// empty, flushed, since the last reconcile), when it failed over to a
+// replica that missed the rule's first set, or when the operator's List
+// pruned it past its Horizon: so one Redis lacks while not lost is written
+// back only until ClockSlack before its Horizon. A rule's entry leaves the
+// fleet by a clear's tombstone, never by its field's absence. So a sidecar
+// that saw a clear or a newer set prevails over one that missed it,
+// whichever writes back first. set, gone and over are Replace's.
 func (b *Book) Reconcile(stored []*Override, held map[Target]int64, lost bool) (restore, set, gone, over []*Override) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -215,7 +218,7 @@ func (b *Book) Reconcile(stored []*Override, held map[Target]int64, lost bool) (
 	now := b.Now()
 	for t, o := range *b.cur.Load() {
 		rev, ok := held[t]
-		if now.Before(o.Horizon()) && (ok && rev < o.Rev || !ok && lost) {
+		if now.Before(o.Horizon()) && (ok && rev < o.Rev || !ok && (lost || now.Before(o.Horizon().Add(-ClockSlack)))) {
 			restore = append(restore, o)
 		}
 	}

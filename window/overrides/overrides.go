@@ -52,6 +52,8 @@ const (
 	SkipRaise = "raise"
 	// SkipBound: beyond MaxInForce overrides in force.
 	SkipBound = "bound"
+	// SkipRevision: a revision above [MaxRev], which no writer gave.
+	SkipRevision = "revision"
 )
 
 // ErrRaise is wrapped by [Override.Check]'s error for an override that
@@ -249,6 +251,12 @@ func Raises(l, file window.Limit) bool {
 // ended.
 func (o *Override) InForce(now time.Time) bool { return !o.Cleared && now.Before(o.Until) }
 
+// MaxRev is the highest revision a writer can have given by now (Redis's
+// clock): Redis's time in ms plus ClockSlack. A revision above it is none:
+// Verify skips its entry, and it neither outranks nor raises a later
+// revision (see redisstore).
+func MaxRev(now time.Time) int64 { return now.UnixMilli() + ClockSlack.Milliseconds() }
+
 // Horizon is until when o (an override, ended or not, or a clear) outranks
 // an older entry of its rule: every override set before o has ended by
 // then.
@@ -257,8 +265,8 @@ func (o *Override) Horizon() time.Time { return o.Set.Add(MaxDuration + ClockSla
 // Verify reports why a sidecar must not apply o, read from the fleet's
 // overrides at now (the fleet's clock), whoever wrote it: the bounds that
 // Check holds without the rule's file (a limit above the file's is refused
-// where it applies, by Apply). reason is one of the Skip constants, "" when
-// o may apply.
+// where it applies, by Apply), and a revision no higher than MaxRev(now).
+// reason is one of the Skip constants, "" when o may apply.
 func (o *Override) Verify(now time.Time) (reason string, err error) {
 	if err := checkName("domain", o.Domain, true); err != nil {
 		return SkipMalformed, err
@@ -268,6 +276,9 @@ func (o *Override) Verify(now time.Time) (reason string, err error) {
 	}
 	if len(o.By) > MaxBy || len(o.Reason) > MaxReason {
 		return SkipMalformed, fmt.Errorf("by is at most %d bytes and reason %d", MaxBy, MaxReason)
+	}
+	if o.Rev > MaxRev(now) {
+		return SkipRevision, fmt.Errorf("revision %d: above Redis's time in ms plus %s", o.Rev, ClockSlack)
 	}
 	if o.Set.Sub(now) > ClockSlack {
 		return SkipEnd, fmt.Errorf("set at %s: in the future", o.Set.UTC().Format(time.RFC3339))

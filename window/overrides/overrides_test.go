@@ -123,9 +123,14 @@ func TestBook(t *testing.T) {
 	if len(restore) != 1 || restore[0] != a || len(set) != 0 || len(gone) != 0 || b.Lookup("shop", "a") != a {
 		t.Fatalf("Reconcile lost: restore %v, set %v, gone %v", restore, set, gone)
 	}
-	// Not lost: the list is the truth.
-	if restore, _, gone, _ := b.Reconcile(nil, nil, false); len(restore) != 0 || len(gone) != 1 || b.Lookup("shop", "a") != nil {
+	// Not lost, Redis lacks it (a failover to a replica that missed the
+	// set): kept and written back too, well inside its horizon.
+	if restore, _, gone, _ := b.Reconcile(nil, nil, false); len(restore) != 1 || restore[0] != a || len(gone) != 0 || b.Lookup("shop", "a") != a {
 		t.Fatalf("Reconcile: restore %v, gone %v", restore, gone)
+	}
+	// Redis's entry outranks it: the list is the truth.
+	if restore, _, gone, _ := b.Reconcile(nil, map[Target]int64{a.Target: 1}, false); len(restore) != 0 || len(gone) != 1 || b.Lookup("shop", "a") != nil {
+		t.Fatalf("Reconcile under a newer entry: restore %v, gone %v", restore, gone)
 	}
 	// An override ends by itself, the list unread.
 	b.Replace([]*Override{a})
@@ -136,6 +141,35 @@ func TestBook(t *testing.T) {
 	// Ended ones are neither set nor gone.
 	if set, gone, _ := b.Replace(nil); len(set) != 0 || len(gone) != 0 {
 		t.Fatalf("ended: set %v, gone %v", set, gone)
+	}
+	// Within ClockSlack of its horizon, one Redis lacks (List pruned it)
+	// is written back only if Redis lost its list.
+	b.Replace([]*Override{a})
+	clock.Advance(a.Horizon().Add(-ClockSlack / 2).Sub(clock.Now()))
+	if restore, _, _, _ := b.Reconcile([]*Override{a}, nil, false); len(restore) != 0 {
+		t.Fatalf("near its horizon, held: restore %v", restore)
+	}
+	if restore, _, _, _ := b.Reconcile(nil, nil, true); len(restore) != 1 {
+		t.Fatalf("near its horizon, lost: restore %v", restore)
+	}
+	if restore, _, _, _ := b.Reconcile(nil, nil, false); len(restore) != 0 {
+		t.Fatalf("near its horizon, pruned: restore %v", restore)
+	}
+}
+
+// TestVerifyRevision: a revision above MaxRev (Redis's now in ms plus
+// ClockSlack) is skipped; one at it is not.
+func TestVerifyRevision(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	o := &Override{Target: Target{"shop", "coupon"}, Mode: ModeLimit, Requests: 1, Set: now, Until: now.Add(time.Hour)}
+	for _, tc := range []struct {
+		rev  int64
+		want string
+	}{{0, ""}, {now.UnixMilli(), ""}, {MaxRev(now), ""}, {MaxRev(now) + 1, SkipRevision}, {9_000_000_000_000_000, SkipRevision}} {
+		o.Rev = tc.rev
+		if got, err := o.Verify(now); got != tc.want {
+			t.Errorf("rev %d: Verify = %q (%v), want %q", tc.rev, got, err, tc.want)
+		}
 	}
 }
 

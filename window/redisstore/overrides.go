@@ -24,15 +24,24 @@ package redisstore
 //	<prefix>:overrides:{all}:log   the audit history, a list of events as
 //	                               JSON, newest first, trimmed to
 //	                               overrides.MaxHistory
+//	<prefix>:overrides:{all}:req:<id>  a set's or clear's revision, for
+//	                               requestTTL: <id> is the request's,
+//	                               random, so that a retry of the script
+//	                               (a reply lost) writes nothing twice
 //	channel <prefix>:overrides     "set <domain>/<rule>", "clear …",
 //	                               "restore <n>": a sidecar reads the hash
 //	                               whole on each.
 //
 // Revisions and times are Redis's: a set or clear is stamped by one
 // script, on the clock of the node that holds the hash, with a revision
-// max(~rev+1, Redis's time in ms), so that a set after Redis lost the hash
-// still outranks what the sidecars write back. The sidecars read Redis's
-// TIME with the hash and end overrides on that clock.
+// max(~rev+1, Redis's time in ms, the field's revision+1), so that a set
+// after Redis lost the hash still outranks what the sidecars write back,
+// and a set or clear outranks whatever its field holds. A revision above
+// overrides.MaxRev (Redis's time in ms plus the clock slack) no writer
+// gave: the scripts count it as none (it neither outranks an entry
+// written back nor raises the next revision) and Verify skips its entry.
+// The sidecars read Redis's TIME with the hash and end overrides on that
+// clock.
 
 import (
 	"context"
@@ -45,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -72,15 +82,48 @@ end
 return {redis.call('TIME'), redis.call('HGETALL', KEYS[1])}
 `
 
-// overrideSetLua writes the entry ARGV[2] (a JSON object without "rev")
-// in field ARGV[1] of KEYS[1] with the next revision, creates the epoch
-// ARGV[4], adds the event ARGV[3] to the history KEYS[2] (trimmed to
-// ARGV[5]) and publishes ARGV[7] on ARGV[6]. It returns the revision.
-const overrideSetLua = `
+// overrideRevLua defines, for the scripts that write entries, bound (the
+// highest revision a writer can have given by now: Redis's time in ms plus
+// ARGV[slack], overrides.MaxRev), now (Redis's time in ms), top (the
+// hash's "~rev", 0 if above bound) and fieldRev(f): the revision of field
+// f's entry, nil for no field, 0 for none readable or one above bound (no
+// writer gave it: it outranks nothing).
+const overrideRevLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local bound = now + tonumber(ARGV[slack])
 local top = tonumber(redis.call('HGET', KEYS[1], '` + revField + `') or '0') or 0
-local rev = string.format('%d', math.max(top + 1, now))
+if top > bound then
+  top = 0
+end
+local function fieldRev(f)
+  local cur = redis.call('HGET', KEYS[1], f)
+  if not cur then
+    return nil
+  end
+  local ok, d = pcall(cjson.decode, cur)
+  if ok and type(d) == 'table' and type(d.rev) == 'number' and d.rev <= bound then
+    return d.rev
+  end
+  return 0
+end
+`
+
+// overrideSetLua writes the entry ARGV[2] (a JSON object without "rev")
+// in field ARGV[1] of KEYS[1] with the next revision, max(~rev + 1, now,
+// the field's + 1), creates the epoch ARGV[4], adds the event ARGV[3] to
+// the history KEYS[2] (trimmed to ARGV[5]) and publishes ARGV[7] on
+// ARGV[6]; ARGV[8] is the clock slack in ms. It returns the revision, and
+// keeps it in the request's key KEYS[3] for ARGV[9] ms: while that key
+// lives, the script (retried) returns its revision and writes nothing.
+const overrideSetLua = `
+local done = redis.call('GET', KEYS[3])
+if done then
+  return done
+end
+local slack = 8` + overrideRevLua + `
+local rev = string.format('%d', math.max(top + 1, now, (fieldRev(ARGV[1]) or 0) + 1))
+redis.call('SET', KEYS[3], rev, 'PX', ARGV[9])
 redis.call('HSET', KEYS[1], '` + revField + `', rev)
 redis.call('HSETNX', KEYS[1], '` + epochField + `', ARGV[4])
 redis.call('HSET', KEYS[1], ARGV[1], '{"rev":' .. rev .. ',' .. string.sub(ARGV[2], 2))
@@ -91,26 +134,17 @@ return rev
 `
 
 // overrideMergeLua writes back entries into KEYS[1], the highest revision
-// winning: ARGV[3..] are triples (field, revision, entry), each written
+// winning: ARGV[4..] are triples (field, revision, entry), each written
 // unless the field holds an entry of a revision as high; "~rev" becomes at
-// least the highest written. It creates the epoch ARGV[1], publishes
-// "restore <n>" on ARGV[2] if n > 0 and returns n, the entries written.
-const overrideMergeLua = `
+// least the highest written. ARGV[3] is the clock slack in ms. It creates
+// the epoch ARGV[1], publishes "restore <n>" on ARGV[2] if n > 0 and
+// returns n, the entries written.
+const overrideMergeLua = `local slack = 3` + overrideRevLua + `
 redis.call('HSETNX', KEYS[1], '` + epochField + `', ARGV[1])
-local top = tonumber(redis.call('HGET', KEYS[1], '` + revField + `') or '0') or 0
 local n = 0
-for i = 3, #ARGV, 3 do
+for i = 4, #ARGV, 3 do
   local rev = tonumber(ARGV[i + 1])
-  local cur = redis.call('HGET', KEYS[1], ARGV[i])
-  local have = -1
-  if cur then
-    local ok, d = pcall(cjson.decode, cur)
-    have = 0
-    if ok and type(d) == 'table' and type(d.rev) == 'number' then
-      have = d.rev
-    end
-  end
-  if rev > have then
+  if rev > (fieldRev(ARGV[i]) or -1) then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 2])
     n = n + 1
   end
@@ -166,13 +200,20 @@ func (s *Overrides) Channel() string { return s.channel }
 
 func field(t overrides.Target) string { return t.Domain + "\x00" + t.Rule }
 
-func newEpoch() (string, error) {
+func newEpoch() (string, error) { return randomHex("an epoch") }
+
+// randomHex returns 8 random bytes in hex; what names them in the error.
+func randomHex(what string) (string, error) {
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
-		return "", fmt.Errorf("draw an epoch: %w", err)
+		return "", fmt.Errorf("draw %s: %w", what, err)
 	}
 	return hex.EncodeToString(rnd[:]), nil
 }
+
+// requestTTL is how long Redis keeps a set's or clear's request id: longer
+// than any retry of its script.
+const requestTTL = 5 * time.Minute
 
 // redisTime converts a TIME reply to a time, to the millisecond.
 func redisTime(v any) (time.Time, error) {
@@ -221,8 +262,19 @@ func (s *Overrides) Set(ctx context.Context, o *overrides.Override) error {
 }
 
 // write stamps entry with the next revision in its rule's field and
-// records ev; it returns the revision.
+// records ev, once however often the client retries; it returns the
+// revision.
 func (s *Overrides) write(ctx context.Context, entry *overrides.Override, ev overrides.Event, msg string) (int64, error) {
+	req, err := randomHex("a request id")
+	if err != nil {
+		return 0, err
+	}
+	return s.writeOnce(ctx, req, entry, ev, msg)
+}
+
+// writeOnce is write as the request req: a second call with the same req
+// (within requestTTL) writes nothing and returns the first's revision.
+func (s *Overrides) writeOnce(ctx context.Context, req string, entry *overrides.Override, ev overrides.Event, msg string) (int64, error) {
 	v, err := json.Marshal(entry)
 	if err != nil {
 		return 0, err
@@ -235,7 +287,8 @@ func (s *Overrides) write(ctx context.Context, entry *overrides.Override, ev ove
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.set.Run(ctx, s.client, []string{s.hash, s.log}, field(entry.Target), v, evj, epoch, overrides.MaxHistory, s.channel, msg).Text()
+	rev, err := s.set.Run(ctx, s.client, []string{s.hash, s.log, s.hash + ":req:" + req}, field(entry.Target), v, evj, epoch, overrides.MaxHistory,
+		s.channel, msg, overrides.ClockSlack.Milliseconds(), requestTTL.Milliseconds()).Text()
 	if err != nil {
 		return 0, err
 	}
@@ -376,7 +429,10 @@ func parse(m map[string]string, now time.Time) parsed {
 			var rev struct {
 				Rev int64 `json:"rev"`
 			}
-			_ = json.Unmarshal([]byte(v), &rev) // unreadable: 0, as the merge script has it
+			// Unreadable or above overrides.MaxRev: 0, as the scripts have it.
+			if json.Unmarshal([]byte(v), &rev) != nil || rev.Rev > overrides.MaxRev(now) {
+				rev.Rev = 0
+			}
 			r.held[overrides.Target{Domain: d, Rule: rule}] = rev.Rev
 		}
 		o, reason, err := decode(v)
@@ -414,15 +470,46 @@ func describeField(f string) string {
 
 // decode reads an entry; reason is overrides.SkipMode for a mode unknown
 // to this sidecar, overrides.SkipMalformed for anything else unreadable.
+// err's text is cut short (see cutError).
 func decode(v string) (o *overrides.Override, reason string, err error) {
 	o = new(overrides.Override)
 	if err := json.Unmarshal([]byte(v), o); err != nil {
 		if errors.Is(err, overrides.ErrMode) {
-			return nil, overrides.SkipMode, fmt.Errorf("a stored override: %w", err)
+			return nil, overrides.SkipMode, &cutError{text: cut("a stored override: " + err.Error()), kind: overrides.ErrMode}
 		}
-		return nil, overrides.SkipMalformed, fmt.Errorf("a stored override is not one: %w", err)
+		return nil, overrides.SkipMalformed, &cutError{text: cut("a stored override is not one: " + err.Error())}
 	}
 	return o, "", nil
+}
+
+// cutError is an error about a value read from Redis: its text (which the
+// decoder's error may quote whole) is cut short and printable, so that it
+// reaches no log unbounded; it wraps kind, if any, not the decoder's error.
+type cutError struct {
+	text string
+	kind error
+}
+
+func (e *cutError) Error() string { return e.text }
+func (e *cutError) Unwrap() error { return e.kind }
+
+// cut returns s cut to 200 bytes (on a rune's start), its control
+// characters and invalid UTF-8 replaced by '?'.
+func cut(s string) string {
+	const most = 200
+	if len(s) > most {
+		n := most
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "..."
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // History returns the last n sets and clears (at most
@@ -448,8 +535,8 @@ func (s *Overrides) History(ctx context.Context, n int) ([]overrides.Event, erro
 // restore writes back entries that Redis lost or holds older (the highest
 // revision wins, atomically), and nudges the sidecars.
 func (s *Overrides) restore(ctx context.Context, epoch string, lost []*overrides.Override) error {
-	args := make([]any, 0, 2+3*len(lost))
-	args = append(args, epoch, s.channel)
+	args := make([]any, 0, 3+3*len(lost))
+	args = append(args, epoch, s.channel, overrides.ClockSlack.Milliseconds())
 	for _, o := range lost {
 		v, err := json.Marshal(o)
 		if err != nil {

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -39,7 +41,13 @@ type ovSidecar struct {
 
 func newOvSidecar(t *testing.T, store *Overrides, now func() time.Time) *ovSidecar {
 	t.Helper()
-	s := &ovSidecar{t: t, book: overrides.NewBook(now)}
+	return newOvSidecarOf(t, store, overrides.NewBook(now))
+}
+
+// newOvSidecarOf is newOvSidecar on book (its OnSkip set, say).
+func newOvSidecarOf(t *testing.T, store *Overrides, book *overrides.Book) *ovSidecar {
+	t.Helper()
+	s := &ovSidecar{t: t, book: book}
 	f, err := store.NewFollower(s.book, FollowerOptions{Resync: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -375,5 +383,201 @@ func TestOverridesEndOnRedisClock(t *testing.T) {
 	set(3, 2*time.Second)
 	for _, s := range sidecars {
 		until(t, "the short override ended on every clock", func() bool { return s.requests(target) == 0 })
+	}
+}
+
+// TestOverridesMissedSetWrittenBack: a failover to a replica that holds
+// the hash and its epoch but missed the first set of a rule (no field for
+// it) is met by a write-back of the set, not by the fleet dropping it.
+func TestOverridesMissedSetWrittenBack(t *testing.T) {
+	t.Parallel()
+	_, c, store := startOverrides(t)
+	ctx := context.Background()
+	old := overrides.Target{Domain: "shop", Rule: "old"}
+	missed := overrides.Target{Domain: "shop", Rule: "coupon"}
+	a, b := newOvSidecar(t, store, nil), newOvSidecar(t, store, nil)
+	now := time.Now()
+	for _, tg := range []overrides.Target{old, missed} {
+		if err := store.Set(ctx, &overrides.Override{Target: tg, Mode: overrides.ModeLimit, Requests: 5, Set: now, Until: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until(t, "the overrides learnt", func() bool { return a.requests(missed) == 5 && b.requests(missed) == 5 })
+	// The replica promoted has the epoch and the older rule, not the newest set.
+	if err := c.HDel(ctx, store.hash, field(missed)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, store.Channel(), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the missed set written back", func() bool {
+		got, err := store.Get(ctx, missed)
+		return err == nil && got != nil && got.Requests == 5
+	})
+	if a.requests(missed) != 5 || b.requests(missed) != 5 {
+		t.Fatalf("the sidecars apply %d and %d, want 5", a.requests(missed), b.requests(missed))
+	}
+}
+
+// handEntry returns an override of target written by hand with revision
+// rev, set at now for an hour.
+func handEntry(target overrides.Target, rev int64, requests int, now time.Time) string {
+	return fmt.Sprintf(`{"rev":%d,"domain":%q,"rule":%q,"mode":"limit","requests":%d,"set":%q,"until":%q}`, rev, target.Domain, target.Rule,
+		requests, now.UTC().Format(time.RFC3339Nano), now.Add(time.Hour).UTC().Format(time.RFC3339Nano))
+}
+
+// storedRev returns the revision of target's entry in the hash.
+func storedRev(t *testing.T, c redis.UniversalClient, store *Overrides, target overrides.Target) (rev int64, cleared bool) {
+	t.Helper()
+	v, err := c.HGet(context.Background(), store.hash, field(target)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		Rev     int64 `json:"rev"`
+		Cleared bool  `json:"cleared"`
+	}
+	if err := json.Unmarshal([]byte(v), &e); err != nil {
+		t.Fatal(err)
+	}
+	return e.Rev, e.Cleared
+}
+
+// TestOverridesClearOutranksField: a clear outranks the entry its rule's
+// field holds, even one whose revision is above the hash's "~rev" (written
+// by hand a little ahead of Redis's clock): the sidecars that applied it
+// drop it and do not write it back over the clear.
+func TestOverridesClearOutranksField(t *testing.T) {
+	t.Parallel()
+	_, c, store := startOverrides(t)
+	ctx := context.Background()
+	target := overrides.Target{Domain: "shop", Rule: "coupon"}
+	a := newOvSidecar(t, store, nil)
+	now, err := store.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := now.UnixMilli() + (overrides.ClockSlack - 10*time.Second).Milliseconds()
+	if err := c.HSet(ctx, store.hash, field(target), handEntry(target, ahead, 7, now)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, store.Channel(), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the entry applied", func() bool { return a.requests(target) == 7 })
+	clearTarget(t, store, target)
+	if rev, cleared := storedRev(t, c, store, target); !cleared || rev <= ahead {
+		t.Fatalf("after the clear the field holds revision %d (cleared %v), want a tombstone above %d", rev, cleared, ahead)
+	}
+	until(t, "the clear learnt", func() bool { return a.requests(target) == 0 })
+}
+
+// TestOverridesRevisionAboveNowSkipped: an entry whose revision is above
+// Redis's now plus the clock slack (no writer gave it) is skipped, and
+// neither it nor such a "~rev" holds back a later set or clear.
+func TestOverridesRevisionAboveNowSkipped(t *testing.T) {
+	t.Parallel()
+	_, c, store := startOverrides(t)
+	ctx := context.Background()
+	target := overrides.Target{Domain: "shop", Rule: "coupon"}
+	book := overrides.NewBook(nil)
+	var got skips
+	book.OnSkip(got.add)
+	a := newOvSidecarOf(t, store, book)
+	now, err := store.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const huge = 9_000_000_000_000_000
+	if err := c.HSet(ctx, store.hash, field(target), handEntry(target, huge, 7, now), revField, huge).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, store.Channel(), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the entry skipped", func() bool { return got.reasons()[overrides.SkipRevision] == 1 })
+	if a.requests(target) != 0 {
+		t.Fatal("an entry of a revision above Redis's now applied")
+	}
+	o := &overrides.Override{Target: target, Mode: overrides.ModeLimit, Requests: 3, Set: now, Until: now.Add(time.Hour)}
+	if err := store.Set(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Rev >= huge || o.Rev < now.UnixMilli() {
+		t.Fatalf("a set after the entry got revision %d, want Redis's now in ms", o.Rev)
+	}
+	until(t, "the set learnt", func() bool { return a.requests(target) == 3 })
+	clearTarget(t, store, target)
+	until(t, "the clear learnt", func() bool { return a.requests(target) == 0 })
+	if rev, cleared := storedRev(t, c, store, target); !cleared || rev <= o.Rev || rev >= huge {
+		t.Fatalf("after the clear the field holds revision %d (cleared %v), want a tombstone above %d", rev, cleared, o.Rev)
+	}
+}
+
+// TestOverridesSkipErrBounded: the error of an entry that does not parse
+// is cut short where it is made, however long the value (a JSON error
+// quotes it).
+func TestOverridesSkipErrBounded(t *testing.T) {
+	t.Parallel()
+	target := overrides.Target{Domain: "d", Rule: "r"}
+	now := time.Now()
+	long := strings.Repeat("A", 1<<20)
+	for name, v := range map[string]string{
+		"set":  `{"rev":1,"domain":"d","rule":"r","mode":"limit","requests":1,"set":"` + long + `","until":"x"}`,
+		"mode": `{"rev":1,"domain":"d","rule":"r","mode":"` + long + `","requests":1}`,
+		"ctl":  `{"rev":1,"domain":"d","rule":"r","mode":"limit","requests":1,"set":"\u0007` + long + `"}`,
+	} {
+		r := parse(map[string]string{field(target): v}, now)
+		if len(r.skipped) != 1 {
+			t.Fatalf("%s: %d skipped, want 1", name, len(r.skipped))
+		}
+		err := r.skipped[0].skip.Err
+		if n := len(err.Error()); n > 300 || strings.ContainsAny(err.Error(), "\x00\x07") {
+			t.Errorf("%s: the skip's error is %d bytes: %.120q", name, n, err)
+		}
+		if name == "mode" && !errors.Is(err, overrides.ErrMode) {
+			t.Errorf("mode: %v does not wrap ErrMode", err)
+		}
+	}
+}
+
+// TestOverridesWriteRetried: a set or clear whose script runs again (the
+// client retried after a lost reply) writes once: one revision, one
+// history entry, one message.
+func TestOverridesWriteRetried(t *testing.T) {
+	t.Parallel()
+	_, c, store := startOverrides(t)
+	ctx := context.Background()
+	target := overrides.Target{Domain: "shop", Rule: "coupon"}
+	now, err := store.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &overrides.Override{Target: target, Mode: overrides.ModeLimit, Requests: 3, Set: now, Until: now.Add(time.Hour)}
+	ev := overrides.Event{Op: "set", At: now, Override: o}
+	var revs []int64
+	for range 2 {
+		rev, err := store.writeOnce(ctx, "req1", o, ev, "set "+target.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, rev)
+	}
+	top, err := c.HGet(ctx, store.hash, revField).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if revs[0] != revs[1] || top != revs[0] {
+		t.Fatalf("revisions %v, ~rev %d: want one", revs, top)
+	}
+	if rev, _ := storedRev(t, c, store, target); rev != revs[0] {
+		t.Fatalf("the field holds revision %d, want %d", rev, revs[0])
+	}
+	if n, err := c.LLen(ctx, store.log).Result(); err != nil || n != 1 {
+		t.Fatalf("%d history entries (%v), want 1", n, err)
+	}
+	// Another request writes again.
+	if rev, err := store.writeOnce(ctx, "req2", o, ev, "set "+target.String()); err != nil || rev <= revs[0] {
+		t.Fatalf("another request: revision %d (%v), want above %d", rev, err, revs[0])
 	}
 }

@@ -43,10 +43,10 @@ type FollowerOptions struct {
 // [Follower.Synced] is closed after the first read. At each read it
 // writes back the entries (overrides and clears' tombstones) its Book
 // holds that outrank Redis's for their rule (a failover to a replica that
-// missed the newest), and, when the hash's epoch tells it Redis lost the
-// overrides (a restart without persistence, a flush), the ones Redis
-// lacks: one merge script, the highest revision winning
-// (overrides.Book.Reconcile). While Redis is down the Book keeps its
+// missed the newest), and the ones Redis lacks (a failover to a replica
+// that missed a rule's first set; or, when the hash's epoch tells it Redis
+// lost the overrides, a restart without persistence, a flush): one merge
+// script, the highest revision winning (overrides.Book.Reconcile). While Redis is down the Book keeps its
 // overrides, each until its end.
 //
 // Each read also takes Redis's TIME, on the node that holds the hash: the
