@@ -207,7 +207,8 @@ func TestHostileInput(t *testing.T) {
 		switch {
 		case k == fleet:
 		case k == bans.Channel(): // the index of bans in force, named as its channel
-		case k == prefix+":overrides:{all}", k == prefix+":overrides:{all}:log": // the fleet's overrides
+		case k == prefix+":overrides:{all}", k == prefix+":overrides:{all}:log", // the fleet's overrides
+			strings.HasPrefix(k, prefix+":overrides:{all}:req:"): // and a set's retry guard (a random id)
 		case len(lk) > window.MaxKeyLen:
 			t.Errorf("key of %d bytes, over window.MaxKeyLen %d: %.100q", len(k), window.MaxKeyLen, k)
 		case !strings.HasPrefix(k, prefix+":{"):
