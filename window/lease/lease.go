@@ -98,6 +98,9 @@ type retired struct {
 type Stats struct {
 	// Leases: reservations that granted at least one slot.
 	Leases uint64
+	// Refusals: reservations that granted nothing (the window had no room
+	// for the least worth a grant).
+	Refusals uint64
 	// Reserved: slots granted.
 	Reserved uint64
 	// Returned: slots given back unused (that the window still held).
@@ -109,8 +112,8 @@ type Stats struct {
 }
 
 type statCounters struct {
-	leases, reserved, returned, admitted atomic.Uint64
-	held                                 atomic.Int64
+	leases, refusals, reserved, returned, admitted atomic.Uint64
+	held                                           atomic.Int64
 }
 
 // keyState is one key's lease.
@@ -187,7 +190,7 @@ func (h *Holder) states() []*keyState {
 // Stats returns the counts so far.
 func (h *Holder) Stats() Stats {
 	return Stats{
-		Leases: h.stats.leases.Load(), Reserved: h.stats.reserved.Load(),
+		Leases: h.stats.leases.Load(), Refusals: h.stats.refusals.Load(), Reserved: h.stats.reserved.Load(),
 		Returned: h.stats.returned.Load(), Admitted: h.stats.admitted.Load(), Held: int(h.stats.held.Load()),
 	}
 }
@@ -563,7 +566,11 @@ func (h *Holder) reserve(ctx context.Context, ks *keyState, hit *window.Hit, dur
 	}
 	h.stats.returned.Add(uint64(g.Returned))
 	if g.Slots == 0 {
-		ks.full = sent.Add(g.RetryAfter)
+		// From the reply, not the send: the retry then reaches Redis no
+		// earlier than the room it was told of (an early one would be
+		// refused again and queued behind every other caller).
+		h.stats.refusals.Add(1)
+		ks.full = h.now().Add(g.RetryAfter)
 		return nil
 	}
 	h.stats.leases.Add(1)
