@@ -597,11 +597,14 @@ func (h *Holder) closeLocked(l *held) {
 		l.timer.Stop()
 	}
 	if l.granted-l.used <= 0 && h.now().Sub(l.start) < l.dur {
-		// Spent before its end: ask for twice as much.
-		l.ks.want = 2 * l.granted
+		// Spent before its end: ask for half as much again. (Doubling
+		// overshoots a sidecar that a lease's length caps: the slots it
+		// cannot use are reserved and returned, a sorted-set entry added
+		// and removed each.)
+		l.ks.want = l.granted + l.granted/2 + 1
 	} else {
 		// Ended with slots left: about what it admitted.
-		l.ks.want = max(l.used+l.used/4+1, 1)
+		l.ks.want = max(l.used+l.used/8+1, 1)
 	}
 }
 
