@@ -83,6 +83,7 @@ type leaseCost struct {
 	calls, cpuMicros  float64 // script calls and Redis CPU µs per admitted check; NaN if not measured
 	leases, fromLease float64 // leases taken, admissions from them (the live sidecars')
 	returned          float64 // slots the live sidecars gave back unused
+	refusals          float64 // the live sidecars' reservations that granted nothing (their metric)
 	reservations      float64 // reserving calls (lease.lua's ZSCORE), granting or not; NaN if not measured
 }
 
@@ -244,10 +245,11 @@ func (s leaseScene) measure(b *testing.B) leaseCost {
 			fig.leases += m.Value("flashgate_leases_total")
 			fig.fromLease += m.Value("flashgate_lease_admissions_total")
 			fig.returned += m.Value("flashgate_lease_slots_returned_total")
+			fig.refusals += m.Value("flashgate_lease_refusals_total")
 		}
 	}
 	if !math.IsNaN(fig.reservations) {
-		b.Logf("%.0f reservations for %.0f leases: %.0f granted nothing", fig.reservations, fig.leases, fig.reservations-fig.leases)
+		b.Logf("%.0f reservations for %.0f leases: %.0f granted nothing (%.0f refusals counted by the sidecars)", fig.reservations, fig.leases, fig.reservations-fig.leases, fig.refusals)
 		b.ReportMetric(fig.reservations/max(fig.leases, 1), "reservations/lease")
 	}
 	bound := cmp.Or(s.bound, s.limit)
