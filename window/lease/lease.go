@@ -566,11 +566,8 @@ func (h *Holder) reserve(ctx context.Context, ks *keyState, hit *window.Hit, dur
 	}
 	h.stats.returned.Add(uint64(g.Returned))
 	if g.Slots == 0 {
-		// From the reply, not the send: the retry then reaches Redis no
-		// earlier than the room it was told of (an early one would be
-		// refused again and queued behind every other caller).
 		h.stats.refusals.Add(1)
-		ks.full = h.now().Add(g.RetryAfter)
+		ks.full = sent.Add(g.RetryAfter)
 		return nil
 	}
 	h.stats.leases.Add(1)
