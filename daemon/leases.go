@@ -15,6 +15,8 @@ func leaseCollectors(h *lease.Holder) []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("flashgate_leases_total", "Leases taken: reservations of a leased rule's admissions that granted at least one slot.",
 			func(s lease.Stats) uint64 { return s.Leases }),
+		counter("flashgate_lease_refusals_total", "Reservations of a leased rule's admissions that granted nothing: the window had no room for the least worth a grant.",
+			func(s lease.Stats) uint64 { return s.Refusals }),
 		counter("flashgate_lease_slots_reserved_total", "Slots reserved in leased rules' windows.",
 			func(s lease.Stats) uint64 { return s.Reserved }),
 		counter("flashgate_lease_slots_returned_total", "Slots of ended leases given back unused.",

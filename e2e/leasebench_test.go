@@ -83,6 +83,8 @@ type leaseCost struct {
 	calls, cpuMicros  float64 // script calls and Redis CPU µs per admitted check; NaN if not measured
 	leases, fromLease float64 // leases taken, admissions from them (the live sidecars')
 	returned          float64 // slots the live sidecars gave back unused
+	refusals          float64 // the live sidecars' reservations that granted nothing (their metric)
+	reservations      float64 // reserving calls (lease.lua's ZSCORE), granting or not; NaN if not measured
 }
 
 // win is the scene's window.
@@ -110,14 +112,25 @@ descriptors:
 `, n, s.win(), lease, perUserLimit, s.win())
 }
 
-// redisCounters reads Redis's script calls (EVALSHA and EVAL) and CPU
-// seconds (user and system) so far.
-func redisCounters(b testing.TB, rc *redis.Client) (calls, cpu float64) {
+// redisCount is what redisStats reads.
+type redisCount struct {
+	// calls counts script calls (EVALSHA and EVAL), cpu Redis's CPU
+	// seconds (user and system).
+	calls, cpu float64
+	// zscores counts ZSCORE commands, scripts' included: lease.lua runs one
+	// per reservation, so on a leased rule alone it counts reservations.
+	zscores float64
+}
+
+// redisStats reads Redis's script calls, CPU seconds and ZSCORE commands
+// so far.
+func redisStats(b testing.TB, rc *redis.Client) redisCount {
 	b.Helper()
 	text, err := rc.Info(bg(), "commandstats", "cpu").Result()
 	if err != nil {
 		b.Fatalf("INFO: %v", err)
 	}
+	var c redisCount
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -126,19 +139,23 @@ func redisCounters(b testing.TB, rc *redis.Client) (calls, cpu float64) {
 			continue
 		}
 		switch name {
-		case "cmdstat_evalsha", "cmdstat_eval":
+		case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_zscore":
 			for kv := range strings.SplitSeq(val, ",") {
 				if n, ok := strings.CutPrefix(kv, "calls="); ok {
 					f, _ := strconv.ParseFloat(n, 64)
-					calls += f
+					if name == "cmdstat_zscore" {
+						c.zscores += f
+					} else {
+						c.calls += f
+					}
 				}
 			}
 		case "used_cpu_sys", "used_cpu_user":
 			f, _ := strconv.ParseFloat(val, 64)
-			cpu += f
+			c.cpu += f
 		}
 	}
-	return calls, cpu
+	return c
 }
 
 // measure runs s once and fails b if a window held more than its bound.
@@ -170,10 +187,11 @@ func (s leaseScene) measure(b *testing.B) leaseCost {
 	// What Redis does with the fleet idle (heartbeats, the bans' and
 	// overrides' rounds) is taken off the load's figures.
 	const idle = 2 * time.Second
-	ic0, iu0 := redisCounters(b, r.rc)
+	i0 := redisStats(b, r.rc)
 	time.Sleep(idle)
-	ic1, iu1 := redisCounters(b, r.rc)
-	idleCalls, idleCPU := (ic1-ic0)/idle.Seconds(), (iu1-iu0)/idle.Seconds()
+	i1 := redisStats(b, r.rc)
+	idleCalls, idleCPU := (i1.calls-i0.calls)/idle.Seconds(), (i1.cpu-i0.cpu)/idle.Seconds()
+	idleZscores := (i1.zscores - i0.zscores) / idle.Seconds()
 
 	users := &userClaims{users: s.users} // the seed's shape, if s.users > 0
 	stop := make(chan struct{})
@@ -187,7 +205,7 @@ func (s leaseScene) measure(b *testing.B) leaseCost {
 		}
 		return p.Check(claim(""))
 	}}
-	c0, u0 := redisCounters(b, r.rc)
+	s0 := redisStats(b, r.rc)
 	began := time.Now()
 	r.load.add(r.procs...)
 	var after func([]answer)
@@ -201,10 +219,11 @@ func (s leaseScene) measure(b *testing.B) leaseCost {
 	close(stop)
 	r.load.wg.Wait()
 	took := time.Since(began)
-	c1, u1 := redisCounters(b, r.rc)
+	s1 := redisStats(b, r.rc)
+	c0, u0, c1, u1 := s0.calls, s0.cpu, s1.calls, s1.cpu
 
 	all := r.load.adm.snapshot()
-	fig := leaseCost{admitted: len(all), denied: r.load.nDenied.Load(), failed: r.load.nFailed.Load(), calls: math.NaN(), cpuMicros: math.NaN()}
+	fig := leaseCost{admitted: len(all), denied: r.load.nDenied.Load(), failed: r.load.nFailed.Load(), calls: math.NaN(), cpuMicros: math.NaN(), reservations: math.NaN()}
 	steady := 0
 	for _, a := range all {
 		if a.Sent.After(began.Add(s.win())) {
@@ -216,6 +235,9 @@ func (s leaseScene) measure(b *testing.B) leaseCost {
 	if !r.restarted && fig.admitted > 0 {
 		fig.calls = (c1 - c0 - idleCalls*took.Seconds()) / float64(fig.admitted)
 		fig.cpuMicros = (u1 - u0 - idleCPU*took.Seconds()) * 1e6 / float64(fig.admitted)
+		if s.lease > 0 && s.users == 0 {
+			fig.reservations = s1.zscores - s0.zscores - idleZscores*took.Seconds()
+		}
 	}
 	for _, p := range r.procs {
 		if !p.Exited() {
@@ -223,7 +245,12 @@ func (s leaseScene) measure(b *testing.B) leaseCost {
 			fig.leases += m.Value("flashgate_leases_total")
 			fig.fromLease += m.Value("flashgate_lease_admissions_total")
 			fig.returned += m.Value("flashgate_lease_slots_returned_total")
+			fig.refusals += m.Value("flashgate_lease_refusals_total")
 		}
+	}
+	if !math.IsNaN(fig.reservations) {
+		b.Logf("%.0f reservations for %.0f leases: %.0f granted nothing (%.0f refusals counted by the sidecars)", fig.reservations, fig.leases, fig.reservations-fig.leases, fig.refusals)
+		b.ReportMetric(fig.reservations/max(fig.leases, 1), "reservations/lease")
 	}
 	bound := cmp.Or(s.bound, s.limit)
 	var span []answer

@@ -99,6 +99,9 @@ type retired struct {
 type Stats struct {
 	// Leases: reservations that granted at least one slot.
 	Leases uint64
+	// Refusals: reservations that granted nothing (the window had no room
+	// for the least worth a grant).
+	Refusals uint64
 	// Reserved: slots granted.
 	Reserved uint64
 	// Returned: slots given back unused (that the window still held).
@@ -110,8 +113,8 @@ type Stats struct {
 }
 
 type statCounters struct {
-	leases, reserved, returned, admitted atomic.Uint64
-	held                                 atomic.Int64
+	leases, refusals, reserved, returned, admitted atomic.Uint64
+	held                                           atomic.Int64
 }
 
 // keyState is one key's lease.
@@ -188,7 +191,7 @@ func (h *Holder) states() []*keyState {
 // Stats returns the counts so far.
 func (h *Holder) Stats() Stats {
 	return Stats{
-		Leases: h.stats.leases.Load(), Reserved: h.stats.reserved.Load(),
+		Leases: h.stats.leases.Load(), Refusals: h.stats.refusals.Load(), Reserved: h.stats.reserved.Load(),
 		Returned: h.stats.returned.Load(), Admitted: h.stats.admitted.Load(), Held: int(h.stats.held.Load()),
 	}
 }
@@ -584,6 +587,7 @@ func (h *Holder) reserve(ctx context.Context, ks *keyState, hit *window.Hit, dur
 	}
 	h.stats.returned.Add(uint64(g.Returned))
 	if g.Slots == 0 {
+		h.stats.refusals.Add(1)
 		ks.full = sent.Add(g.RetryAfter)
 		return nil
 	}
@@ -611,11 +615,14 @@ func (h *Holder) closeLocked(l *held) {
 		l.timer.Stop()
 	}
 	if l.granted-l.used <= 0 && h.now().Sub(l.start) < l.dur {
-		// Spent before its end: ask for twice as much.
-		l.ks.want = 2 * l.granted
+		// Spent before its end: ask for half as much again. (Doubling
+		// overshoots a sidecar that a lease's length caps: the slots it
+		// cannot use are reserved and returned, a sorted-set entry added
+		// and removed each.)
+		l.ks.want = l.granted + l.granted/2 + 1
 	} else {
 		// Ended with slots left: about what it admitted.
-		l.ks.want = max(l.used+l.used/4+1, 1)
+		l.ks.want = max(l.used+l.used/8+1, 1)
 	}
 }
 

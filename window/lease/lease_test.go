@@ -65,16 +65,23 @@ func newSidecar(t *testing.T, addr string, o Options) *sidecar {
 // hammer runs callers goroutines per sidecar deciding hits (made per call)
 // until d has passed, and returns every admission's span.
 func hammer(scs []*sidecar, callers int, d time.Duration, hits func() []window.Hit) []span {
+	stop := make(chan struct{})
+	t := time.AfterFunc(d, func() { close(stop) })
+	defer t.Stop()
+	return hammerUntil(scs, callers, stop, hits)
+}
+
+// hammerUntil is hammer until stop is closed.
+func hammerUntil(scs []*sidecar, callers int, stop <-chan struct{}, hits func() []window.Hit) []span {
 	var (
 		mu  sync.Mutex
 		out []span
 		wg  sync.WaitGroup
 	)
-	end := time.Now().Add(d)
 	for _, s := range scs {
 		for range callers {
 			wg.Go(func() {
-				for time.Now().Before(end) {
+				for !closed(stop) {
 					from := time.Now()
 					dec, err := s.h.Decide(context.Background(), hits())
 					to := time.Now()
@@ -89,6 +96,16 @@ func hammer(scs []*sidecar, callers int, d time.Duration, hits func() []window.H
 	}
 	wg.Wait()
 	return out
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func leasedHit(key string, l window.Limit, d time.Duration) window.Hit {
@@ -286,12 +303,20 @@ func poll(d time.Duration, cond func() bool) bool {
 
 // TestHolderSkewedLoad: one sidecar takes most of the checks, two others a
 // trickle: the busy one's leases stay within its fair share, so the quiet
-// ones still get leases, and no window holds more than the limit.
+// ones still get leases, and no window holds more than the limit. The
+// load runs for at least 1.5 s and until each quiet sidecar has been
+// admitted, within a deadline long enough for a starved box (a quiet
+// caller that the scheduler barely runs meets few refills): a sidecar
+// starved of leases is never admitted, however long the load.
 func TestHolderSkewedLoad(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
 	lim := window.Limit{Requests: 30, Window: 300 * time.Millisecond}
-	const fleet = 3
+	const (
+		fleet    = 3
+		least    = 1500 * time.Millisecond
+		deadline = 60 * time.Second
+	)
 	opts := Options{Size: func() (int, bool) { return fleet, true }}
 	busy := newSidecar(t, rs.Addr(), opts)
 	quiet := []*sidecar{newSidecar(t, rs.Addr(), opts), newSidecar(t, rs.Addr(), opts)}
@@ -302,10 +327,11 @@ func TestHolderSkewedLoad(t *testing.T) {
 		all     []span
 		trickle [2]int
 	)
-	end := time.Now().Add(1500 * time.Millisecond)
+	stop := make(chan struct{})
+	began := time.Now()
 	for i, q := range quiet {
 		wg.Go(func() {
-			for time.Now().Before(end) {
+			for !closed(stop) {
 				from := time.Now()
 				d, err := q.h.Decide(context.Background(), hit())
 				if err == nil && d.Allowed {
@@ -317,8 +343,16 @@ func TestHolderSkewedLoad(t *testing.T) {
 			}
 		})
 	}
-	hot := hammer([]*sidecar{busy}, 8, time.Until(end), hit)
+	var hot []span
+	wg.Go(func() { hot = hammerUntil([]*sidecar{busy}, 8, stop, hit) })
+	served := poll(deadline, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Since(began) >= least && trickle[0] > 0 && trickle[1] > 0
+	})
+	close(stop)
 	wg.Wait()
+	took := time.Since(began)
 	all = append(all, hot...)
 	checkInvariant(t, "skewed load", all, lim.Requests, lim.Window)
 	if n := busy.store.largest.Load(); n > int64(lim.Requests/fleet) {
@@ -326,8 +360,12 @@ func TestHolderSkewedLoad(t *testing.T) {
 	}
 	for i, q := range quiet {
 		if q.h.Stats().Leases == 0 || trickle[i] == 0 {
-			t.Errorf("quiet sidecar %d: %d leases, %d admissions: starved", i, q.h.Stats().Leases, trickle[i])
+			t.Errorf("quiet sidecar %d: %d leases, %d admissions in %s: starved", i, q.h.Stats().Leases, trickle[i], took.Round(time.Millisecond))
 		}
 	}
-	t.Logf("%d admitted in 1.5s (limit %d per %s), the quiet ones %v", len(all), lim.Requests, lim.Window, trickle)
+	if !served {
+		t.Errorf("a quiet sidecar was not admitted within %s", deadline)
+	}
+	used := float64(len(all)) / (took.Seconds() / lim.Window.Seconds() * float64(lim.Requests))
+	t.Logf("%d admitted in %s (limit %d per %s, %.0f%% of it), the quiet ones %v", len(all), took.Round(time.Millisecond), lim.Requests, lim.Window, 100*used, trickle)
 }

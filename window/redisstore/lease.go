@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flashgate/flashgate/window"
@@ -96,7 +97,11 @@ func (r *Redis) Lease(ctx context.Context, c LeaseCall) (Grant, error) {
 	if c.BackID == "" {
 		from, to = 1, 0
 	}
-	res, err := r.lease.eval(ctx, r.client, []string{c.Key}, []any{
+	keys := []string{c.Key}
+	if q := queueKey(c.Key); q != "" && c.Want > 0 {
+		keys = append(keys, q)
+	}
+	res, err := r.lease.eval(ctx, r.client, keys, []any{
 		c.ID, c.Want, c.Limit.Requests, c.Limit.Window.Microseconds(), c.For.Microseconds(), now,
 		c.BackID, from, to, max(c.Least, 1),
 	})
@@ -104,6 +109,23 @@ func (r *Redis) Lease(ctx context.Context, c LeaseCall) (Grant, error) {
 		return Grant{}, fmt.Errorf("redis lease: %w", classified(err))
 	}
 	return parseGrant(res)
+}
+
+// queueKey returns the key in key's hash slot that holds the order of its
+// refused reservations (lease.lua), "" when no such name is sure to share
+// the slot (a key with braces but no hash tag): its refusals then go
+// unordered.
+func queueKey(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key + ":lq"
+		}
+		return ""
+	}
+	if strings.IndexByte(key, '}') >= 0 {
+		return ""
+	}
+	return "{" + key + "}:lq"
 }
 
 // parseGrant reads lease.lua's reply.

@@ -5,8 +5,16 @@
 --         now in µs as a decimal string, or "" for Redis TIME; back id, back from, back to: the
 --         slots back..'#'..from … back..'#'..to of an earlier lease to return ("" for none); least,
 --         the fewest slots worth a grant (1 to want).
+--   KEYS[2], optional: the key's queue, in its hash slot: the score up to which the key's entries
+--         make room for reservations refused before (a string, expiring once they have left).
 -- Reply: now (µs, a decimal string); granted; the key's count after the call; when nothing was
 --   granted, µs until least more entries fit (at least 1), else 0; the slots returned.
+--
+-- A refused reservation is told when least fits beyond the room already promised to the callers
+-- refused before it (the entries up to the queue's score), and moves the queue's score to the
+-- entry it waits for: in a full window the refused sidecars come back one lump of room each,
+-- not all at the instant the oldest lump leaves. The queue only orders retries; grants count the
+-- window alone, first come first served.
 --
 -- Returns first: a returned slot's member is removed (ZREM), which a retry repeats harmlessly.
 -- Then the grant: entries at or before now - window leave, and granted = min(want, limit - count)
@@ -76,9 +84,23 @@ end
 local wait = 0
 if granted == 0 then
   local i = card - limit + least - 1 -- the entry whose leaving makes room for least
+  local q = KEYS[2]
+  if q then
+    -- The entries scored up to the queue's horizon make room for callers
+    -- refused before: this one waits for least more beyond them.
+    local h = redis.call('GET', q)
+    local ahead = h and redis.call('ZCOUNT', key, '-inf', h) or 0
+    if ahead > 0 then
+      i = math.max(i, ahead - 1 + least)
+    end
+    i = math.min(i, card - 1)
+  end
   if i >= 0 and i < card then
     local at = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
     wait = math.max(tonumber(at[2]) + window - now, 1)
+    if q then
+      redis.call('SET', q, at[2], 'PX', math.ceil((wait + lease) / 1000))
+    end
   else
     wait = window
   end

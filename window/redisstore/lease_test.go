@@ -289,3 +289,58 @@ func TestLeaseLargeLimitStaysExact(t *testing.T) {
 	t.Logf("%d leases, %d admitted in %s (%.0f/s), the worst span %d of %d; the key holds %d bytes",
 		len(all), admitted, run, float64(admitted)/run.Seconds(), worst, lim.Requests, mem)
 }
+
+// TestLeaseRefusalsTakeTurns: callers refused by a full window are told
+// successive lumps of room, each when its least fits beyond the room told
+// to those refused before it, and each is granted at its time.
+func TestLeaseRefusalsTakeTurns(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New()
+	r, _ := newLeaseStore(t, clk)
+	lease := func(want, least int) Grant {
+		return mustLease(t, r, LeaseCall{Key: "lk", Limit: leaseLimit, For: testLease, ID: r.LeaseID(), Want: want, Least: least})
+	}
+	lease(4, 4) // slots 0-3, scored t0 + 50ms
+	clk.Advance(100 * time.Millisecond)
+	lease(4, 4) // slots 4-7, t0 + 150ms
+	clk.Advance(100 * time.Millisecond)
+	lease(2, 2) // slots 8-9, t0 + 250ms: full
+	left := func(at time.Duration) time.Duration { return at + leaseLimit.Window - 200*time.Millisecond }
+	for i, c := range []struct {
+		want, least int
+		after       time.Duration
+	}{
+		{4, 4, left(50 * time.Millisecond)},  // the first lump
+		{4, 2, left(150 * time.Millisecond)}, // beyond the first's
+		{2, 2, left(250 * time.Millisecond)}, // beyond both
+		{2, 2, left(250 * time.Millisecond)}, // past the window's entries: the last
+	} {
+		if g := lease(c.want, c.least); g.Slots != 0 || g.RetryAfter != c.after {
+			t.Fatalf("refused caller %d: %+v; want nothing, retry after %s", i, g, c.after)
+		}
+	}
+	clk.Advance(left(50 * time.Millisecond))
+	if g := lease(4, 4); g.Slots != 4 {
+		t.Fatalf("the first caller at its time: %d slots, want 4", g.Slots)
+	}
+	clk.Advance(100 * time.Millisecond)
+	if g := lease(4, 2); g.Slots != 4 {
+		t.Fatalf("the second caller at its time: %d slots, want 4", g.Slots)
+	}
+}
+
+// TestLeaseQueueKey: the refusals' queue shares its key's hash slot, or
+// there is none.
+func TestLeaseQueueKey(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]string{
+		"fg:{abc123}:global:x": "fg:{abc123}:global:x:lq",
+		"lk":                   "{lk}:lq",
+		"a{}b":                 "",
+		"a}b":                  "",
+	} {
+		if got := queueKey(key); got != want {
+			t.Errorf("queueKey(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
